@@ -1,0 +1,58 @@
+# kvroute build, test and benchmark entry points. See README.md.
+GO        ?= go
+BIN       ?= bin
+PKGS      ?= ./...
+# Benchmarks run by `make bench` (regexp) and their settings.
+BENCH     ?= .
+BENCHPKGS ?= ./wire/... ./radix/... ./sched/... ./shard/... ./bench/...
+BENCHTIME ?= 200ms
+COUNT     ?= 10
+FUZZTIME  ?= 10s
+BASE      ?= HEAD
+
+.PHONY: all build test fmt-check vet test-race test-invariants bench bench-baseline bench-compare fuzz run clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/kvroute ./cmd/kvroute
+
+test: fmt-check vet test-race test-invariants
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+test-race:
+	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+
+# One pass with invariant checks after every mutation of the index.
+test-invariants:
+	$(GO) test -tags invariants -count=1 -timeout 10m ./radix/... ./shard/... ./bench/...
+
+# Microbenchmarks, -count=$(COUNT), compared with the committed baseline.
+bench:
+	@mkdir -p out
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -count $(COUNT) $(BENCHPKGS) | tee out/bench.txt
+	$(GO) tool benchstat bench/baseline.txt out/bench.txt
+
+# Refresh bench/baseline.txt from this machine (commit it with a note of why).
+bench-baseline:
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -count $(COUNT) $(BENCHPKGS) | tee bench/baseline.txt
+
+# Build both revisions' benchmark binaries and run them interleaved, in one run.
+bench-compare:
+	perf/bench-compare.sh '$(BASE)' '$(BENCH)' '$(BENCHTIME)' '$(COUNT)' $(BENCHPKGS)
+
+# Every fuzz target for $(FUZZTIME).
+fuzz:
+	perf/fuzz-all.sh '$(FUZZTIME)'
+
+run: build
+	$(BIN)/kvroute
+
+clean:
+	rm -rf $(BIN) out

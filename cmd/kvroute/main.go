@@ -1,0 +1,53 @@
+// Command kvroute is the KV-cache-aware router for LLM inference fleets.
+//
+// Subcommands are listed by `kvroute help`; each takes flags with KVROUTE_*
+// environment equivalents (see README.md).
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// command is one subcommand: its name, a one-line summary and its entry point.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"bench", "benchmarks against real traces (bench index)", runBench},
+	}
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "kvroute: a KV-cache-aware router for LLM inference fleets\n\nusage: kvroute <command> [flags]\n\ncommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(os.Stderr, "\nEvery flag can also be set by the environment: --kv-blocks is KVROUTE_KV_BLOCKS.\nRun `kvroute <command> -h` for a command's flags.\n")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "help" || os.Args[1] == "-h" || os.Args[1] == "--help" {
+		usage()
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return
+	}
+	for _, c := range commands() {
+		if c.name == os.Args[1] {
+			if err := c.run(os.Args[2:]); err != nil {
+				fmt.Fprintf(os.Stderr, "kvroute %s: %v\n", c.name, err)
+				os.Exit(1)
+			}
+			return
+		}
+	}
+	fmt.Fprintf(os.Stderr, "kvroute: unknown command %q\n\n", os.Args[1])
+	usage()
+	os.Exit(2)
+}

@@ -1,0 +1,51 @@
+// Package natsembed starts the nats-server that `kvroute serve` and
+// `kvroute mock` embed when no --nats URL is given: JetStream on, store in a
+// data directory, listening on loopback.
+package natsembed
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config says where the embedded server listens and stores its data.
+type Config struct {
+	Host     string // default 127.0.0.1
+	Port     int    // 0 or -1: a random free port
+	StoreDir string // JetStream store; required
+}
+
+// Start runs an embedded nats-server and waits until it accepts connections.
+// The caller shuts it down with Shutdown and WaitForShutdown.
+func Start(cfg Config) (*server.Server, error) {
+	if cfg.StoreDir == "" {
+		return nil, fmt.Errorf("natsembed: a JetStream store directory is required")
+	}
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = -1
+	}
+	s, err := server.NewServer(&server.Options{
+		Host:      host,
+		Port:      port,
+		JetStream: true,
+		StoreDir:  cfg.StoreDir,
+		NoSigs:    true,
+		NoLog:     true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsembed: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("natsembed: server on %s:%d not ready after 10s", host, port)
+	}
+	return s, nil
+}

@@ -1,0 +1,39 @@
+// Package natstest runs a real, in-process nats-server with JetStream for
+// tests: a random port, a store under t.TempDir(), shut down when the test ends.
+package natstest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/test"
+	"github.com/nats-io/nats.go"
+)
+
+// Server starts a JetStream-enabled nats-server on 127.0.0.1 with a random
+// port and registers its shutdown with t.Cleanup.
+func Server(tb testing.TB) *server.Server {
+	tb.Helper()
+	opts := natsserver.DefaultTestOptions
+	opts.Port = -1
+	opts.JetStream = true
+	opts.StoreDir = tb.TempDir()
+	s := natsserver.RunServer(&opts)
+	tb.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// Connect returns a client connection to s, closed when the test ends.
+func Connect(tb testing.TB, s *server.Server) *nats.Conn {
+	tb.Helper()
+	nc, err := nats.Connect(s.ClientURL(), nats.Timeout(5*time.Second))
+	if err != nil {
+		tb.Fatalf("connect to %s: %v", s.ClientURL(), err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}

@@ -1,0 +1,14 @@
+// Package openai provides the OpenAI-compatible request parsing and response
+// encoding that kvroute's proxy, decision API and simulated workers share:
+// POST /v1/completions and /v1/chat/completions bodies, prompts as token ids or
+// text, the chat template, tokenizers, and SSE chunks.
+//
+// Chat template. Chat messages are rendered to text with ChatML before they are
+// tokenized, so the router and the simulated fleet agree on the prompt:
+//
+//	<|im_start|>{role}\n{content}<|im_end|>\n   (for each message)
+//	<|im_start|>assistant\n                     (generation prompt)
+//
+// Content may be a string or a list of parts of which the "text" parts are
+// concatenated.
+package openai

@@ -1,0 +1,244 @@
+package openai
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/valyala/fastjson"
+)
+
+// Tokenizer turns text into token ids. Implementations must be goroutine-safe.
+type Tokenizer interface {
+	// Encode appends the token ids of text to dst.
+	Encode(dst []uint32, text []byte) []uint32
+	// Name is the tokenizer's flag value.
+	Name() string
+}
+
+// BytesTokenizer tokenizes text as its UTF-8 bytes, one token per byte. It is
+// what the simulated fleet uses, so router and fleet agree on block hashes.
+type BytesTokenizer struct{}
+
+// Encode implements Tokenizer.
+func (BytesTokenizer) Encode(dst []uint32, text []byte) []uint32 {
+	for _, c := range text {
+		dst = append(dst, uint32(c))
+	}
+	return dst
+}
+
+// Name implements Tokenizer.
+func (BytesTokenizer) Name() string { return "bytes" }
+
+// NewTokenizer returns the tokenizer named by a --tokenizer flag value.
+func NewTokenizer(name string) (Tokenizer, error) {
+	switch name {
+	case "bytes", "":
+		return BytesTokenizer{}, nil
+	}
+	return nil, fmt.Errorf("unknown tokenizer %q (supported: bytes)", name)
+}
+
+// ErrBadRequest wraps every error a malformed body produces; the HTTP layer
+// answers it with 400.
+var ErrBadRequest = errors.New("bad request")
+
+// Request is a parsed completion or chat request. Its slices are owned by the
+// Request and reused by the next Parse into it; the zero value is ready.
+// Not goroutine-safe.
+type Request struct {
+	Chat      bool
+	Model     []byte
+	Tokens    []uint32 // the prompt as token ids (given, or tokenized)
+	MaxTokens int      // 0 when absent
+	Stream    bool
+	// Router extensions (ignored by engines): a caller's request id and the LoRA adapter name.
+	RequestID []byte
+	LoRA      []byte
+
+	text []byte // rendered chat template scratch
+}
+
+// Reset clears r, keeping its buffers.
+func (r *Request) Reset() {
+	r.Chat = false
+	r.Model = r.Model[:0]
+	r.Tokens = r.Tokens[:0]
+	r.MaxTokens = 0
+	r.Stream = false
+	r.RequestID = r.RequestID[:0]
+	r.LoRA = r.LoRA[:0]
+	r.text = r.text[:0]
+}
+
+var parsers fastjson.ParserPool
+
+// Parse parses a /v1/completions (chat=false) or /v1/chat/completions
+// (chat=true) body into r. Text prompts and chat messages are tokenized with
+// tok. Errors wrap ErrBadRequest and say which field is wrong.
+func Parse(body []byte, chat bool, tok Tokenizer, r *Request) error {
+	p := parsers.Get()
+	defer parsers.Put(p)
+	r.Reset()
+	r.Chat = chat
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return fmt.Errorf("%w: invalid JSON: %v", ErrBadRequest, err)
+	}
+	if v.Type() != fastjson.TypeObject {
+		return fmt.Errorf("%w: body must be a JSON object", ErrBadRequest)
+	}
+	if m := v.Get("model"); m != nil {
+		if m.Type() != fastjson.TypeString {
+			return fmt.Errorf("%w: model must be a string", ErrBadRequest)
+		}
+		r.Model = append(r.Model, m.GetStringBytes()...)
+	}
+	if err := parseCommon(v, r); err != nil {
+		return err
+	}
+	if chat {
+		return parseMessages(v, tok, r)
+	}
+	return ParsePrompt(v, tok, r)
+}
+
+func parseCommon(v *fastjson.Value, r *Request) error {
+	for _, name := range [...]string{"max_tokens", "max_completion_tokens"} {
+		mt := v.Get(name)
+		if mt == nil || mt.Type() == fastjson.TypeNull {
+			continue
+		}
+		f, err := mt.Float64()
+		if err != nil || f < 0 || f != math.Trunc(f) || f > 1<<24 {
+			return fmt.Errorf("%w: %s must be a non-negative integer ≤ 16777216", ErrBadRequest, name)
+		}
+		r.MaxTokens = int(f)
+	}
+	if s := v.Get("stream"); s != nil && s.Type() != fastjson.TypeNull {
+		b, err := s.Bool()
+		if err != nil {
+			return fmt.Errorf("%w: stream must be a boolean", ErrBadRequest)
+		}
+		r.Stream = b
+	}
+	if id := v.Get("request_id"); id != nil {
+		if id.Type() != fastjson.TypeString {
+			return fmt.Errorf("%w: request_id must be a string", ErrBadRequest)
+		}
+		r.RequestID = append(r.RequestID, id.GetStringBytes()...)
+	}
+	if l := v.Get("lora_name"); l != nil && l.Type() != fastjson.TypeNull {
+		if l.Type() != fastjson.TypeString {
+			return fmt.Errorf("%w: lora_name must be a string", ErrBadRequest)
+		}
+		r.LoRA = append(r.LoRA, l.GetStringBytes()...)
+	}
+	return nil
+}
+
+// ParsePrompt reads v's "prompt" (a string, an array of token ids, or a
+// one-element array of either) or, failing that, "token_ids", into r.Tokens.
+func ParsePrompt(v *fastjson.Value, tok Tokenizer, r *Request) error {
+	field := "prompt"
+	p := v.Get("prompt")
+	if p == nil {
+		field = "token_ids"
+		p = v.Get("token_ids")
+	}
+	if p == nil {
+		return fmt.Errorf("%w: prompt is required (a string or an array of token ids)", ErrBadRequest)
+	}
+	switch p.Type() {
+	case fastjson.TypeString:
+		r.Tokens = tok.Encode(r.Tokens, p.GetStringBytes())
+		return nil
+	case fastjson.TypeArray:
+		arr := p.GetArray()
+		if len(arr) == 1 && (arr[0].Type() == fastjson.TypeArray || arr[0].Type() == fastjson.TypeString) {
+			if arr[0].Type() == fastjson.TypeString {
+				r.Tokens = tok.Encode(r.Tokens, arr[0].GetStringBytes())
+				return nil
+			}
+			arr = arr[0].GetArray()
+		}
+		for i, t := range arr {
+			if t.Type() != fastjson.TypeNumber {
+				return fmt.Errorf("%w: %s[%d] must be a token id (batched prompts are not supported)", ErrBadRequest, field, i)
+			}
+			n, err := t.Uint()
+			if err != nil || n > math.MaxUint32 {
+				return fmt.Errorf("%w: %s[%d] is not a token id in [0, 2^32)", ErrBadRequest, field, i)
+			}
+			r.Tokens = append(r.Tokens, uint32(n))
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: %s must be a string or an array of token ids", ErrBadRequest, field)
+}
+
+func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
+	m := v.Get("messages")
+	if m == nil || m.Type() != fastjson.TypeArray || len(m.GetArray()) == 0 {
+		return fmt.Errorf("%w: messages must be a non-empty array", ErrBadRequest)
+	}
+	text := r.text[:0]
+	for i, msg := range m.GetArray() {
+		if msg.Type() != fastjson.TypeObject {
+			return fmt.Errorf("%w: messages[%d] must be an object", ErrBadRequest, i)
+		}
+		role := msg.Get("role")
+		if role == nil || role.Type() != fastjson.TypeString {
+			return fmt.Errorf("%w: messages[%d].role must be a string", ErrBadRequest, i)
+		}
+		text = append(text, "<|im_start|>"...)
+		text = append(text, role.GetStringBytes()...)
+		text = append(text, '\n')
+		c := msg.Get("content")
+		switch {
+		case c == nil || c.Type() == fastjson.TypeNull:
+		case c.Type() == fastjson.TypeString:
+			text = append(text, c.GetStringBytes()...)
+		case c.Type() == fastjson.TypeArray:
+			for j, part := range c.GetArray() {
+				t := part.Get("text")
+				if part.Type() != fastjson.TypeObject {
+					return fmt.Errorf("%w: messages[%d].content[%d] must be an object", ErrBadRequest, i, j)
+				}
+				if t != nil && t.Type() == fastjson.TypeString {
+					text = append(text, t.GetStringBytes()...)
+				}
+			}
+		default:
+			return fmt.Errorf("%w: messages[%d].content must be a string or an array of parts", ErrBadRequest, i)
+		}
+		text = append(text, "<|im_end|>\n"...)
+	}
+	text = append(text, "<|im_start|>assistant\n"...)
+	r.text = text
+	r.Tokens = tok.Encode(r.Tokens, text)
+	return nil
+}
+
+// RenderChat appends the ChatML rendering of (role, content) pairs and the
+// generation prompt to dst: the text Parse tokenizes for a chat request.
+func RenderChat(dst []byte, roles, contents []string) []byte {
+	for i := range roles {
+		dst = append(dst, "<|im_start|>"...)
+		dst = append(dst, roles[i]...)
+		dst = append(dst, '\n')
+		dst = append(dst, contents[i]...)
+		dst = append(dst, "<|im_end|>\n"...)
+	}
+	return append(dst, "<|im_start|>assistant\n"...)
+}
+
+var reqPool = sync.Pool{New: func() any { return new(Request) }}
+
+// AcquireRequest returns an empty Request from a pool; ReleaseRequest returns it.
+func AcquireRequest() *Request { return reqPool.Get().(*Request) }
+
+// ReleaseRequest returns r to the pool; r must not be used afterwards.
+func ReleaseRequest(r *Request) { r.Reset(); reqPool.Put(r) }

@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func serve(t *testing.T, h fasthttp.RequestHandler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &fasthttp.Server{Handler: h}
+	go s.Serve(ln) //nolint:errcheck
+	t.Cleanup(func() { _ = s.Shutdown() })
+	return "http://" + ln.Addr().String()
+}
+
+type record struct {
+	first atomic.Int32
+	done  chan error
+}
+
+func (r *record) hooks() Hooks {
+	return Hooks{FirstToken: func() { r.first.Add(1) }, Done: func(err error) { r.done <- err }}
+}
+
+func TestStreamIsRelayedChunkByChunk(t *testing.T) {
+	gate := make(chan struct{})
+	upstream := serve(t, func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.PostBody()) != `{"x":1}` {
+			ctx.Error("bad body", 400)
+			return
+		}
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			fmt.Fprintf(w, "data: {\"n\":0}\n\n")
+			w.Flush()
+			<-gate // the rest is sent only after the client saw the first chunk
+			for i := 1; i < 4; i++ {
+				fmt.Fprintf(w, "data: {\"n\":%d}\n\n", i)
+				w.Flush()
+			}
+			fmt.Fprintf(w, "data: [DONE]\n\n")
+		})
+	})
+	p := New(Config{})
+	rec := &record{done: make(chan error, 1)}
+	front := serve(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("X-Kvroute-Worker", "1")
+		p.Forward(ctx, upstream+"/v1/completions", ctx.PostBody(), true, rec.hooks())
+	})
+	resp, err := http.Post(front, "application/json", strings.NewReader(`{"x":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("X-Kvroute-Worker") != "1" || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("headers %v", resp.Header)
+	}
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "data: {\"n\":0}\n" {
+		t.Fatalf("first line %q %v", line, err)
+	}
+	if rec.first.Load() != 1 {
+		t.Fatal("FirstToken not called at the first event")
+	}
+	close(gate)
+	var rest strings.Builder
+	for {
+		l, err := br.ReadString('\n')
+		rest.WriteString(l)
+		if err != nil {
+			break
+		}
+	}
+	if !strings.Contains(rest.String(), `{"n":3}`) || !strings.HasSuffix(rest.String(), "data: [DONE]\n\n") {
+		t.Fatalf("rest %q", rest.String())
+	}
+	if err := <-rec.done; err != nil {
+		t.Fatalf("Done(%v), want nil", err)
+	}
+	if rec.first.Load() != 1 {
+		t.Fatalf("FirstToken called %d times", rec.first.Load())
+	}
+}
+
+func TestClientDisconnectEndsTheStream(t *testing.T) {
+	upstreamErr := make(chan error, 1)
+	upstream := serve(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for i := 0; i < 2000; i++ {
+				fmt.Fprintf(w, "data: {\"n\":%d,\"pad\":\"%s\"}\n\n", i, strings.Repeat("x", 512))
+				if err := w.Flush(); err != nil {
+					upstreamErr <- err
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			upstreamErr <- nil
+		})
+	})
+	p := New(Config{})
+	rec := &record{done: make(chan error, 1)}
+	front := serve(t, func(ctx *fasthttp.RequestCtx) {
+		p.Forward(ctx, upstream, ctx.PostBody(), true, rec.hooks())
+	})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	br := bufio.NewReader(conn)
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(l, "data:") {
+			break
+		}
+	}
+	conn.Close()
+	select {
+	case err := <-rec.done:
+		if !errors.Is(err, ErrClientGone) {
+			t.Fatalf("Done(%v), want ErrClientGone", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Done not called after the client went away")
+	}
+	select {
+	case err := <-upstreamErr:
+		if err == nil {
+			t.Fatal("upstream streamed to the end: the proxy did not close its stream")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("upstream never noticed the closed stream")
+	}
+}
+
+func TestNonStreamingAndErrors(t *testing.T) {
+	upstream := serve(t, func(ctx *fasthttp.RequestCtx) {
+		if strings.Contains(string(ctx.PostBody()), "bad") {
+			ctx.SetStatusCode(400)
+			ctx.SetBodyString(`{"error":{"message":"nope"}}`)
+			return
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"choices":[{"text":"hi"}]}`)
+	})
+	p := New(Config{})
+	for _, tc := range []struct {
+		body, url string
+		code      int
+		wantErr   bool
+	}{
+		{`{}`, upstream, 200, false},
+		{`{"bad":1}`, upstream, 400, true},
+		{`{}`, "http://127.0.0.1:1", 502, true},
+	} {
+		rec := &record{done: make(chan error, 1)}
+		front := serve(t, func(ctx *fasthttp.RequestCtx) { p.Forward(ctx, tc.url, ctx.PostBody(), false, rec.hooks()) })
+		resp, err := http.Post(front, "application/json", strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+			t.Fatalf("%s: body is not JSON: %v", tc.url, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Fatalf("%s %s: status %d, want %d", tc.url, tc.body, resp.StatusCode, tc.code)
+		}
+		if err := <-rec.done; (err != nil) != tc.wantErr {
+			t.Fatalf("%s %s: Done(%v)", tc.url, tc.body, err)
+		}
+		if tc.code == 200 && rec.first.Load() != 1 {
+			t.Fatal("FirstToken not called for a complete answer")
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Policy is how a worker is chosen among the candidates (the non-busy,
+// eligible dp ranks). Every policy books the request's load on the chosen
+// rank and obeys busy detection and the waiting queue.
+type Policy uint8
+
+// Selection policies.
+const (
+	// PolicyKV minimizes the KV-aware cost (see Config.CreditCost) with
+	// temperature sampling. The default.
+	PolicyKV Policy = iota
+	// PolicyRoundRobin takes the candidates in slot order, one after another.
+	PolicyRoundRobin
+	// PolicyRandom takes a candidate uniformly at random (seeded).
+	PolicyRandom
+	// PolicyLeastLoaded takes the lowest active blocks + active prefill
+	// blocks, ignoring the request's overlap; ties are broken at random.
+	PolicyLeastLoaded
+)
+
+var policyNames = [...]string{"kv", "round-robin", "random", "least-loaded"}
+
+func (p Policy) String() string {
+	if int(p) < len(policyNames) {
+		return policyNames[p]
+	}
+	return fmt.Sprintf("Policy(%d)", p)
+}
+
+// ParsePolicy parses "kv", "round-robin", "random" or "least-loaded".
+func ParsePolicy(s string) (Policy, error) {
+	for i, n := range policyNames {
+		if n == s {
+			return Policy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("sched: unknown policy %q (want kv, round-robin, random or least-loaded)", s)
+}
+
+// QueuePolicy orders the requests waiting while every eligible worker is busy.
+type QueuePolicy uint8
+
+// Queue policies.
+const (
+	// QueueFCFS admits the oldest waiting request first. The default.
+	QueueFCFS QueuePolicy = iota
+	// QueueLCFS admits the newest waiting request first.
+	QueueLCFS
+	// QueueWSPT admits the request with the fewest uncached prompt tokens
+	// first (shortest processing time), oldest first among equals. The
+	// uncached tokens are ISL − (largest device overlap × block size),
+	// computed when the request is queued.
+	QueueWSPT
+)
+
+var queuePolicyNames = [...]string{"fcfs", "lcfs", "wspt"}
+
+func (q QueuePolicy) String() string {
+	if int(q) < len(queuePolicyNames) {
+		return queuePolicyNames[q]
+	}
+	return fmt.Sprintf("QueuePolicy(%d)", q)
+}
+
+// ParseQueuePolicy parses "fcfs", "lcfs" or "wspt".
+func ParseQueuePolicy(s string) (QueuePolicy, error) {
+	for i, n := range queuePolicyNames {
+		if n == s {
+			return QueuePolicy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("sched: unknown queue policy %q (want fcfs, lcfs or wspt)", s)
+}
+
+// Config configures a Scheduler. Its zero value is not usable (BlockSize 0 is
+// rejected and a zero Weight turns the prefill term off): start from
+// DefaultConfig and change fields. A Config is a plain value, safe to copy.
+type Config struct {
+	// BlockSize is the engines' KV block size in tokens. Must be > 0.
+	BlockSize int
+
+	// Policy chooses among candidates. Default PolicyKV.
+	Policy Policy
+
+	// Weight is w in the default cost w × prefill_blocks + decode_blocks
+	// (--kv-overlap-score-weight). Default 1. 0 ignores prefill load.
+	Weight float64
+	// Temperature > 0 samples a softmax over range-normalized costs instead
+	// of taking the argmin (--router-temperature). Default 0.
+	Temperature float64
+
+	// CreditCost selects the credit form of the cost:
+	//   PrefillLoadScale × max(0, raw_prefill_blocks − OverlapCredit × device
+	//     − HostHitWeight × host − DiskHitWeight × disk) + decode_blocks
+	// with raw_prefill_blocks = (active prefill tokens + ISL) / BlockSize.
+	// Default false (the w × prefill_blocks + decode_blocks form).
+	CreditCost       bool
+	PrefillLoadScale float64 // default 1
+	OverlapCredit    float64 // default 1
+	HostHitWeight    float64 // default 0.75
+	DiskHitWeight    float64 // default 0.25
+
+	// AssumeKVReuse (--router-assume-kv-reuse, default true) counts a block
+	// shared by several active requests on one rank once. When false, every
+	// booked request's blocks get fresh random hashes from the scheduler's
+	// seeded RNG, so nothing is deduplicated.
+	AssumeKVReuse bool
+
+	// Expiry force-frees requests booked longer ago than this, on Tick.
+	// Default 300 s; ≤ 0 disables expiry.
+	Expiry time.Duration
+
+	// BusyDecodeFrac marks a dp rank busy when its decode blocks
+	// (max of the router's active blocks and the engine's reported used
+	// blocks) exceed BusyDecodeFrac × its total KV blocks. Default 1.0;
+	// ≤ 0 disables the check; ranks with unknown total blocks never trip it.
+	BusyDecodeFrac float64
+	// BusyPrefillTokens marks a dp rank busy when its active prefill tokens
+	// exceed it. Default 0 = disabled.
+	BusyPrefillTokens int64
+	// BusyPrefillFrac marks a dp rank busy when its active prefill tokens
+	// exceed BusyPrefillFrac × its max batched tokens. Default 0 = disabled;
+	// ranks with unknown max batched tokens never trip it.
+	BusyPrefillFrac float64
+
+	// QueuePolicy orders the waiting queue. Default QueueFCFS.
+	QueuePolicy QueuePolicy
+	// QueueDepth bounds the waiting queue (--max-workers-busy-queue-depth).
+	// When it is full a request that finds every eligible worker busy is
+	// rejected and an AllWorkersBusy effect is emitted. 0 rejects at once.
+	// Default 1024 (a guess sized to a few batches of a busy frontend; the
+	// service flag sets it).
+	QueueDepth int
+	// RejectionWindow is how long Throttled reports true after an
+	// AllWorkersBusy event (--all-workers-busy-rejection-window). Default 5 s.
+	RejectionWindow time.Duration
+}
+
+// DefaultConfig returns the defaults documented on Config's fields, with
+// BlockSize 16.
+func DefaultConfig() Config {
+	return Config{
+		BlockSize:        16,
+		Policy:           PolicyKV,
+		Weight:           1,
+		Temperature:      0,
+		PrefillLoadScale: 1,
+		OverlapCredit:    1,
+		HostHitWeight:    0.75,
+		DiskHitWeight:    0.25,
+		AssumeKVReuse:    true,
+		Expiry:           300 * time.Second,
+		BusyDecodeFrac:   1.0,
+		QueuePolicy:      QueueFCFS,
+		QueueDepth:       1024,
+		RejectionWindow:  5 * time.Second,
+	}
+}
+
+// ErrConfig is wrapped by every error Config.Validate returns.
+var ErrConfig = errors.New("sched: invalid config")
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+	switch {
+	case c.BlockSize <= 0:
+		return bad("block size %d must be > 0", c.BlockSize)
+	case int(c.Policy) >= len(policyNames):
+		return bad("policy %d", c.Policy)
+	case int(c.QueuePolicy) >= len(queuePolicyNames):
+		return bad("queue policy %d", c.QueuePolicy)
+	case !finite(c.Weight) || c.Weight < 0:
+		return bad("weight %v must be finite and ≥ 0", c.Weight)
+	case !finite(c.Temperature) || c.Temperature < 0:
+		return bad("temperature %v must be finite and ≥ 0", c.Temperature)
+	case !finite(c.PrefillLoadScale) || !finite(c.OverlapCredit) || !finite(c.HostHitWeight) || !finite(c.DiskHitWeight):
+		return bad("credit-form weights must be finite")
+	case !finite(c.BusyDecodeFrac) || !finite(c.BusyPrefillFrac):
+		return bad("busy fractions must be finite")
+	case c.BusyPrefillTokens < 0:
+		return bad("busy prefill tokens %d must be ≥ 0", c.BusyPrefillTokens)
+	case c.QueueDepth < 0:
+		return bad("queue depth %d must be ≥ 0", c.QueueDepth)
+	case c.RejectionWindow < 0:
+		return bad("rejection window %v must be ≥ 0", c.RejectionWindow)
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+package sched
+
+import (
+	"math/bits"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// AddRequest books an active request on a dp rank, for a decision made
+// elsewhere (another router replica, or a caller that chose the worker): its
+// blocks become active there (reference-counted by hash) and the hint's
+// effective prefill tokens join the rank's prefill load. isl and overlap are
+// recorded as given; the scheduler does no token arithmetic on them.
+// A duplicate id is ErrDuplicate, an unknown rank ErrUnknownWorker.
+func (s *Scheduler) AddRequest(id uint64, worker wire.WorkerKey, blocks []wire.SeqHash, isl, overlap uint32, hint PrefillLoadHint, now int64) error {
+	now = s.advance(now)
+	if s.byID.get(id) != 0 || s.q.ids.get(id) != 0 {
+		return ErrDuplicate
+	}
+	i, ok := s.slotOf[worker]
+	if !ok {
+		return ErrUnknownWorker
+	}
+	s.book(id, i, blocks, isl, overlap, hint, now)
+	s.checkInvariants()
+	return nil
+}
+
+// book makes a request active on slot i. It does not allocate once the
+// request table, its block lists and the block index have grown to the
+// steady-state working set.
+func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overlap uint32, hint PrefillLoadHint, now int64) {
+	r := s.freeReqs
+	if r != 0 {
+		s.freeReqs = s.reqs[r].nextFree
+	} else {
+		s.reqs = append(s.reqs, request{})
+		r = uint32(len(s.reqs) - 1)
+	}
+	rq := &s.reqs[r]
+	refs := rq.refs[:0]
+	*rq = request{id: id, slot: i, isl: isl, overlap: overlap, start: now, live: true}
+	sl := &s.slots[i]
+	reuse := s.cfg.AssumeKVReuse
+	for _, h := range blocks {
+		hash := uint64(h)
+		if !reuse {
+			hash = s.rng.Uint64()
+		}
+		e, added := s.blocks.acquire(hash, i)
+		if added {
+			sl.active++
+		}
+		refs = append(refs, e)
+	}
+	rq.refs = refs
+	s.byID.set(id, r)
+
+	// Per-slot list, for removal of the rank.
+	rq.slNext = sl.reqHead
+	if sl.reqHead != 0 {
+		s.reqs[sl.reqHead].slPrev = r
+	}
+	sl.reqHead = r
+	sl.nreq++
+
+	// Expiry FIFO: now never decreases, so appending keeps it sorted.
+	rq.exPrev = s.exTail
+	if s.exTail != 0 {
+		s.reqs[s.exTail].exNext = r
+	} else {
+		s.exHead = r
+	}
+	s.exTail = r
+	s.active++
+
+	if hint.InitialEffectiveTokens > 0 {
+		rq.inPf = true
+		rq.pfTokens = int64(hint.InitialEffectiveTokens)
+		rq.pfDur = durNanos(hint.ExpectedDuration)
+		sl.pfSum += rq.pfTokens
+		rq.pfPrev = sl.pfTail
+		if sl.pfTail != 0 {
+			s.reqs[sl.pfTail].pfNext = r
+		} else {
+			sl.pfHead = r
+			sl.pfSince = now
+			sl.headTok = rq.pfTokens
+			sl.headDur = rq.pfDur
+		}
+		sl.pfTail = r
+	}
+}
+
+// MarkPrefillCompleted removes a request's prefill load (its first token has
+// come back) and admits waiting requests if that freed a worker. If it was
+// the oldest in prefill on its rank, the next oldest starts decaying now. It
+// reports whether the request was active; an unknown id is not an error.
+func (s *Scheduler) MarkPrefillCompleted(id uint64, now int64) bool {
+	now = s.advance(now)
+	r := s.byID.get(id)
+	if r == 0 {
+		return false
+	}
+	if s.reqs[r].inPf {
+		s.endPrefill(r, now)
+		s.drain(now)
+	}
+	s.checkInvariants()
+	return true
+}
+
+// Free ends a request: its blocks and any prefill load leave its rank and
+// waiting requests are admitted if that freed a worker. A waiting request is
+// removed from the queue (Stats.Cancelled). Idempotent: it reports whether
+// the id was active or waiting.
+func (s *Scheduler) Free(id uint64, now int64) bool {
+	now = s.advance(now)
+	if r := s.byID.get(id); r != 0 {
+		s.freeReq(r, now)
+		s.drain(now)
+		s.checkInvariants()
+		return true
+	}
+	if s.q.cancel(id) {
+		s.stats.Cancelled++
+		s.checkInvariants()
+		return true
+	}
+	return false
+}
+
+// Tick force-frees the requests older than Config.Expiry (an EffectExpired
+// each) and admits waiting requests that the passing of time (prefill decay)
+// or the expiries made routable. Call it periodically.
+func (s *Scheduler) Tick(now int64) {
+	now = s.advance(now)
+	if exp := int64(s.cfg.Expiry); exp > 0 {
+		for s.exHead != 0 {
+			r := s.exHead
+			rq := &s.reqs[r]
+			if now-rq.start <= exp {
+				break
+			}
+			s.outbox = append(s.outbox, Effect{Kind: EffectExpired, ID: rq.id, Worker: s.slots[rq.slot].key, At: now})
+			s.stats.Expirations++
+			s.freeReq(r, now)
+		}
+	}
+	s.drain(now)
+	s.checkInvariants()
+}
+
+func (s *Scheduler) endPrefill(r uint32, now int64) {
+	rq := &s.reqs[r]
+	sl := &s.slots[rq.slot]
+	sl.pfSum -= rq.pfTokens
+	if rq.pfPrev != 0 {
+		s.reqs[rq.pfPrev].pfNext = rq.pfNext
+	} else {
+		sl.pfHead = rq.pfNext
+		if h := sl.pfHead; h != 0 {
+			sl.pfSince = now
+			sl.headTok = s.reqs[h].pfTokens
+			sl.headDur = s.reqs[h].pfDur
+		} else {
+			sl.pfSince, sl.headTok, sl.headDur = 0, 0, 0
+		}
+	}
+	if rq.pfNext != 0 {
+		s.reqs[rq.pfNext].pfPrev = rq.pfPrev
+	} else {
+		sl.pfTail = rq.pfPrev
+	}
+	rq.inPf = false
+	rq.pfPrev, rq.pfNext = 0, 0
+}
+
+func (s *Scheduler) freeReq(r uint32, now int64) {
+	rq := &s.reqs[r]
+	if rq.inPf {
+		s.endPrefill(r, now)
+	}
+	sl := &s.slots[rq.slot]
+	for _, e := range rq.refs {
+		if s.blocks.release(e) {
+			sl.active--
+		}
+	}
+	if rq.slPrev != 0 {
+		s.reqs[rq.slPrev].slNext = rq.slNext
+	} else {
+		sl.reqHead = rq.slNext
+	}
+	if rq.slNext != 0 {
+		s.reqs[rq.slNext].slPrev = rq.slPrev
+	}
+	sl.nreq--
+	if rq.exPrev != 0 {
+		s.reqs[rq.exPrev].exNext = rq.exNext
+	} else {
+		s.exHead = rq.exNext
+	}
+	if rq.exNext != 0 {
+		s.reqs[rq.exNext].exPrev = rq.exPrev
+	} else {
+		s.exTail = rq.exPrev
+	}
+	s.byID.del(rq.id)
+	s.active--
+	refs := rq.refs[:0]
+	*rq = request{refs: refs, nextFree: s.freeReqs}
+	s.freeReqs = r
+}
+
+// ceilMulDiv returns ⌈a·b / c⌉ for a, b ≥ 0, b < c, without overflow.
+func ceilMulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	q, rem := bits.Div64(hi, lo, uint64(c))
+	if rem != 0 {
+		q++
+	}
+	return int64(q)
+}

@@ -1,0 +1,172 @@
+package kvmodel
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// Block is one cached block of a worker.
+type Block struct {
+	Engine    wire.EngineHash
+	Local     wire.BlockHash
+	Parent    wire.EngineHash // meaningful only when HasParent
+	HasParent bool
+}
+
+type worker struct {
+	blocks   map[wire.EngineHash]Block
+	children map[wire.EngineHash]int
+	lastID   uint64
+}
+
+// Model is the replay model. Not goroutine-safe; the zero value is an empty
+// model ready to use.
+type Model struct {
+	workers map[wire.WorkerKey]*worker
+	events  int
+}
+
+func (m *Model) worker(k wire.WorkerKey) *worker {
+	if m.workers == nil {
+		m.workers = make(map[wire.WorkerKey]*worker)
+	}
+	w := m.workers[k]
+	if w == nil {
+		w = &worker{blocks: make(map[wire.EngineHash]Block), children: make(map[wire.EngineHash]int)}
+		m.workers[k] = w
+	}
+	return w
+}
+
+// Events returns the number of events applied.
+func (m *Model) Events() int { return m.events }
+
+// Apply applies one event. Event ids must be contiguous from 1 per worker
+// (id 0 is accepted without a check). On error the model is unchanged.
+func (m *Model) Apply(ev *wire.Event) error {
+	w := m.worker(ev.Worker)
+	if ev.ID != 0 && ev.ID != w.lastID+1 {
+		return fmt.Errorf("worker %v: event id %d after %d", ev.Worker, ev.ID, w.lastID)
+	}
+	switch ev.Kind {
+	case wire.KindStored:
+		if ev.HasParent {
+			if _, ok := w.blocks[ev.Parent]; !ok {
+				return fmt.Errorf("event %d: stored under unknown parent %x", ev.ID, ev.Parent)
+			}
+		}
+		seen := make(map[wire.EngineHash]bool, len(ev.Blocks))
+		for _, b := range ev.Blocks {
+			if _, ok := w.blocks[b.Engine]; ok || seen[b.Engine] {
+				return fmt.Errorf("event %d: block %x stored twice", ev.ID, b.Engine)
+			}
+			seen[b.Engine] = true
+		}
+		parent, has := ev.Parent, ev.HasParent
+		for _, b := range ev.Blocks {
+			nb := Block{Engine: b.Engine, Local: b.Local, HasParent: has}
+			if has {
+				nb.Parent = parent
+				w.children[parent]++
+			}
+			w.blocks[b.Engine] = nb
+			parent, has = b.Engine, true
+		}
+	case wire.KindRemoved:
+		gone := make(map[wire.EngineHash]bool, len(ev.Blocks))
+		for _, b := range ev.Blocks {
+			if _, ok := w.blocks[b.Engine]; !ok || gone[b.Engine] {
+				return fmt.Errorf("event %d: removed unknown block %x", ev.ID, b.Engine)
+			}
+			gone[b.Engine] = true
+		}
+		// Every child of a removed block must be removed by the same event.
+		for _, b := range ev.Blocks {
+			kids := w.children[b.Engine]
+			for _, c := range ev.Blocks {
+				if cb := w.blocks[c.Engine]; cb.HasParent && cb.Parent == b.Engine {
+					kids--
+				}
+			}
+			if kids != 0 {
+				return fmt.Errorf("event %d: removed block %x keeps %d cached children", ev.ID, b.Engine, kids)
+			}
+		}
+		for _, b := range ev.Blocks {
+			if cb := w.blocks[b.Engine]; cb.HasParent {
+				w.children[cb.Parent]--
+			}
+			delete(w.blocks, b.Engine)
+			delete(w.children, b.Engine)
+		}
+	case wire.KindCleared:
+		clear(w.blocks)
+		clear(w.children)
+	default:
+		return fmt.Errorf("event %d: unknown kind %v", ev.ID, ev.Kind)
+	}
+	if ev.ID != 0 {
+		w.lastID = ev.ID
+	}
+	m.events++
+	return nil
+}
+
+// Blocks returns worker k's cached blocks sorted by engine hash.
+func (m *Model) Blocks(k wire.WorkerKey) []Block {
+	w := m.workers[k]
+	if w == nil {
+		return nil
+	}
+	out := make([]Block, 0, len(w.blocks))
+	for _, b := range w.blocks {
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b Block) int { return cmp.Compare(a.Engine, b.Engine) })
+	return out
+}
+
+// Path returns the local hashes from the root to block e of worker k, or nil
+// if k does not cache e.
+func (m *Model) Path(k wire.WorkerKey, e wire.EngineHash) []wire.BlockHash {
+	w := m.workers[k]
+	if w == nil {
+		return nil
+	}
+	var rev []wire.BlockHash
+	for {
+		b, ok := w.blocks[e]
+		if !ok {
+			return nil
+		}
+		rev = append(rev, b.Local)
+		if !b.HasParent {
+			break
+		}
+		e = b.Parent
+	}
+	slices.Reverse(rev)
+	return rev
+}
+
+// Check compares worker k's cached blocks with want (any order) and
+// describes the first difference.
+func (m *Model) Check(k wire.WorkerKey, want []Block) error {
+	got := m.Blocks(k)
+	w := slices.Clone(want)
+	slices.SortFunc(w, func(a, b Block) int { return cmp.Compare(a.Engine, b.Engine) })
+	for i := 0; i < max(len(got), len(w)); i++ {
+		switch {
+		case i >= len(got):
+			return fmt.Errorf("worker %v: events lack held block %+v (%d held, %d replayed)", k, w[i], len(w), len(got))
+		case i >= len(w):
+			return fmt.Errorf("worker %v: events keep block %+v the manager does not hold (%d held, %d replayed)", k, got[i], len(w), len(got))
+		case got[i] != w[i]:
+			return fmt.Errorf("worker %v: replayed %+v, held %+v", k, got[i], w[i])
+		}
+	}
+	return nil
+}

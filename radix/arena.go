@@ -1,0 +1,303 @@
+package radix
+
+import (
+	"math/bits"
+	"slices"
+	"unsafe"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// rootID is the root node: it holds no blocks and is never freed. Index 0 is
+// nil in every arena.
+const rootID uint32 = 1
+
+// node is one run of blocks that every worker in its set holds in full, with
+// no branch inside it. Pointer-free (TestNoPointers) and 40 bytes
+// (TestNodeSize): the GC never scans the arena.
+type node struct {
+	head   wire.BlockHash // local hash of the run's first block (a copy of run[0]; the child-table key)
+	parent uint32
+	first  uint32 // first child
+	next   uint32 // next sibling; next free node while on the free list
+	prev   uint32 // previous sibling
+	nchild uint32
+	n      uint32 // blocks in the run (0 only for the root)
+	run    uint32 // chunk index in runs class `class`
+	class  uint8
+	live   bool
+}
+
+// block gives a block id's place: engine tables map to block ids, which stay
+// fixed while runs are split, merged and moved.
+type block struct {
+	node uint32 // owning node; next free block while free
+	off  uint32 // offset in the node's run; freeOff while free
+}
+
+const freeOff = ^uint32(0)
+
+// Element sizes, for Stats().Bytes.
+const (
+	nodeBytes    = int64(unsafe.Sizeof(node{}))
+	blockBytes   = int64(unsafe.Sizeof(block{}))
+	slotRecBytes = int64(unsafe.Sizeof(slotRec{}))
+)
+
+// numClasses bounds run length at 2^31 blocks (n is a uint32).
+const numClasses = 32
+
+// runStore keeps every run's local hashes and block ids in power-of-two size
+// classes: class c holds chunks of 2^c blocks at [k<<c, (k+1)<<c) of loc[c]
+// and ids[c]. Free chunks are linked through ids[c][k<<c] (1 + next, 0 = end).
+type runStore struct {
+	loc  [numClasses][]wire.BlockHash
+	ids  [numClasses][]uint32
+	free [numClasses]uint32
+	live [numClasses]uint32
+}
+
+// classFor returns the smallest class whose chunks hold n blocks.
+func classFor(n int) uint8 {
+	if n <= 1 {
+		return 0
+	}
+	return uint8(bits.Len(uint(n - 1)))
+}
+
+func (r *runStore) alloc(c uint8) uint32 {
+	r.live[c]++
+	if f := r.free[c]; f != 0 {
+		k := f - 1
+		r.free[c] = r.ids[c][k<<c]
+		r.ids[c][k<<c] = 0
+		return k
+	}
+	size := 1 << c
+	l := len(r.loc[c])
+	r.loc[c] = slices.Grow(r.loc[c], size)[:l+size]
+	r.ids[c] = slices.Grow(r.ids[c], size)[:l+size]
+	return uint32(l >> c)
+}
+
+func (r *runStore) release(c uint8, k uint32) {
+	r.live[c]--
+	r.ids[c][k<<c] = r.free[c]
+	r.free[c] = k + 1
+}
+
+func (r *runStore) bytes() int64 {
+	var b int64
+	for c := range numClasses {
+		b += int64(cap(r.loc[c]))*8 + int64(cap(r.ids[c]))*4
+	}
+	return b
+}
+
+// runOf returns x's local hashes and block ids (length n).
+func (t *Tree) runOf(x uint32) ([]wire.BlockHash, []uint32) {
+	nd := &t.nodes[x]
+	c := nd.class
+	base := int(nd.run) << c
+	end := base + int(nd.n)
+	return t.runs.loc[c][base:end:end], t.runs.ids[c][base:end:end]
+}
+
+// chunkOf returns x's whole chunk (length = capacity).
+func (t *Tree) chunkOf(x uint32) ([]wire.BlockHash, []uint32) {
+	nd := &t.nodes[x]
+	c := nd.class
+	base := int(nd.run) << c
+	end := base + 1<<c
+	return t.runs.loc[c][base:end:end], t.runs.ids[c][base:end:end]
+}
+
+// moveRun moves x's run to a new chunk of class c (which must hold it).
+func (t *Tree) moveRun(x uint32, c uint8) {
+	k := t.runs.alloc(c)
+	oldC, oldK := t.nodes[x].class, t.nodes[x].run
+	loc, ids := t.runOf(x)
+	base := int(k) << c
+	copy(t.runs.loc[c][base:], loc)
+	copy(t.runs.ids[c][base:], ids)
+	t.runs.release(oldC, oldK)
+	t.nodes[x].class, t.nodes[x].run = c, k
+}
+
+// ensureCap makes x's chunk hold at least need blocks.
+func (t *Tree) ensureCap(x uint32, need int) {
+	if need > 1<<t.nodes[x].class {
+		t.moveRun(x, classFor(need))
+	}
+}
+
+// shrinkRun moves x's run to a smaller chunk when it fills a quarter or less
+// of its chunk, so a run that was split does not pin its old capacity.
+func (t *Tree) shrinkRun(x uint32) {
+	nd := &t.nodes[x]
+	if nd.class > 0 && int(nd.n)*4 <= 1<<nd.class {
+		t.moveRun(x, classFor(int(nd.n)))
+	}
+}
+
+// allocNode returns a live node with zero fields and an empty worker set.
+func (t *Tree) allocNode() uint32 {
+	t.liveNodes++
+	if id := t.freeNode; id != 0 {
+		t.freeNode = t.nodes[id].next
+		t.nodes[id] = node{live: true}
+		return id
+	}
+	t.nodes = append(t.nodes, node{live: true})
+	l := len(t.sets)
+	t.sets = slices.Grow(t.sets, t.w)[:l+t.w]
+	clear(t.sets[l:])
+	return uint32(len(t.nodes) - 1)
+}
+
+// releaseNode puts x on the free list. Its run, blocks and links must already
+// be released and its set empty.
+func (t *Tree) releaseNode(x uint32) {
+	t.liveNodes--
+	t.nodes[x] = node{next: t.freeNode}
+	t.freeNode = x
+}
+
+func (t *Tree) allocBlock(x, off uint32) uint32 {
+	t.liveBlocks++
+	if id := t.freeBlock; id != 0 {
+		t.freeBlock = t.blocks[id].node
+		t.blocks[id] = block{node: x, off: off}
+		return id
+	}
+	t.blocks = append(t.blocks, block{node: x, off: off})
+	return uint32(len(t.blocks) - 1)
+}
+
+func (t *Tree) releaseBlock(id uint32) {
+	t.liveBlocks--
+	t.blocks[id] = block{node: t.freeBlock, off: freeOff}
+	t.freeBlock = id
+}
+
+// Worker sets: t.w words per node, bit s = slot s.
+
+func (t *Tree) setOf(x uint32) []uint64 {
+	i := int(x) * t.w
+	return t.sets[i : i+t.w : i+t.w]
+}
+
+func (t *Tree) has(x, s uint32) bool {
+	return t.sets[int(x)*t.w+int(s>>6)]&(1<<(s&63)) != 0
+}
+
+func (t *Tree) setBit(x, s uint32) { t.sets[int(x)*t.w+int(s>>6)] |= 1 << (s & 63) }
+
+func (t *Tree) clearBit(x, s uint32) { t.sets[int(x)*t.w+int(s>>6)] &^= 1 << (s & 63) }
+
+func (t *Tree) emptySet(x uint32) bool {
+	for _, w := range t.setOf(x) {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *Tree) sameSet(x, y uint32) bool {
+	a, b := t.setOf(x), t.setOf(y)
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// onlyMember reports whether slot s is the only worker in x's set.
+func (t *Tree) onlyMember(x, s uint32) bool {
+	for i, w := range t.setOf(x) {
+		want := uint64(0)
+		if i == int(s>>6) {
+			want = 1 << (s & 63)
+		}
+		if w != want {
+			return false
+		}
+	}
+	return true
+}
+
+// growWords widens every worker set so that slot s fits.
+func (t *Tree) growWords(s uint32) {
+	nw := t.w
+	for int(s) >= 64*nw {
+		nw *= 2
+	}
+	ns := make([]uint64, len(t.nodes)*nw, cap(t.nodes)*nw)
+	for x := range t.nodes {
+		copy(ns[x*nw:], t.sets[x*t.w:(x+1)*t.w])
+	}
+	t.sets, t.w = ns, nw
+}
+
+// Children: a doubly linked sibling list per node (for traversal) and the
+// per-tree edge table (for lookup).
+
+// child returns x's child whose run starts with h, or 0.
+func (t *Tree) child(x uint32, h wire.BlockHash) uint32 {
+	nd := &t.nodes[x]
+	switch nd.nchild {
+	case 0:
+		return 0
+	case 1: // a single child needs no table probe
+		if c := nd.first; t.nodes[c].head == h {
+			return c
+		}
+		return 0
+	}
+	return t.children.get(x, h)
+}
+
+// link makes c (whose head is set) a child of p.
+func (t *Tree) link(p, c uint32) {
+	pn := &t.nodes[p]
+	cn := &t.nodes[c]
+	cn.parent, cn.prev, cn.next = p, 0, pn.first
+	if pn.first != 0 {
+		t.nodes[pn.first].prev = c
+	}
+	pn.first = c
+	pn.nchild++
+	t.children.put(p, cn.head, c)
+}
+
+// unlink detaches c from its parent.
+func (t *Tree) unlink(c uint32) {
+	cn := &t.nodes[c]
+	p := cn.parent
+	t.children.del(p, cn.head)
+	if cn.prev != 0 {
+		t.nodes[cn.prev].next = cn.next
+	} else {
+		t.nodes[p].first = cn.next
+	}
+	if cn.next != 0 {
+		t.nodes[cn.next].prev = cn.prev
+	}
+	cn.parent, cn.prev, cn.next = 0, 0, 0
+	t.nodes[p].nchild--
+}
+
+// adoptChildren moves every child of from to to (which must have none).
+func (t *Tree) adoptChildren(from, to uint32) {
+	for c := t.nodes[from].first; c != 0; c = t.nodes[c].next {
+		h := t.nodes[c].head
+		t.children.del(from, h)
+		t.nodes[c].parent = to
+		t.children.put(to, h, c)
+	}
+	f := &t.nodes[from]
+	t.nodes[to].first, t.nodes[to].nchild = f.first, f.nchild
+	f.first, f.nchild = 0, 0
+}

@@ -1,0 +1,71 @@
+package radix
+
+import "github.com/kvroute/kvroute/wire"
+
+// Dump appends Stored events that, applied to an empty tree in order, rebuild
+// an equal tree, and returns dst: per worker key (in slot order), one event
+// per maximal chain of its nodes, parents before children. Every event's
+// Blocks is freshly allocated. Dump allocates O(blocks) scratch.
+func (t *Tree) Dump(dst []wire.Event) []wire.Event {
+	if t.nodes == nil {
+		return dst
+	}
+	engineOf := make([]wire.EngineHash, len(t.blocks))
+	type start struct {
+		x         uint32
+		hasParent bool
+		parent    wire.EngineHash
+	}
+	var stack []start
+	for s := range t.slots {
+		sl := &t.slots[s]
+		if !sl.live {
+			continue
+		}
+		for i, id := range sl.eng.vals {
+			if id != 0 {
+				engineOf[id] = sl.eng.keys[i]
+			}
+		}
+		for c := t.nodes[rootID].first; c != 0; c = t.nodes[c].next {
+			if t.has(c, uint32(s)) {
+				stack = append(stack, start{x: c})
+			}
+		}
+		for len(stack) > 0 {
+			st := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			ev := wire.Event{Worker: sl.key, Kind: wire.KindStored, HasParent: st.hasParent, Parent: st.parent}
+			x := st.x
+			for {
+				loc, ids := t.runOf(x)
+				for i, id := range ids {
+					ev.Blocks = append(ev.Blocks, wire.Block{Engine: engineOf[id], Local: loc[i]})
+				}
+				// Follow x's only child held by s; at a branch, queue them all.
+				next, held := uint32(0), 0
+				for c := t.nodes[x].first; c != 0; c = t.nodes[c].next {
+					if t.has(c, uint32(s)) {
+						next = c
+						held++
+					}
+				}
+				if held == 1 {
+					x = next
+					continue
+				}
+				if held > 1 {
+					last := ev.Blocks[len(ev.Blocks)-1].Engine
+					for c := t.nodes[x].first; c != 0; c = t.nodes[c].next {
+						if t.has(c, uint32(s)) {
+							stack = append(stack, start{x: c, hasParent: true, parent: last})
+						}
+					}
+				}
+				break
+			}
+			dst = append(dst, ev)
+		}
+	}
+	return dst
+}

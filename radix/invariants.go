@@ -1,0 +1,259 @@
+package radix
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// CheckInvariants verifies the whole tree and returns the first violation it
+// finds: parent, child and sibling links and the edge table; canonical form
+// (every non-root node has workers, holds its parent's workers' subset, and
+// differs in set from an only child); block records; per-worker sizes against
+// the nodes and every engine-table entry against the nodes; the node, block,
+// chunk and slot free lists disjoint from live ones. It costs O(size) and
+// allocates; tests call it, and every mutation does under -tags invariants.
+func (t *Tree) CheckInvariants() error {
+	if t.nodes == nil {
+		return nil
+	}
+	if len(t.sets) != len(t.nodes)*t.w {
+		return fmt.Errorf("sets has %d words for %d nodes × %d", len(t.sets), len(t.nodes), t.w)
+	}
+	if t.nodes[0].live || !t.nodes[rootID].live || t.nodes[rootID].n != 0 || t.nodes[rootID].parent != 0 {
+		return fmt.Errorf("nil or root node malformed: %+v %+v", t.nodes[0], t.nodes[rootID])
+	}
+	if !t.emptySet(rootID) {
+		return fmt.Errorf("root has workers")
+	}
+	seen := make([]bool, len(t.nodes))
+	seenBlock := make([]bool, len(t.blocks))
+	held := make([]int, len(t.slots))
+	var chunkUse [numClasses]map[uint32]bool
+	for c := range chunkUse {
+		chunkUse[c] = map[uint32]bool{}
+	}
+	live, edges := 0, 0
+	stack := []uint32{rootID}
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[x] {
+			return fmt.Errorf("node %d reached twice", x)
+		}
+		seen[x] = true
+		live++
+		nd := t.nodes[x]
+		if !nd.live {
+			return fmt.Errorf("node %d reachable but not live", x)
+		}
+		if x != rootID {
+			if err := t.checkNode(x, held, seenBlock, chunkUse[:]); err != nil {
+				return err
+			}
+		}
+		count := 0
+		prev := uint32(0)
+		for c := nd.first; c != 0; c = t.nodes[c].next {
+			cn := t.nodes[c]
+			if cn.parent != x || cn.prev != prev {
+				return fmt.Errorf("node %d: child %d has parent %d prev %d, want %d %d", x, c, cn.parent, cn.prev, x, prev)
+			}
+			if got := t.children.get(x, cn.head); got != c {
+				return fmt.Errorf("edge table maps (%d, %x) to %d, want %d", x, cn.head, got, c)
+			}
+			if x != rootID {
+				for i, w := range t.setOf(c) {
+					if w&^t.setOf(x)[i] != 0 {
+						return fmt.Errorf("node %d holds workers its parent %d does not", c, x)
+					}
+				}
+			}
+			count++
+			if count > len(t.nodes) {
+				return fmt.Errorf("node %d: sibling list cycles", x)
+			}
+			prev = c
+			stack = append(stack, c)
+		}
+		if count != int(nd.nchild) {
+			return fmt.Errorf("node %d: %d children listed, nchild %d", x, count, nd.nchild)
+		}
+		if x != rootID && count == 1 && t.sameSet(x, nd.first) {
+			return fmt.Errorf("node %d and its only child %d have the same workers (not merged)", x, nd.first)
+		}
+		edges += count
+	}
+	if live != t.liveNodes {
+		return fmt.Errorf("%d nodes reachable, liveNodes %d", live, t.liveNodes)
+	}
+	if edges != t.children.count {
+		return fmt.Errorf("%d edges, edge table holds %d", edges, t.children.count)
+	}
+	for _, e := range t.children.e {
+		if e.child != 0 && (int(e.child) >= len(t.nodes) || !seen[e.child] || t.nodes[e.child].parent != e.parent || t.nodes[e.child].head != e.head) {
+			return fmt.Errorf("stale edge-table entry %+v", e)
+		}
+	}
+	// Free nodes.
+	free := 0
+	for x := t.freeNode; x != 0; x = t.nodes[x].next {
+		if int(x) >= len(t.nodes) || seen[x] || t.nodes[x].live {
+			return fmt.Errorf("free node %d is live or out of range", x)
+		}
+		if !t.emptySet(x) {
+			return fmt.Errorf("free node %d has workers", x)
+		}
+		seen[x] = true
+		if free++; free > len(t.nodes) {
+			return fmt.Errorf("node free list cycles")
+		}
+	}
+	if live+free != len(t.nodes)-1 {
+		return fmt.Errorf("%d live + %d free nodes != %d", live, free, len(t.nodes)-1)
+	}
+	// Blocks.
+	liveB := 0
+	for _, b := range seenBlock {
+		if b {
+			liveB++
+		}
+	}
+	if liveB != t.liveBlocks {
+		return fmt.Errorf("%d blocks in runs, liveBlocks %d", liveB, t.liveBlocks)
+	}
+	freeB := 0
+	for id := t.freeBlock; id != 0; id = t.blocks[id].node {
+		if int(id) >= len(t.blocks) || seenBlock[id] || t.blocks[id].off != freeOff {
+			return fmt.Errorf("free block %d is live or out of range", id)
+		}
+		seenBlock[id] = true
+		if freeB++; freeB > len(t.blocks) {
+			return fmt.Errorf("block free list cycles")
+		}
+	}
+	if liveB+freeB != len(t.blocks)-1 {
+		return fmt.Errorf("%d live + %d free blocks != %d", liveB, freeB, len(t.blocks)-1)
+	}
+	// Run chunks.
+	for c := range numClasses {
+		chunks := uint32(len(t.runs.loc[c]) >> c)
+		if len(chunkUse[c]) != int(t.runs.live[c]) {
+			return fmt.Errorf("class %d: %d chunks used, live %d", c, len(chunkUse[c]), t.runs.live[c])
+		}
+		nfree := 0
+		for f := t.runs.free[c]; f != 0; f = t.runs.ids[c][(f-1)<<c] {
+			if f-1 >= chunks || chunkUse[c][f-1] {
+				return fmt.Errorf("class %d: free chunk %d in use or out of range", c, f-1)
+			}
+			chunkUse[c][f-1] = true
+			if nfree++; nfree > int(chunks) {
+				return fmt.Errorf("class %d: free list cycles", c)
+			}
+		}
+		if uint32(len(chunkUse[c])) != chunks {
+			return fmt.Errorf("class %d: %d chunks used or free of %d", c, len(chunkUse[c]), chunks)
+		}
+	}
+	return t.checkSlots(held)
+}
+
+// checkNode checks one non-root node's run, blocks and set.
+func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[uint32]bool) error {
+	nd := t.nodes[x]
+	if nd.n == 0 || int(nd.n) > 1<<nd.class {
+		return fmt.Errorf("node %d: run of %d in class %d", x, nd.n, nd.class)
+	}
+	if int(nd.run+1)<<nd.class > len(t.runs.loc[nd.class]) {
+		return fmt.Errorf("node %d: chunk %d of class %d out of range", x, nd.run, nd.class)
+	}
+	if chunkUse[nd.class][nd.run] {
+		return fmt.Errorf("node %d: chunk %d of class %d shared", x, nd.run, nd.class)
+	}
+	chunkUse[nd.class][nd.run] = true
+	loc, ids := t.runOf(x)
+	if loc[0] != nd.head {
+		return fmt.Errorf("node %d: head %x, run starts %x", x, nd.head, loc[0])
+	}
+	for i, id := range ids {
+		if id == 0 || int(id) >= len(t.blocks) || seenBlock[id] {
+			return fmt.Errorf("node %d: block id %d invalid or shared", x, id)
+		}
+		seenBlock[id] = true
+		if b := t.blocks[id]; b.node != x || b.off != uint32(i) {
+			return fmt.Errorf("node %d: block %d at %d records node %d off %d", x, id, i, b.node, b.off)
+		}
+	}
+	if t.emptySet(x) {
+		return fmt.Errorf("node %d has no workers", x)
+	}
+	for wi, w := range t.setOf(x) {
+		for ; w != 0; w &= w - 1 {
+			s := wi*64 + bits.TrailingZeros64(w)
+			if s >= len(t.slots) || !t.slots[s].live {
+				return fmt.Errorf("node %d holds dead slot %d", x, s)
+			}
+			held[s] += int(nd.n)
+		}
+	}
+	return nil
+}
+
+// checkSlots checks slots against the per-slot block counts and the nodes.
+func (t *Tree) checkSlots(held []int) error {
+	owner := make([]uint32, len(t.blocks))
+	isFree := make([]bool, len(t.slots))
+	for _, s := range t.freeSlots {
+		if int(s) >= len(t.slots) || t.slots[s].live || isFree[s] {
+			return fmt.Errorf("free slot %d live, duplicated or out of range", s)
+		}
+		isFree[s] = true
+	}
+	liveSlots := 0
+	for s := range t.slots {
+		sl := &t.slots[s]
+		if !sl.live {
+			if !isFree[s] || sl.eng.count != 0 || held[s] != 0 {
+				return fmt.Errorf("dead slot %d not free or not empty", s)
+			}
+			continue
+		}
+		liveSlots++
+		if int(s) >= 64*t.w {
+			return fmt.Errorf("slot %d beyond set width %d", s, t.w)
+		}
+		if got, ok := t.slotOf[sl.key]; !ok || got != uint32(s) {
+			return fmt.Errorf("slot %d key %v maps to %d %v", s, sl.key, got, ok)
+		}
+		if sl.eng.count == 0 {
+			return fmt.Errorf("slot %d is live but empty", s)
+		}
+		if int(sl.eng.count) != held[s] {
+			return fmt.Errorf("slot %d (%v): table holds %d, nodes %d", s, sl.key, sl.eng.count, held[s])
+		}
+		n := 0
+		for i, id := range sl.eng.vals {
+			if id == 0 {
+				continue
+			}
+			n++
+			k := sl.eng.keys[i]
+			if sl.eng.get(k) != id {
+				return fmt.Errorf("slot %d: engine hash %x not found at its probe position", s, k)
+			}
+			if int(id) >= len(t.blocks) || t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, uint32(s)) {
+				return fmt.Errorf("slot %d: engine hash %x maps to block %d it does not hold", s, k, id)
+			}
+			if owner[id] == uint32(s)+1 {
+				return fmt.Errorf("slot %d: two engine hashes map to block %d", s, id)
+			}
+			owner[id] = uint32(s) + 1
+		}
+		if n != int(sl.eng.count) {
+			return fmt.Errorf("slot %d: %d entries, count %d", s, n, sl.eng.count)
+		}
+	}
+	if liveSlots != len(t.slotOf) {
+		return fmt.Errorf("%d live slots, slot map holds %d", liveSlots, len(t.slotOf))
+	}
+	return nil
+}

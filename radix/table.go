@@ -1,0 +1,311 @@
+package radix
+
+import (
+	"math/bits"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// Open-addressing tables with linear probing and backward-shift deletion (no
+// tombstones, so churn never degrades probe lengths). Capacities are any
+// integer ≥ minTableCap, not powers of two: the home slot is the high word of
+// mix(key)·cap ("fastrange"), which lets a table grow by 1.5× instead of 2×
+// and keeps the average load near 2/3 (see doc.go for the memory figures).
+
+const (
+	minTableCap = 8
+	// A table grows when an insert would take it above 4/5 full and shrinks
+	// when a delete takes it below 1/5; both resize to 1.5× / 2.5× the count,
+	// so a table that just resized needs many operations to resize again.
+	maxLoadNum, maxLoadDen = 4, 5
+	minLoadDen             = 5
+)
+
+// mix is Fibonacci hashing: multiplying by 2^64/φ spreads every input bit into
+// the high word, which home() uses. Engine hashes may be small integers.
+func mix(k uint64) uint64 { return k * 0x9E3779B97F4A7C15 }
+
+func home(k uint64, n int) int {
+	hi, _ := bits.Mul64(mix(k), uint64(n))
+	return int(hi)
+}
+
+// movable reports whether an entry with home h sitting at j may move back to
+// the hole at i: it may unless h lies cyclically in (i, j].
+func movable(h, i, j int) bool {
+	if j > i {
+		return h <= i || h > j
+	}
+	return h <= i && h > j
+}
+
+// engineTable maps one worker's engine hashes to block ids (0 = empty slot).
+// 12 bytes per slot (keys and values in parallel arrays); a single table for
+// every worker would need the slot in each entry (16 bytes) to stay exact.
+type engineTable struct {
+	keys  []wire.EngineHash
+	vals  []uint32
+	count uint32
+}
+
+func (m *engineTable) get(k wire.EngineHash) uint32 {
+	n := len(m.vals)
+	if n == 0 {
+		return 0
+	}
+	i := home(uint64(k), n)
+	for {
+		v := m.vals[i]
+		if v == 0 {
+			return 0
+		}
+		if m.keys[i] == k {
+			return v
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// insertNew adds k→v and reports true, or reports false if k is present.
+func (m *engineTable) insertNew(k wire.EngineHash, v uint32) bool {
+	if (int(m.count)+1)*maxLoadDen > len(m.vals)*maxLoadNum {
+		m.resize(growCap(int(m.count) + 1))
+	}
+	n := len(m.vals)
+	i := home(uint64(k), n)
+	for {
+		if m.vals[i] == 0 {
+			m.keys[i], m.vals[i] = k, v
+			m.count++
+			return true
+		}
+		if m.keys[i] == k {
+			return false
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// del removes k and returns its value, or 0 if k is absent.
+func (m *engineTable) del(k wire.EngineHash) uint32 {
+	n := len(m.vals)
+	if n == 0 {
+		return 0
+	}
+	i := home(uint64(k), n)
+	for {
+		v := m.vals[i]
+		if v == 0 {
+			return 0
+		}
+		if m.keys[i] == k {
+			m.delAt(i)
+			m.maybeShrink()
+			return v
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// delAt empties slot i and shifts the rest of its cluster back.
+func (m *engineTable) delAt(i int) {
+	n := len(m.vals)
+	j := i
+	for {
+		if j++; j == n {
+			j = 0
+		}
+		if m.vals[j] == 0 {
+			break
+		}
+		if movable(home(uint64(m.keys[j]), n), i, j) {
+			m.keys[i], m.vals[i] = m.keys[j], m.vals[j]
+			i = j
+		}
+	}
+	m.vals[i] = 0
+	m.keys[i] = 0
+	m.count--
+}
+
+func (m *engineTable) maybeShrink() {
+	if len(m.vals) > minTableCap && int(m.count)*minLoadDen < len(m.vals) {
+		m.resize(shrinkCap(int(m.count)))
+	}
+}
+
+// filter deletes every entry for which keep returns false and returns how
+// many it deleted. Entries shifted back over the wrap point may be visited
+// twice, which is harmless because keep is a pure predicate.
+func (m *engineTable) filter(keep func(wire.EngineHash, uint32) bool) int {
+	deleted := 0
+	for i := 0; i < len(m.vals); {
+		if v := m.vals[i]; v != 0 && !keep(m.keys[i], v) {
+			m.delAt(i)
+			deleted++
+			continue
+		}
+		i++
+	}
+	m.maybeShrink()
+	return deleted
+}
+
+func (m *engineTable) resize(n int) {
+	oldK, oldV := m.keys, m.vals
+	if n == 0 {
+		m.keys, m.vals = nil, nil
+		return
+	}
+	m.keys = make([]wire.EngineHash, n)
+	m.vals = make([]uint32, n)
+	for i, v := range oldV {
+		if v == 0 {
+			continue
+		}
+		k := oldK[i]
+		j := home(uint64(k), n)
+		for m.vals[j] != 0 {
+			if j++; j == n {
+				j = 0
+			}
+		}
+		m.keys[j], m.vals[j] = k, v
+	}
+}
+
+func (m *engineTable) bytes() int64 { return int64(cap(m.keys))*8 + int64(cap(m.vals))*4 }
+
+// growCap is the capacity a table takes when count entries no longer fit:
+// 1.5× the count, so the load after growing is 2/3.
+func growCap(count int) int { return max(minTableCap, count+count/2) }
+
+// shrinkCap leaves a shrunk table 2/5 full, well away from both thresholds.
+func shrinkCap(count int) int { return max(minTableCap, count*5/2) }
+
+// childEntry is one edge of the tree: (parent, head of the child's run) → child.
+type childEntry struct {
+	head   wire.BlockHash
+	parent uint32
+	child  uint32 // 0 = empty slot
+}
+
+// childTable is the per-tree edge table, consulted for nodes with two or more
+// children (a node with one child is checked directly).
+type childTable struct {
+	e     []childEntry
+	count int
+}
+
+func childKey(parent uint32, head wire.BlockHash) uint64 {
+	return uint64(head) ^ uint64(parent)*0xFF51AFD7ED558CCD
+}
+
+func (m *childTable) get(parent uint32, head wire.BlockHash) uint32 {
+	n := len(m.e)
+	if n == 0 {
+		return 0
+	}
+	i := home(childKey(parent, head), n)
+	for {
+		e := &m.e[i]
+		if e.child == 0 {
+			return 0
+		}
+		if e.head == head && e.parent == parent {
+			return e.child
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// put adds or replaces the edge (parent, head) → child.
+func (m *childTable) put(parent uint32, head wire.BlockHash, child uint32) {
+	if (m.count+1)*maxLoadDen > len(m.e)*maxLoadNum {
+		m.resize(growCap(m.count + 1))
+	}
+	n := len(m.e)
+	i := home(childKey(parent, head), n)
+	for {
+		e := &m.e[i]
+		if e.child == 0 {
+			*e = childEntry{head: head, parent: parent, child: child}
+			m.count++
+			return
+		}
+		if e.head == head && e.parent == parent {
+			e.child = child
+			return
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// del removes the edge (parent, head) and reports whether it was present.
+func (m *childTable) del(parent uint32, head wire.BlockHash) bool {
+	n := len(m.e)
+	if n == 0 {
+		return false
+	}
+	i := home(childKey(parent, head), n)
+	for {
+		e := &m.e[i]
+		if e.child == 0 {
+			return false
+		}
+		if e.head == head && e.parent == parent {
+			break
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+	j := i
+	for {
+		if j++; j == n {
+			j = 0
+		}
+		if m.e[j].child == 0 {
+			break
+		}
+		if movable(home(childKey(m.e[j].parent, m.e[j].head), n), i, j) {
+			m.e[i] = m.e[j]
+			i = j
+		}
+	}
+	m.e[i] = childEntry{}
+	m.count--
+	if len(m.e) > minTableCap && m.count*minLoadDen < len(m.e) {
+		m.resize(shrinkCap(m.count))
+	}
+	return true
+}
+
+func (m *childTable) resize(n int) {
+	old := m.e
+	m.e = make([]childEntry, n)
+	for _, e := range old {
+		if e.child == 0 {
+			continue
+		}
+		j := home(childKey(e.parent, e.head), n)
+		for m.e[j].child != 0 {
+			if j++; j == n {
+				j = 0
+			}
+		}
+		m.e[j] = e
+	}
+}
+
+func (m *childTable) bytes() int64 { return int64(cap(m.e)) * 16 }

@@ -1,0 +1,641 @@
+package radix
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+var (
+	// ErrParentMissing: a Stored event names a parent engine hash its worker
+	// does not hold. Nothing of the event is applied; the caller should treat
+	// it as a gap in the worker's event stream.
+	ErrParentMissing = errors.New("radix: stored event's parent block is not held by the worker")
+	// ErrBadEvent: a malformed event (unknown kind). Nothing is applied.
+	ErrBadEvent = errors.New("radix: malformed event")
+	// ErrConflict: a Stored block contradicts what the worker already holds:
+	// its engine hash is held at another position, or the worker holds that
+	// position under another engine hash. The blocks before it are applied,
+	// it and the rest are not (Result.Conflicts counts them). It wraps
+	// ErrBadEvent.
+	ErrConflict = fmt.Errorf("%w: engine hash conflicts with a block the worker holds", ErrBadEvent)
+)
+
+// Overlap is one worker key's match against a request.
+type Overlap struct {
+	Worker   wire.WorkerKey
+	Blocks   uint32 // matched leading blocks
+	TreeSize uint32 // blocks this worker key holds in this tree
+}
+
+// Result counts what Apply did.
+type Result struct {
+	Stored    int // (block, worker) entries newly stored; a block the worker already held counts 0
+	Removed   int // (block, worker) entries removed, including descendants of removed blocks
+	Unknown   int // removals of engine hashes the worker did not hold (the rest is applied)
+	Conflicts int // Stored blocks dropped by ErrConflict
+}
+
+// Stats describes a tree's size.
+type Stats struct {
+	Nodes   int   // live nodes (runs), not counting the root
+	Entries int   // (block, worker) pairs
+	Workers int   // worker keys holding at least one block
+	Blocks  int   // distinct blocks
+	Bytes   int64 // memory held by the arenas, tables and scratch (capacity, not length)
+}
+
+// Tree mirrors the KV caches of a set of workers: a radix tree over local
+// block hashes whose nodes are runs of blocks held by the same worker set
+// (see doc.go for the layout).
+//
+// A Tree is not safe for concurrent use: one goroutine owns it. The zero
+// value is an empty tree ready to use; New is equivalent. Slices returned by
+// Match, Workers and Dump are the caller's dst, appended to; Tree keeps no
+// reference to them, and Dump's event Blocks are freshly allocated.
+type Tree struct {
+	nodes     []node
+	sets      []uint64 // worker set of node x: sets[x*w : (x+1)*w]
+	w         int      // words per worker set
+	freeNode  uint32
+	liveNodes int // including the root
+
+	blocks     []block
+	freeBlock  uint32
+	liveBlocks int
+
+	runs     runStore
+	children childTable
+
+	slots     []slotRec
+	slotOf    map[wire.WorkerKey]uint32
+	freeSlots []uint32
+
+	// scratch, reused so steady-state mutations do not allocate
+	ids       []uint32
+	stack     []uint32
+	doomed    []uint32
+	survivors []uint32
+}
+
+// slotRec is one worker key's dense slot: its engine-hash table, whose count
+// is the number of blocks it holds.
+type slotRec struct {
+	key  wire.WorkerKey
+	live bool
+	eng  engineTable
+}
+
+// New returns an empty tree.
+func New() *Tree {
+	t := &Tree{}
+	t.init()
+	return t
+}
+
+func (t *Tree) init() {
+	*t = Tree{
+		nodes:  make([]node, rootID+1),
+		w:      1,
+		blocks: make([]block, 1),
+		slotOf: make(map[wire.WorkerKey]uint32),
+	}
+	t.sets = make([]uint64, len(t.nodes)*t.w)
+	t.nodes[rootID].live = true
+	t.liveNodes = 1
+}
+
+// Apply applies one KV event. See ErrParentMissing, ErrBadEvent and
+// ErrConflict for what an error means; Result is valid with or without one.
+// Apply does not allocate in steady state (when tables need not grow).
+func (t *Tree) Apply(ev *wire.Event) (Result, error) {
+	if t.nodes == nil {
+		t.init()
+	}
+	var res Result
+	var err error
+	switch ev.Kind {
+	case wire.KindStored:
+		res, err = t.applyStored(ev)
+	case wire.KindRemoved:
+		res = t.applyRemoved(ev)
+	case wire.KindCleared:
+		res.Removed = t.removeWorker(ev.Worker.Worker)
+	default:
+		return res, ErrBadEvent
+	}
+	t.afterMutation()
+	return res, err
+}
+
+func (t *Tree) afterMutation() {
+	if t.liveNodes == 1 && len(t.nodes) > int(rootID)+1 {
+		t.init() // empty: return every arena to the baseline
+	}
+	if invariants {
+		if err := t.CheckInvariants(); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (t *Tree) addSlot(k wire.WorkerKey) uint32 {
+	var s uint32
+	if n := len(t.freeSlots); n > 0 {
+		s = t.freeSlots[n-1]
+		t.freeSlots = t.freeSlots[:n-1]
+	} else {
+		s = uint32(len(t.slots))
+		t.slots = append(t.slots, slotRec{})
+	}
+	if int(s) >= 64*t.w {
+		t.growWords(s)
+	}
+	t.slots[s] = slotRec{key: k, live: true}
+	t.slotOf[k] = s
+	return s
+}
+
+// releaseSlot frees a slot that holds no block.
+func (t *Tree) releaseSlot(s uint32) {
+	delete(t.slotOf, t.slots[s].key)
+	t.slots[s] = slotRec{}
+	t.freeSlots = append(t.freeSlots, s)
+}
+
+// applyStored walks the event's blocks from the parent position, block by
+// block: inside a run the worker already holds it checks them; at the end of
+// a run it steps into the matching child (joining it if the worker is not in
+// its set) or creates a new leaf for all remaining blocks.
+func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
+	var res Result
+	s, known := t.slotOf[ev.Worker]
+	// Position: the worker holds block j of node x (x = root, j = -1: nothing).
+	x, j := rootID, -1
+	if ev.HasParent {
+		if !known {
+			return res, ErrParentMissing
+		}
+		id := t.slots[s].eng.get(ev.Parent)
+		if id == 0 {
+			return res, ErrParentMissing
+		}
+		b := t.blocks[id]
+		x, j = b.node, int(b.off)
+	}
+	if len(ev.Blocks) == 0 {
+		return res, nil
+	}
+	if !known {
+		s = t.addSlot(ev.Worker)
+	}
+	blks := ev.Blocks
+	conflict := false
+	for len(blks) > 0 && !conflict {
+		if n := int(t.nodes[x].n); j+1 < n {
+			// Inside x's run: the worker holds the rest of it already.
+			loc, ids := t.runOf(x)
+			eng := &t.slots[s].eng
+			k := j + 1
+			for k < n && len(blks) > 0 && loc[k] == blks[0].Local {
+				if eng.get(blks[0].Engine) != ids[k] {
+					conflict = true
+					break
+				}
+				k++
+				blks = blks[1:]
+			}
+			j = k - 1
+			if conflict || len(blks) == 0 {
+				break
+			}
+			if k < n {
+				t.split(x, uint32(k)) // diverges inside the run: x now ends at j
+			}
+		}
+		c := t.child(x, blks[0].Local)
+		switch {
+		case c == 0:
+			stored := t.storeNew(x, s, blks)
+			res.Stored += stored
+			blks = blks[stored:]
+			conflict = len(blks) > 0
+		case t.has(c, s):
+			if t.slots[s].eng.get(blks[0].Engine) != t.firstID(c) {
+				conflict = true
+				break
+			}
+			x, j = c, 0
+			blks = blks[1:]
+		default:
+			k, last := t.join(x, c, s, blks)
+			if k == 0 {
+				conflict = true
+				break
+			}
+			res.Stored += k
+			blks = blks[k:]
+			b := t.blocks[last]
+			x, j = b.node, int(b.off)
+		}
+	}
+	if t.slots[s].eng.count == 0 {
+		t.releaseSlot(s)
+	}
+	if conflict {
+		res.Conflicts = len(blks)
+		return res, ErrConflict
+	}
+	return res, nil
+}
+
+func (t *Tree) firstID(x uint32) uint32 {
+	nd := &t.nodes[x]
+	return t.runs.ids[nd.class][int(nd.run)<<nd.class]
+}
+
+// storeNew stores blks as a new leaf under x for slot s, or appends them to x
+// when x is a leaf held by s alone. It stops at the first engine hash s
+// already holds and returns how many blocks it stored.
+func (t *Tree) storeNew(x, s uint32, blks []wire.Block) int {
+	eng := &t.slots[s].eng
+	if eng.get(blks[0].Engine) != 0 {
+		return 0
+	}
+	y := x
+	if x != rootID && t.nodes[x].nchild == 0 && t.onlyMember(x, s) {
+		t.ensureCap(x, int(t.nodes[x].n)+len(blks))
+	} else {
+		y = t.allocNode()
+		c := classFor(len(blks))
+		k := t.runs.alloc(c)
+		nd := &t.nodes[y]
+		nd.class, nd.run, nd.head = c, k, blks[0].Local
+		t.setBit(y, s)
+		t.link(x, y)
+	}
+	base := int(t.nodes[y].n)
+	loc, ids := t.chunkOf(y)
+	stored := 0
+	for i := range blks {
+		id := t.allocBlock(y, uint32(base+i))
+		if !eng.insertNew(blks[i].Engine, id) {
+			t.releaseBlock(id)
+			break
+		}
+		loc[base+i], ids[base+i] = blks[i].Local, id
+		stored++
+	}
+	t.nodes[y].n = uint32(base + stored)
+	return stored
+}
+
+// join adds slot s to the leading blocks of child c of x that match blks,
+// splitting c where they stop matching. It returns how many blocks it joined
+// and the id of the last one (0, 0 if the first engine hash is already held).
+func (t *Tree) join(x, c, s uint32, blks []wire.Block) (int, uint32) {
+	eng := &t.slots[s].eng
+	loc, ids := t.runOf(c)
+	k := 0
+	for k < len(loc) && k < len(blks) && loc[k] == blks[k].Local {
+		if !eng.insertNew(blks[k].Engine, ids[k]) {
+			break
+		}
+		k++
+	}
+	if k == 0 {
+		return 0, 0
+	}
+	last := ids[k-1]
+	if k < len(loc) {
+		t.split(c, uint32(k))
+	}
+	t.setBit(c, s)
+	t.tryMerge(x)
+	return k, last
+}
+
+// split cuts x after its first j blocks (0 < j < n): a new node y takes the
+// rest of the run, x's children and a copy of x's set, and becomes x's only
+// child. It returns y.
+func (t *Tree) split(x, j uint32) uint32 {
+	y := t.allocNode()
+	tail := int(t.nodes[x].n - j)
+	c := classFor(tail)
+	k := t.runs.alloc(c)
+	yn := &t.nodes[y]
+	yn.class, yn.run, yn.n = c, k, uint32(tail)
+	xl, xi := t.runOf(x)
+	yl, yi := t.runOf(y)
+	copy(yl, xl[j:])
+	copy(yi, xi[j:])
+	for i, id := range yi {
+		t.blocks[id] = block{node: y, off: uint32(i)}
+	}
+	yn.head = yl[0]
+	t.adoptChildren(x, y)
+	t.nodes[x].n = j
+	copy(t.setOf(y), t.setOf(x))
+	t.link(x, y)
+	t.shrinkRun(x)
+	return y
+}
+
+// tryMerge folds x's only child into x while that child has x's worker set,
+// keeping the tree canonical (a run ends only where the tree branches or the
+// worker set changes).
+func (t *Tree) tryMerge(x uint32) {
+	for x != rootID && t.nodes[x].nchild == 1 {
+		c := t.nodes[x].first
+		if !t.sameSet(x, c) {
+			return
+		}
+		xn, cn := int(t.nodes[x].n), int(t.nodes[c].n)
+		t.ensureCap(x, xn+cn)
+		xl, xi := t.chunkOf(x)
+		cl, ci := t.runOf(c)
+		copy(xl[xn:], cl)
+		copy(xi[xn:], ci)
+		for i, id := range ci {
+			t.blocks[id] = block{node: x, off: uint32(xn + i)}
+		}
+		t.nodes[x].n = uint32(xn + cn)
+		t.unlink(c)
+		t.adoptChildren(c, x)
+		t.runs.release(t.nodes[c].class, t.nodes[c].run)
+		clear(t.setOf(c))
+		t.releaseNode(c)
+	}
+}
+
+// dropNode unlinks x (which has no children and an empty set) and releases
+// its blocks and run.
+func (t *Tree) dropNode(x uint32) {
+	t.unlink(x)
+	_, ids := t.runOf(x)
+	for _, id := range ids {
+		t.releaseBlock(id)
+	}
+	t.runs.release(t.nodes[x].class, t.nodes[x].run)
+	t.releaseNode(x)
+}
+
+// applyRemoved deletes every named engine hash first, then removes the
+// worker from each named block and everything it holds below it. Blocks
+// removed as descendants without being named leave stale table entries,
+// swept at the end.
+func (t *Tree) applyRemoved(ev *wire.Event) Result {
+	var res Result
+	s, ok := t.slotOf[ev.Worker]
+	if !ok {
+		res.Unknown = len(ev.Blocks)
+		return res
+	}
+	eng := &t.slots[s].eng
+	ids := t.ids[:0]
+	for _, b := range ev.Blocks {
+		if id := eng.del(b.Engine); id != 0 {
+			ids = append(ids, id)
+		} else {
+			res.Unknown++
+		}
+	}
+	t.ids = ids
+	for _, id := range ids {
+		b := t.blocks[id]
+		if b.off == freeOff || !t.has(b.node, s) {
+			continue // removed already, under an ancestor named earlier
+		}
+		res.Removed += t.removeFrom(s, b.node, b.off)
+	}
+	if res.Removed > len(ids) {
+		t.sweep(s)
+	}
+	if t.slots[s].eng.count == 0 {
+		t.releaseSlot(s)
+	}
+	return res
+}
+
+// sweep deletes slot s's table entries for blocks it no longer holds.
+func (t *Tree) sweep(s uint32) {
+	t.slots[s].eng.filter(func(_ wire.EngineHash, id uint32) bool {
+		b := t.blocks[id]
+		return b.off != freeOff && t.has(b.node, s)
+	})
+}
+
+// removeFrom removes slot s from block off of x and from everything s holds
+// below it, and returns the number of (block, worker) entries removed.
+func (t *Tree) removeFrom(s, x, off uint32) int {
+	if off > 0 {
+		x = t.split(x, off)
+	}
+	return t.removeSubtree(s, x)
+}
+
+// removeSubtree removes slot s from y and every descendant s holds, frees
+// nodes left without workers and restores canonical form.
+func (t *Tree) removeSubtree(s, y uint32) int {
+	p := t.nodes[y].parent
+	stack := append(t.stack[:0], y)
+	doomed, surv := t.doomed[:0], t.survivors[:0]
+	removed := 0
+	for len(stack) > 0 {
+		z := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		t.clearBit(z, s)
+		removed += int(t.nodes[z].n)
+		if t.emptySet(z) {
+			doomed = append(doomed, z)
+		} else {
+			surv = append(surv, z)
+		}
+		for c := t.nodes[z].first; c != 0; c = t.nodes[c].next {
+			if t.has(c, s) {
+				stack = append(stack, c)
+			}
+		}
+	}
+	// Popped in preorder, so reversed the descendants come first.
+	for i := len(doomed) - 1; i >= 0; i-- {
+		t.dropNode(doomed[i])
+	}
+	for _, z := range surv {
+		if t.nodes[z].live {
+			t.tryMerge(z)
+		}
+	}
+	t.tryMerge(p)
+	t.stack, t.doomed, t.survivors = stack, doomed, surv
+	return removed
+}
+
+// removeSlot removes every block of slot s and frees the slot.
+func (t *Tree) removeSlot(s uint32) int {
+	roots := t.ids[:0]
+	eng := &t.slots[s].eng
+	for _, id := range eng.vals {
+		if id == 0 {
+			continue
+		}
+		if b := t.blocks[id]; b.off == 0 && t.nodes[b.node].parent == rootID {
+			roots = append(roots, b.node)
+		}
+	}
+	t.ids = roots
+	removed := 0
+	for _, r := range roots {
+		removed += t.removeSubtree(s, r)
+	}
+	t.releaseSlot(s)
+	return removed
+}
+
+func (t *Tree) removeWorker(worker uint64) int {
+	removed := 0
+	for s := range t.slots {
+		if t.slots[s].live && t.slots[s].key.Worker == worker {
+			removed += t.removeSlot(uint32(s))
+		}
+	}
+	return removed
+}
+
+// RemoveWorker removes every dp rank of a worker and returns the number of
+// (block, worker) entries removed.
+func (t *Tree) RemoveWorker(worker uint64) int {
+	if t.nodes == nil {
+		return 0
+	}
+	n := t.removeWorker(worker)
+	t.afterMutation()
+	return n
+}
+
+// RemoveDpRank removes one worker key and returns the number of (block,
+// worker) entries removed.
+func (t *Tree) RemoveDpRank(k wire.WorkerKey) int {
+	s, ok := t.slotOf[k]
+	if !ok {
+		return 0
+	}
+	n := t.removeSlot(s)
+	t.afterMutation()
+	return n
+}
+
+// Match appends to dst one Overlap per worker key that holds at least the
+// first block of hashes, with the number of leading blocks it holds, and
+// returns dst. Overlaps come in no particular order (deterministic for a
+// given tree). It does not allocate when dst has room for every worker.
+func (t *Tree) Match(dst []Overlap, hashes []wire.BlockHash) []Overlap {
+	if len(hashes) == 0 || t.nodes == nil {
+		return dst
+	}
+	c := t.child(rootID, hashes[0])
+	depth := 0
+	for c != 0 {
+		loc, _ := t.runOf(c)
+		rest := hashes[depth:]
+		m := matchLen(loc, rest)
+		depth += m
+		if m < len(loc) || depth == len(hashes) {
+			break
+		}
+		next := t.child(c, hashes[depth])
+		if next == 0 {
+			break
+		}
+		// Workers of c that do not hold next stop here.
+		cs, ns := t.setOf(c), t.setOf(next)
+		for i := range cs {
+			dst = t.emit(dst, i, cs[i]&^ns[i], depth)
+		}
+		c = next
+	}
+	if c != 0 {
+		for i, w := range t.setOf(c) {
+			dst = t.emit(dst, i, w, depth)
+		}
+	}
+	return dst
+}
+
+// matchLen returns the length of the common prefix of a and b.
+func matchLen(a, b []wire.BlockHash) int {
+	n := min(len(a), len(b))
+	a, b = a[:n], b[:n]
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		if a[i] != b[i] || a[i+1] != b[i+1] || a[i+2] != b[i+2] || a[i+3] != b[i+3] {
+			break
+		}
+	}
+	for ; i < n && a[i] == b[i]; i++ {
+	}
+	return i
+}
+
+func (t *Tree) emit(dst []Overlap, word int, bitsSet uint64, depth int) []Overlap {
+	for bitsSet != 0 {
+		s := word*64 + bits.TrailingZeros64(bitsSet)
+		bitsSet &= bitsSet - 1
+		sl := &t.slots[s]
+		dst = append(dst, Overlap{Worker: sl.key, Blocks: uint32(depth), TreeSize: sl.eng.count})
+	}
+	return dst
+}
+
+// Workers appends every worker key present in the tree, with Blocks 0 and
+// its TreeSize, in slot order, and returns dst.
+func (t *Tree) Workers(dst []Overlap) []Overlap {
+	for i := range t.slots {
+		if sl := &t.slots[i]; sl.live {
+			dst = append(dst, Overlap{Worker: sl.key, TreeSize: sl.eng.count})
+		}
+	}
+	return dst
+}
+
+// TreeSize returns the number of blocks k holds.
+func (t *Tree) TreeSize(k wire.WorkerKey) uint32 {
+	if s, ok := t.slotOf[k]; ok {
+		return t.slots[s].eng.count
+	}
+	return 0
+}
+
+// Stats returns the tree's size and memory.
+func (t *Tree) Stats() Stats {
+	st := Stats{Blocks: t.liveBlocks, Bytes: int64(t.bytes())}
+	if t.nodes != nil {
+		st.Nodes = t.liveNodes - 1
+	}
+	for i := range t.slots {
+		if sl := &t.slots[i]; sl.live {
+			st.Workers++
+			st.Entries += int(sl.eng.count)
+		}
+	}
+	return st
+}
+
+// slotMapEntryBytes approximates one entry of the worker-key map (a Swiss
+// table slot of a 16-byte key and a 4-byte value plus control bytes and
+// load-factor slack); it is a small control-plane map.
+const slotMapEntryBytes = 40
+
+func (t *Tree) bytes() int64 {
+	b := int64(cap(t.nodes))*nodeBytes + int64(cap(t.sets))*8 + int64(cap(t.blocks))*blockBytes
+	b += t.runs.bytes() + t.children.bytes()
+	b += int64(cap(t.slots))*slotRecBytes + int64(cap(t.freeSlots))*4
+	for i := range t.slots {
+		b += t.slots[i].eng.bytes()
+	}
+	b += int64(len(t.slotOf)) * slotMapEntryBytes
+	b += int64(cap(t.ids)+cap(t.stack)+cap(t.doomed)+cap(t.survivors)) * 4
+	return b
+}

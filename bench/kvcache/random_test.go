@@ -108,9 +108,16 @@ func TestRandomEventsReproduceHeld(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, uint64(c.capacity)))
 		m := New(Config{Capacity: c.capacity, BlockSize: c.block, Worker: wire.WorkerKey{Worker: 3, Dp: 1}})
 		var model kvmodel.Model
+		probe := make([]wire.BlockHash, 6)
 		randomOps(t, rng, m, 3000, func(step int) {
 			if err := verify(m, &model); err != nil {
 				t.Fatalf("capacity %d block %d step %d: %v", c.capacity, c.block, step, err)
+			}
+			for i := range probe {
+				probe[i] = wire.BlockHash(rng.IntN(3)*7919 + 1)
+			}
+			if got, want := model.Match(m.Config().Worker, probe), m.Match(probe); got != want {
+				t.Fatalf("step %d: replayed overlap %d, manager's %d", step, got, want)
 			}
 		})
 		st := m.Stats()

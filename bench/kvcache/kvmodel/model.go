@@ -19,8 +19,18 @@ type Block struct {
 type worker struct {
 	blocks   map[wire.EngineHash]Block
 	children map[wire.EngineHash]int
+	byLocal  map[edge]wire.EngineHash // (parent, local) -> block, for Match
 	lastID   uint64
 }
+
+// edge names a block by its parent (root: hasParent false) and local hash.
+type edge struct {
+	parent    wire.EngineHash
+	hasParent bool
+	local     wire.BlockHash
+}
+
+func edgeOf(b Block) edge { return edge{b.Parent, b.HasParent, b.Local} }
 
 // Model is the replay model. Not goroutine-safe; the zero value is an empty
 // model ready to use.
@@ -35,7 +45,11 @@ func (m *Model) worker(k wire.WorkerKey) *worker {
 	}
 	w := m.workers[k]
 	if w == nil {
-		w = &worker{blocks: make(map[wire.EngineHash]Block), children: make(map[wire.EngineHash]int)}
+		w = &worker{
+			blocks:   make(map[wire.EngineHash]Block),
+			children: make(map[wire.EngineHash]int),
+			byLocal:  make(map[edge]wire.EngineHash),
+		}
 		m.workers[k] = w
 	}
 	return w
@@ -59,21 +73,35 @@ func (m *Model) Apply(ev *wire.Event) error {
 			}
 		}
 		seen := make(map[wire.EngineHash]bool, len(ev.Blocks))
+		e := edge{parent: ev.Parent, hasParent: ev.HasParent}
+		if !e.hasParent {
+			e.parent = 0
+		}
 		for _, b := range ev.Blocks {
 			if _, ok := w.blocks[b.Engine]; ok || seen[b.Engine] {
 				return fmt.Errorf("event %d: block %x stored twice", ev.ID, b.Engine)
 			}
 			seen[b.Engine] = true
+			// Within the event each block is new, so only the first can
+			// collide with a cached sibling of the same content.
+			e.local = b.Local
+			if _, ok := w.byLocal[e]; ok {
+				return fmt.Errorf("event %d: local hash %x stored twice under one parent", ev.ID, b.Local)
+			}
+			e = edge{parent: b.Engine, hasParent: true}
 		}
-		parent, has := ev.Parent, ev.HasParent
+		e = edge{parent: ev.Parent, hasParent: ev.HasParent}
+		if !e.hasParent {
+			e.parent = 0
+		}
 		for _, b := range ev.Blocks {
-			nb := Block{Engine: b.Engine, Local: b.Local, HasParent: has}
-			if has {
-				nb.Parent = parent
-				w.children[parent]++
+			nb := Block{Engine: b.Engine, Local: b.Local, HasParent: e.hasParent, Parent: e.parent}
+			if nb.HasParent {
+				w.children[nb.Parent]++
 			}
 			w.blocks[b.Engine] = nb
-			parent, has = b.Engine, true
+			w.byLocal[edgeOf(nb)] = b.Engine
+			e = edge{parent: b.Engine, hasParent: true}
 		}
 	case wire.KindRemoved:
 		gone := make(map[wire.EngineHash]bool, len(ev.Blocks))
@@ -84,27 +112,30 @@ func (m *Model) Apply(ev *wire.Event) error {
 			gone[b.Engine] = true
 		}
 		// Every child of a removed block must be removed by the same event.
+		kids := make(map[wire.EngineHash]int, len(ev.Blocks))
 		for _, b := range ev.Blocks {
-			kids := w.children[b.Engine]
-			for _, c := range ev.Blocks {
-				if cb := w.blocks[c.Engine]; cb.HasParent && cb.Parent == b.Engine {
-					kids--
-				}
-			}
-			if kids != 0 {
-				return fmt.Errorf("event %d: removed block %x keeps %d cached children", ev.ID, b.Engine, kids)
+			if cb := w.blocks[b.Engine]; cb.HasParent && gone[cb.Parent] {
+				kids[cb.Parent]++
 			}
 		}
 		for _, b := range ev.Blocks {
-			if cb := w.blocks[b.Engine]; cb.HasParent {
+			if left := w.children[b.Engine] - kids[b.Engine]; left != 0 {
+				return fmt.Errorf("event %d: removed block %x keeps %d cached children", ev.ID, b.Engine, left)
+			}
+		}
+		for _, b := range ev.Blocks {
+			cb := w.blocks[b.Engine]
+			if cb.HasParent {
 				w.children[cb.Parent]--
 			}
+			delete(w.byLocal, edgeOf(cb))
 			delete(w.blocks, b.Engine)
 			delete(w.children, b.Engine)
 		}
 	case wire.KindCleared:
 		clear(w.blocks)
 		clear(w.children)
+		clear(w.byLocal)
 	default:
 		return fmt.Errorf("event %d: unknown kind %v", ev.ID, ev.Kind)
 	}
@@ -169,4 +200,32 @@ func (m *Model) Check(k wire.WorkerKey, want []Block) error {
 		}
 	}
 	return nil
+}
+
+// Match returns how many leading blocks of a prompt with local hashes local
+// worker k caches (its overlap, as an index answers it).
+func (m *Model) Match(k wire.WorkerKey, local []wire.BlockHash) int {
+	w := m.workers[k]
+	if w == nil {
+		return 0
+	}
+	e := edge{}
+	for i, l := range local {
+		e.local = l
+		b, ok := w.byLocal[e]
+		if !ok {
+			return i
+		}
+		e = edge{parent: b, hasParent: true}
+	}
+	return len(local)
+}
+
+// Workers returns the workers the model has seen, in no particular order.
+func (m *Model) Workers() []wire.WorkerKey {
+	out := make([]wire.WorkerKey, 0, len(m.workers))
+	for k := range m.workers {
+		out = append(out, k)
+	}
+	return out
 }

@@ -33,6 +33,17 @@ func TestModelRejects(t *testing.T) {
 	if p := m.Path(w, 3); !slices.Equal(p, []wire.BlockHash{10, 20, 30}) {
 		t.Fatalf("path %v", p)
 	}
+	for _, c := range []struct {
+		local []wire.BlockHash
+		want  int
+	}{{nil, 0}, {[]wire.BlockHash{10, 20, 30, 40}, 3}, {[]wire.BlockHash{10, 40}, 2}, {[]wire.BlockHash{20}, 0}} {
+		if got := m.Match(w, c.local); got != c.want {
+			t.Errorf("Match(%v) = %d, want %d", c.local, got, c.want)
+		}
+	}
+	if m.Match(wire.WorkerKey{Worker: 2}, []wire.BlockHash{10}) != 0 {
+		t.Error("unknown worker matched")
+	}
 	bad := []struct {
 		ev  *wire.Event
 		msg string
@@ -41,6 +52,7 @@ func TestModelRejects(t *testing.T) {
 		{stored(4, 77, true, 9), "unknown parent"},
 		{stored(4, 0, false, 9, 9), "stored twice"},
 		{stored(4, 3, true, 1), "stored twice"},
+		{&wire.Event{Worker: w, ID: 4, Kind: wire.KindStored, Blocks: []wire.Block{{Engine: 99, Local: 10}}}, "local hash a stored twice under one parent"},
 		{removed(4, 8), "removed unknown"},
 		{removed(4, 2), "keeps 1 cached children"},
 		{removed(4, 1, 2), "keeps 1 cached children"}, // 4 is still under 1

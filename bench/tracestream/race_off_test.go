@@ -1,0 +1,5 @@
+//go:build !race
+
+package tracestream
+
+const raceEnabled = false

@@ -78,7 +78,7 @@ func (t *Tree) CheckInvariants() error {
 		if count != int(nd.nchild) {
 			return fmt.Errorf("node %d: %d children listed, nchild %d", x, count, nd.nchild)
 		}
-		if x != rootID && count == 1 && t.sameSet(x, nd.first) {
+		if x != rootID && count == 1 && t.sameSet(x, nd.first) && t.maxRun == 0 {
 			return fmt.Errorf("node %d and its only child %d have the same workers (not merged)", x, nd.first)
 		}
 		edges += count
@@ -160,7 +160,7 @@ func (t *Tree) CheckInvariants() error {
 // checkNode checks one non-root node's run, blocks and set.
 func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[uint32]bool) error {
 	nd := t.nodes[x]
-	if nd.n == 0 || int(nd.n) > 1<<nd.class {
+	if nd.n == 0 || int(nd.n) > 1<<nd.class || (t.maxRun > 0 && int(nd.n) > t.maxRun) {
 		return fmt.Errorf("node %d: run of %d in class %d", x, nd.n, nd.class)
 	}
 	if int(nd.run+1)<<nd.class > len(t.runs.loc[nd.class]) {

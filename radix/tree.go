@@ -73,6 +73,11 @@ type Tree struct {
 	slotOf    map[wire.WorkerKey]uint32
 	freeSlots []uint32
 
+	// maxRun > 0 caps run length. Only maxRun 1, the one-block-per-node layout
+	// that doc.go measures against, is tested; with other caps the tree stays
+	// correct but not canonical (a shrinking run does not re-merge).
+	maxRun int
+
 	// scratch, reused so steady-state mutations do not allocate
 	ids       []uint32
 	stack     []uint32
@@ -97,6 +102,7 @@ func New() *Tree {
 
 func (t *Tree) init() {
 	*t = Tree{
+		maxRun: t.maxRun,
 		nodes:  make([]node, rootID+1),
 		w:      1,
 		blocks: make([]block, 1),
@@ -212,7 +218,14 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 				break
 			}
 			if k < n {
-				t.split(x, uint32(k)) // diverges inside the run: x now ends at j
+				// Diverges inside the run: split there (x then ends at j) unless
+				// the new leaf's first block is a conflict, so that nothing is
+				// left split without a new branch.
+				if eng.get(blks[0].Engine) != 0 {
+					conflict = true
+					break
+				}
+				t.split(x, uint32(k))
 			}
 		}
 		c := t.child(x, blks[0].Local)
@@ -261,34 +274,48 @@ func (t *Tree) firstID(x uint32) uint32 {
 // already holds and returns how many blocks it stored.
 func (t *Tree) storeNew(x, s uint32, blks []wire.Block) int {
 	eng := &t.slots[s].eng
-	if eng.get(blks[0].Engine) != 0 {
-		return 0
-	}
-	y := x
-	if x != rootID && t.nodes[x].nchild == 0 && t.onlyMember(x, s) {
-		t.ensureCap(x, int(t.nodes[x].n)+len(blks))
-	} else {
-		y = t.allocNode()
-		c := classFor(len(blks))
-		k := t.runs.alloc(c)
-		nd := &t.nodes[y]
-		nd.class, nd.run, nd.head = c, k, blks[0].Local
-		t.setBit(y, s)
-		t.link(x, y)
-	}
-	base := int(t.nodes[y].n)
-	loc, ids := t.chunkOf(y)
 	stored := 0
-	for i := range blks {
-		id := t.allocBlock(y, uint32(base+i))
-		if !eng.insertNew(blks[i].Engine, id) {
-			t.releaseBlock(id)
+	for stored < len(blks) { // once, unless maxRun caps the run length
+		rest := blks[stored:]
+		if eng.get(rest[0].Engine) != 0 {
 			break
 		}
-		loc[base+i], ids[base+i] = blks[i].Local, id
-		stored++
+		y, room := x, len(rest)
+		if n := int(t.nodes[x].n); x != rootID && t.nodes[x].nchild == 0 && t.onlyMember(x, s) && (t.maxRun == 0 || n < t.maxRun) {
+			if t.maxRun > 0 {
+				room = min(room, t.maxRun-n)
+			}
+			t.ensureCap(x, n+room)
+		} else {
+			if t.maxRun > 0 {
+				room = min(room, t.maxRun)
+			}
+			y = t.allocNode()
+			c := classFor(room)
+			k := t.runs.alloc(c)
+			nd := &t.nodes[y]
+			nd.class, nd.run, nd.head = c, k, rest[0].Local
+			t.setBit(y, s)
+			t.link(x, y)
+		}
+		base := int(t.nodes[y].n)
+		loc, ids := t.chunkOf(y)
+		i := 0
+		for ; i < room; i++ {
+			id := t.allocBlock(y, uint32(base+i))
+			if !eng.insertNew(rest[i].Engine, id) {
+				t.releaseBlock(id)
+				break
+			}
+			loc[base+i], ids[base+i] = rest[i].Local, id
+		}
+		t.nodes[y].n = uint32(base + i)
+		stored += i
+		if i < room {
+			break
+		}
+		x = y
 	}
-	t.nodes[y].n = uint32(base + stored)
 	return stored
 }
 
@@ -353,6 +380,9 @@ func (t *Tree) tryMerge(x uint32) {
 			return
 		}
 		xn, cn := int(t.nodes[x].n), int(t.nodes[c].n)
+		if t.maxRun > 0 && xn+cn > t.maxRun {
+			return
+		}
 		t.ensureCap(x, xn+cn)
 		xl, xi := t.chunkOf(x)
 		cl, ci := t.runOf(c)

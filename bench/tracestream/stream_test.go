@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvroute/kvroute/bench/kvcache/kvmodel"
 	"github.com/kvroute/kvroute/bench/trace"
+	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/wire"
 )
 
@@ -26,11 +27,14 @@ func loadSmall(t testing.TB) *trace.Trace {
 // orphaning removal); at every request op the replayed overlap of its worker
 // equals the overlap the worker's manager saw; the counts add up; and, when
 // the managers were kept, each worker's replayed blocks are exactly the
-// blocks its manager holds at the end.
+// blocks its manager holds at the end. The same ops drive a radix.Tree, whose
+// overlaps must equal the model's for every worker at every request.
 func replayCheck(t *testing.T, tr *trace.Trace, s *Stream) {
 	t.Helper()
 	var model kvmodel.Model
 	var c Counts
+	tree := radix.New()
+	var ov []radix.Overlap
 	for i := range s.Ops {
 		op := &s.Ops[i]
 		if i > 0 && op.Time < s.Ops[i-1].Time {
@@ -47,6 +51,15 @@ func replayCheck(t *testing.T, tr *trace.Trace, s *Stream) {
 				t.Fatalf("op %d (request %d, worker %d): replayed overlap %d, manager saw %d",
 					i, op.Request, op.Worker, got, op.Overlap)
 			}
+			ov = tree.Match(ov[:0], h)
+			for _, o := range ov {
+				if want := model.Match(o.Worker, h); int(o.Blocks) != want || want == 0 {
+					t.Fatalf("op %d: tree overlap of %v is %d, replayed %d", i, o.Worker, o.Blocks, want)
+				}
+			}
+			if got := overlapOf(ov, s.WorkerKey(op.Worker)); got != int(op.Overlap) {
+				t.Fatalf("op %d: tree overlap %d for the request's worker, manager saw %d", i, got, op.Overlap)
+			}
 			c.Requests++
 			c.RequestBlocks += len(h)
 			c.OverlapBlocks += int(op.Overlap)
@@ -57,6 +70,9 @@ func replayCheck(t *testing.T, tr *trace.Trace, s *Stream) {
 			}
 			if err := model.Apply(&ev); err != nil {
 				t.Fatalf("op %d: %v", i, err)
+			}
+			if res, err := tree.Apply(&ev); err != nil || res.Unknown != 0 || res.Conflicts != 0 {
+				t.Fatalf("op %d: radix apply: %+v, %v", i, res, err)
 			}
 			c.Events++
 			switch ev.Kind {
@@ -86,7 +102,22 @@ func replayCheck(t *testing.T, tr *trace.Trace, s *Stream) {
 		if err := m.CheckInvariants(); err != nil {
 			t.Fatal(err)
 		}
+		if got := tree.TreeSize(s.WorkerKey(uint32(w))); int(got) != len(held) {
+			t.Fatalf("worker %d: tree size %d, manager holds %d", w, got, len(held))
+		}
 	}
+	if err := tree.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func overlapOf(ov []radix.Overlap, k wire.WorkerKey) int {
+	for _, o := range ov {
+		if o.Worker == k {
+			return int(o.Blocks)
+		}
+	}
+	return 0
 }
 
 func TestBuildReplays(t *testing.T) {

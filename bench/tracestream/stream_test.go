@@ -292,8 +292,8 @@ func TestFullTrace(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("full trace not present: %v", err)
 	}
-	if testing.Short() || raceEnabled {
-		t.Skip("short or race: the full replay check takes seconds, ten times that under -race")
+	if testing.Short() || slowChecks {
+		t.Skip("short, race or invariants build: the full replay check would take minutes")
 	}
 	tr, err := trace.ReadFile(path)
 	if err != nil {

@@ -1,5 +1,0 @@
-//go:build !race
-
-package tracestream
-
-const raceEnabled = false

@@ -1,0 +1,5 @@
+//go:build !race && !invariants
+
+package tracestream
+
+const slowChecks = false

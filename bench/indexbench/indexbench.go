@@ -147,7 +147,7 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 	if res.Entries > 0 {
 		res.BytesPerEntry = float64(res.IndexBytes) / float64(res.Entries)
 	}
-	res.ParentMissing = total.Counters.ParentMissing
+	res.ParentMissing = total.Counters.Events[wire.KindStored][shard.OutcomeParentMissing]
 	return res, nil
 }
 

@@ -1,0 +1,88 @@
+package indexbench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/kvroute/kvroute/bench/trace"
+	"github.com/kvroute/kvroute/bench/tracestream"
+)
+
+const smallTrace = "../trace/testdata/mooncake_head200.jsonl"
+
+func build(tb testing.TB, workers, blockSize, dup int) *tracestream.Stream {
+	tb.Helper()
+	tr, err := trace.ReadFile(smallTrace)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if dup > 1 {
+		if tr, err = tr.Duplicate(dup); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	s, err := tracestream.Build(tr, tracestream.Config{Workers: workers, Capacity: 4096, BlockSize: blockSize, WorkerBase: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// The replay must leave the index exactly where the block managers are:
+// every request's own-worker overlap as reported at lookup time can lag (a
+// lookup overtakes queued writes), but nothing may be dropped as a gap and
+// the final entries must equal the blocks the managers hold.
+func TestReplayIsExact(t *testing.T) {
+	for _, shards := range []int{1, 2} {
+		s := build(t, 16, 64, 1)
+		res, err := Run(s, Config{Shards: shards})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ParentMissing != 0 {
+			t.Fatalf("shards=%d: %d stored events had a missing parent", shards, res.ParentMissing)
+		}
+		held := s.Counts.StoredBlocks - s.Counts.RemovedBlocks
+		if res.Entries != held {
+			t.Fatalf("shards=%d: index holds %d entries, managers %d", shards, res.Entries, held)
+		}
+		if res.Requests != s.Counts.Requests || res.BlockOps != s.Counts.BlockOps() || res.OpsPerSec <= 0 || res.MatchP99ns < res.MatchP50ns {
+			t.Fatalf("shards=%d: implausible result %+v", shards, res)
+		}
+		var buf bytes.Buffer
+		WriteBenchmarkLine(&buf, "x", res)
+		if !strings.HasPrefix(buf.String(), "BenchmarkIndexReplay/x \t") || !strings.Contains(buf.String(), "match-p99-ns") {
+			t.Fatalf("benchmark line %q", buf.String())
+		}
+	}
+}
+
+// The trace replay in benchmark form, for `make bench` (short configuration
+// on the small trace copy): reports block ops/s and Match p50/p99.
+func BenchmarkTraceReplay(b *testing.B) {
+	for _, c := range []struct {
+		name                   string
+		workers, block, shards int
+	}{
+		{"W=256/B=512/S=1", 256, 512, 1},
+		{"W=256/B=16/S=1", 256, 16, 1},
+		{"W=256/B=16/S=2", 256, 16, 2},
+	} {
+		s := build(b, c.workers, c.block, 4)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var last Result
+			for b.Loop() {
+				r, err := Run(s, Config{Shards: c.shards})
+				if err != nil {
+					b.Fatal(err)
+				}
+				last = r
+			}
+			b.ReportMetric(last.BlockOpsPerSec, "blockops/s")
+			b.ReportMetric(float64(last.MatchP50ns), "match-p50-ns")
+			b.ReportMetric(float64(last.MatchP99ns), "match-p99-ns")
+		})
+	}
+}

@@ -48,7 +48,7 @@ type Result struct {
 	// reported it, differed from the block manager's truth. Lookups overtake
 	// queued writes, so a few are expected with more than one shard queue in
 	// flight; with the final Flush the index is exact.
-	OverlapErrors int `json:"overlap_errors"`
+	OverlapErrors int    `json:"overlap_errors"`
 	ParentMissing uint64 `json:"parent_missing"`
 }
 

@@ -1,7 +1,94 @@
 package main
 
-import "errors"
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/bench/indexbench"
+	"github.com/kvroute/kvroute/bench/trace"
+	"github.com/kvroute/kvroute/bench/tracestream"
+	"github.com/kvroute/kvroute/internal/cpuset"
+)
 
 func runBench(args []string) error {
-	return errors.New("usage: kvroute bench index [flags] (see kvroute bench index -h)")
+	if len(args) == 0 || args[0] != "index" {
+		return errors.New("usage: kvroute bench index [flags] (run `kvroute bench index -h` for the flags)")
+	}
+	return runBenchIndex(args[1:])
+}
+
+func runBenchIndex(args []string) error {
+	fs := flag.NewFlagSet("kvroute bench index", flag.ContinueOnError)
+	var (
+		tracePath = fs.String("trace", "../shared/traces/mooncake_synthetic_trace.jsonl", "Mooncake JSONL trace to replay")
+		workers   = fs.Int("workers", 256, "simulated workers W the trace is partitioned over")
+		kvBlocks  = fs.Int("kv-blocks", 16384, "KV cache blocks C per worker")
+		blockSize = fs.Int("block-size", 512, "engine block size B in tokens")
+		shards    = fs.Int("shards", 1, "index shards")
+		cpus      = fs.String("cpus", "", "pin shards to these CPUs, e.g. 0-3,8 (empty: no pinning)")
+		dup       = fs.Int("duplicate", 1, "disjoint copies of the trace and its workers (workers × duplicate in all)")
+		limit     = fs.Int("requests", 0, "use only the first N requests of the trace (0: all)")
+		holdTok   = fs.Duration("hold-per-output-token", 0, "a request keeps its blocks active for output_length × this (0: freed at once)")
+		batch     = fs.Int("event-batch", 256, "max consecutive events per Apply call")
+		repeat    = fs.Int("repeat", 3, "replays (fresh index each); the fastest is reported")
+		asJSON    = fs.Bool("json", false, "print one JSON object instead of a table and benchmark line")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	for name, v := range map[string]int{"workers": *workers, "kv-blocks": *kvBlocks, "block-size": *blockSize, "shards": *shards, "duplicate": *dup, "event-batch": *batch, "repeat": *repeat} {
+		if v <= 0 {
+			return fmt.Errorf("--%s must be > 0 (got %d)", name, v)
+		}
+	}
+	var cpuList []int
+	if *cpus != "" {
+		var err error
+		if cpuList, err = cpuset.Parse(*cpus); err != nil {
+			return fmt.Errorf("--cpus: %w", err)
+		}
+	}
+	tr, err := trace.ReadFile(*tracePath)
+	if err != nil {
+		return fmt.Errorf("--trace: %w", err)
+	}
+	if *limit > 0 && *limit < len(tr.Requests) {
+		tr.Requests = tr.Requests[:*limit]
+	}
+	if *dup > 1 {
+		if tr, err = tr.Duplicate(*dup); err != nil {
+			return fmt.Errorf("--duplicate: %w", err)
+		}
+	}
+	t0 := time.Now()
+	s, err := tracestream.Build(tr, tracestream.Config{
+		Workers: *workers * *dup, Capacity: *kvBlocks, BlockSize: *blockSize,
+		HoldPerOutputToken: *holdTok, WorkerBase: 1,
+	})
+	if err != nil {
+		return err
+	}
+	prep := time.Since(t0)
+	res, err := indexbench.Run(s, indexbench.Config{Shards: *shards, CPUs: cpuList, MaxEventBatch: *batch, Repeat: *repeat})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Printf("trace %s: %d requests, %d events (%s), stream built in %s\n", *tracePath, s.Counts.Requests, s.Counts.Events, s.Counts, prep.Round(time.Millisecond))
+	fmt.Printf("%-22s %s\n", "workers × shards", fmt.Sprintf("%d × %d (block size %d, %d blocks each)", res.Workers, res.Shards, res.BlockSize, *kvBlocks))
+	fmt.Printf("%-22s %.0f ops/s, %.2fM block ops/s (%.3fs for %d ops, %d block ops)\n", "throughput", res.OpsPerSec, res.BlockOpsPerSec/1e6, res.Seconds, res.Ops, res.BlockOps)
+	fmt.Printf("%-22s p50 %s, p99 %s, max %s\n", "Match latency", time.Duration(res.MatchP50ns), time.Duration(res.MatchP99ns), time.Duration(res.MatchMaxns))
+	fmt.Printf("%-22s %d entries, %d nodes, %.1f MiB, %.1f bytes/entry\n", "index at end", res.Entries, res.Nodes, float64(res.IndexBytes)/(1<<20), res.BytesPerEntry)
+	name := strings.NewReplacer(" ", "").Replace(fmt.Sprintf("W=%d/B=%d/S=%d", res.Workers, res.BlockSize, res.Shards))
+	indexbench.WriteBenchmarkLine(os.Stdout, name, res)
+	return nil
 }

@@ -1,0 +1,13 @@
+// Package engine provides a deterministic vLLM-like inference engine model
+// for simulations: waiting and running queues, a per-step token budget with
+// chunked prefill, max_num_seqs, recompute preemption when KV blocks run
+// out, prefix caching and KV events through a kvcache.Manager, and a step
+// time from a prefill/decode performance model.
+//
+// The engine is a synchronous core with an injected clock: Submit(req, now)
+// queues a request and Step(now) schedules and "runs" one batch, returning
+// its duration; the first-token, preemption and finish effects of that batch
+// are stamped now+duration. The same core drives a discrete-event simulation
+// (advance a virtual clock by the returned duration) and a live mode (sleep
+// it, scaled by Speedup).
+package engine

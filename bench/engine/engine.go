@@ -16,7 +16,8 @@ var (
 	ErrBadRequest = errors.New("engine: malformed request")
 )
 
-// Config configures an Engine. Zero fields take the defaults noted.
+// Config configures an Engine. Zero fields take the defaults noted. Plain
+// data, copied by New.
 type Config struct {
 	Worker           wire.WorkerKey
 	Capacity         int     // KV cache blocks (> 0)
@@ -28,7 +29,8 @@ type Config struct {
 	Salt             uint64  // engine hash salt (kvcache.Config.Salt)
 }
 
-// Request is a request to the engine.
+// Request is a request to the engine. Submit copies what it keeps, so the
+// caller may reuse Prompt's storage at once.
 type Request struct {
 	ID           uint64
 	Prompt       []wire.BlockHash // local hashes of the prompt's full blocks: len PromptTokens/BlockSize (copied)
@@ -58,7 +60,7 @@ func (k EffectKind) String() string {
 	return fmt.Sprintf("EffectKind(%d)", uint8(k))
 }
 
-// Effect is something that happened to a request, at At (the end of the step
+// Effect (plain data) is something that happened to a request, at At (the end of the step
 // that produced it; for Preempted, the start).
 type Effect struct {
 	Kind         EffectKind
@@ -68,7 +70,7 @@ type Effect struct {
 	OutputTokens int // output tokens generated so far
 }
 
-// Stats are an Engine's cumulative counters.
+// Stats are an Engine's cumulative counters (plain data).
 type Stats struct {
 	Steps         uint64
 	Busy          time.Duration // sum of step durations
@@ -82,7 +84,7 @@ type Stats struct {
 	Finished              uint64
 }
 
-// StepInfo describes the last non-empty step.
+// StepInfo describes the last non-empty step (plain data).
 type StepInfo struct {
 	At            time.Duration // the step's start (Step's now)
 	Duration      time.Duration

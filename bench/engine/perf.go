@@ -2,7 +2,8 @@ package engine
 
 import "time"
 
-// Perf is a step-time model. Prefill returns the time to compute tokens
+// Perf is a step-time model. Its functions must be pure (an Engine calls
+// them from Step); the zero value means DefaultPerf to New. Prefill returns the time to compute tokens
 // uncached prompt tokens in one batch; Decode the time of one decode pass
 // at KV usage u (used/total blocks, in [0, 1]).
 type Perf struct {

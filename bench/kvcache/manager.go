@@ -23,7 +23,7 @@ var (
 	ErrShrink      = errors.New("kvcache: token count below the sequence's")
 )
 
-// Config configures a Manager.
+// Config configures a Manager (plain data, copied by New).
 type Config struct {
 	Capacity  int            // blocks in the cache (> 0)
 	BlockSize int            // tokens per block (> 0)
@@ -35,7 +35,7 @@ type Config struct {
 	Salt uint64
 }
 
-// Stats are a Manager's cumulative counters.
+// Stats are a Manager's cumulative counters (plain data).
 type Stats struct {
 	Allocations   uint64 // successful Allocate calls
 	Grows         uint64 // successful Grow calls
@@ -48,7 +48,7 @@ type Stats struct {
 	RemovedBlocks uint64 // blocks announced in Removed events (evictions)
 }
 
-// HeldBlock is one cached block as listed by Held.
+// HeldBlock is one cached block as listed by Held (plain data).
 type HeldBlock struct {
 	Engine    wire.EngineHash
 	Local     wire.BlockHash

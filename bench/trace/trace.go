@@ -24,7 +24,7 @@ const maxLine = 64 << 20
 // ErrMalformed is wrapped by every *ParseError.
 var ErrMalformed = errors.New("malformed trace line")
 
-// ParseError reports a malformed line of a trace file.
+// ParseError reports a malformed line of a trace file (plain data).
 type ParseError struct {
 	Line int // 1-based line number in the input
 	Msg  string
@@ -266,7 +266,7 @@ func (t *Trace) Duplicate(d int) (*Trace, error) {
 	return out, nil
 }
 
-// Stats are the summary statistics of a trace (see Trace.Stats).
+// Stats are the summary statistics of a trace (see Trace.Stats); plain data.
 type Stats struct {
 	Requests     int
 	Span         time.Duration // last minus first timestamp

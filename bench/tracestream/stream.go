@@ -35,7 +35,7 @@ func (p Partition) String() string {
 	return fmt.Sprintf("Partition(%d)", uint8(p))
 }
 
-// Config configures Build.
+// Config configures Build (plain data).
 type Config struct {
 	Workers   int // W > 0
 	Capacity  int // blocks per worker's cache, > 0
@@ -75,7 +75,8 @@ func (k OpKind) String() string {
 }
 
 // Op is one operation of the stream. Its hashes or event blocks live in the
-// Stream's arenas; read them with Stream.Hashes and Stream.Event. Pointer-free.
+// Stream's arenas; read them with Stream.Hashes and Stream.Event. Plain,
+// pointer-free data: the GC does not scan the op slice.
 type Op struct {
 	Time      time.Duration // the request's arrival
 	Kind      OpKind
@@ -93,7 +94,7 @@ type Op struct {
 	Parent  wire.EngineHash
 }
 
-// Counts summarizes a stream.
+// Counts summarizes a stream (plain data).
 type Counts struct {
 	Requests      int // request ops (= trace requests)
 	RequestBlocks int // local hashes over all request ops

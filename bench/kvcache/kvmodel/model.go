@@ -8,7 +8,7 @@ import (
 	"github.com/kvroute/kvroute/wire"
 )
 
-// Block is one cached block of a worker.
+// Block is one cached block of a worker (plain data).
 type Block struct {
 	Engine    wire.EngineHash
 	Local     wire.BlockHash

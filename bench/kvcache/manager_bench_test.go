@@ -93,7 +93,7 @@ func BenchmarkDecode(b *testing.B) {
 		if tokens[i]/bs > len(local[i]) {
 			local[i] = append(local[i], wire.BlockHash(n))
 		}
-		if tokens[i] > 1<<14 { // restart the sequence before the cache fills
+		if tokens[i] > 1<<11 { // restart: 64 sequences of <= 129 blocks fit in the cache
 			m.Free(uint64(i))
 			local[i], tokens[i] = local[i][:0], 1
 			if _, err := m.Allocate(uint64(i), nil, 1); err != nil {

@@ -3,4 +3,118 @@
 // Dynamo's router, and the decoders and encoders for the KV-event formats that
 // engines publish (vLLM/SGLang ZMQ msgpack, Dynamo's NATS event plane, and
 // kvroute's native binary batch).
+//
+// # Decoding into a Batch
+//
+// Every decoder appends normalized Events to a caller-owned Batch. Blocks
+// point into the batch's reusable block storage (or, for the native format,
+// into the message), LoRA names point into the message bytes, and Reset keeps
+// the storage: decoding into a warmed-up Batch allocates nothing (the
+// allocation tests gate this for every format). An event's views are valid
+// until the batch is Reset and while the message buffer is unchanged; copy
+// what must outlive them. A Batch and a VLLMDecoder are not goroutine-safe:
+// use one per receiving goroutine.
+//
+// # vLLM and SGLang over ZMQ
+//
+// A message has three frames, [topic, seq, payload] (ParseVLLMFrames,
+// VLLMFrames), seq being 8 bytes big-endian. The payload is msgpack
+// [ts, events, data_parallel_rank] (the rank may be nil or missing: rank 0),
+// or the map {"ts", "events", "data_parallel_rank"}. An event is a tagged
+// array,
+//
+//	["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
+//	 lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
+//	 kv_cache_spec_sliding_window]
+//	["BlockRemoved", block_hashes, medium, group_idx]
+//	["AllBlocksCleared"]
+//
+// whose trailing fields may be omitted, or a map keyed by the same names with
+// the tag under "type", in any key order. Unknown keys and trailing fields
+// are skipped. Hashes may be int64 (taken as their bits), uint64 or bytes
+// (the last 8 bytes big-endian; shorter strings are zero-extended on the
+// left); parent_block_hash may be nil. medium maps GPU→device, CPU→host,
+// DISK→disk, nil→device, anything else→external (ignoring case).
+//
+// The VLLMDecoder is configured with the worker id and the engine's block
+// size B. It computes each block's local hash from token_ids: block i is
+// tokens[i*B:(i+1)*B], hashed with BlockHashOf and the seed
+// LoRASeedBytes(lora_name). A Stored event whose block_size field is not B,
+// or whose token_ids are not len(block_hashes)*B long, is rejected with an
+// error wrapping ErrBlockSizeMismatch that names both sizes, and counted in
+// Batch.SizeMismatches. Events with a lora_id but no lora_name are hashed
+// with the base seed (the name is what the seed is made of).
+//
+// Event ids: the decoder keeps a counter per data-parallel rank. The events
+// of a batch take consecutive ids in order (the first event ever gets 1),
+// rejected events included; events of unknown kinds take none. When a
+// batch's seq is not the successor of the rank's previous seq (a batch was
+// lost or malformed, or the engine restarted), one id is skipped first. Ids
+// are therefore contiguous per WorkerKey exactly while nothing is lost, and
+// a consumer checking ID == last+1 sees every loss as a gap, as it does with
+// Dynamo's publisher-assigned ids. The alternatives were worse: ID = seq for
+// every event of a batch is not contiguous per event, and a plain counter
+// hides lost batches.
+//
+// AppendVLLMBatch writes a VLLMBatch in either form, with hashes as uint64,
+// int64 or 32-byte strings, optionally compact (trailing nils omitted, as
+// msgspec's omit_defaults does) and with the newer fields the decoder skips.
+// Its input carries token ids rather than local hashes, which cannot be
+// inverted.
+//
+// # Dynamo's event plane over NATS
+//
+// A message is the msgpack map {publisher_id, sequence, published_at, topic,
+// payload} (DecodeDynamo, AppendDynamo) whose payload (bin) is a msgpack
+// RouterEvent (DecodeDynamoEvent, AppendDynamoEvent):
+//
+//	{worker_id, storage_tier, event: {event_id, dp_rank, data}}
+//	data: {"stored": {parent_hash, start_position, blocks: [{block_hash, tokens_hash, mm_extra_info}]}}
+//	    | {"removed": {block_hashes}}
+//	    | "cleared" (or {"cleared": nil})
+//
+// tokens_hash is the local hash, already computed by the publisher (with its
+// LoRA seed), and block_hash the engine hash; parent_hash may be nil.
+// storage_tier is device, host (or host_pinned), disk, any other name
+// (external), or nil/absent (device), ignoring case. Worker ids and hashes
+// may be signed or unsigned integers; a block may also be an array
+// [block_hash, tokens_hash, ...]. The event id is the publisher's event_id.
+// DecodeDynamoJSON and AppendDynamoJSON handle the same RouterEvent as JSON,
+// with a small in-place scanner (no encoding/json, no allocation). A data
+// variant kvroute does not know is counted in Batch.Ignored.
+//
+// # kvroute native
+//
+// A compact little-endian batch for kvroute's own publishers and the
+// simulated fleet (AppendNative, DecodeNative): an 8-byte header ("kv",
+// version 1, flags 0, event count u32), then per event a 40-byte header
+// (kind, tier, flags, reserved, dp u32, worker u64, event id u64, parent u64,
+// LoRA length u32, block count u32), the LoRA name padded to 8 bytes, and
+// 16 bytes (engine u64, local u64) per block. Every field sits at an offset
+// aligned to its size, so on little-endian hosts an 8-byte aligned message's
+// block arrays are used in place (BenchmarkDecodeNative measures the view
+// against memmove and field-by-field decoding); otherwise they are copied
+// into the batch.
+//
+// # Errors
+//
+// Malformed input returns an error wrapping ErrMalformed and never panics;
+// list lengths are checked against the bytes left before anything is
+// reserved, so a lying header cannot cause a large allocation. Errors come at
+// two levels:
+//
+//   - Message level: the framing is broken (truncated, wrong types in the
+//     envelope, trailing bytes, an undecodable dp rank). The decoder returns
+//     the error and leaves the batch exactly as it was: a message is
+//     appended whole or not at all. For the Dynamo and native formats every
+//     error is of this kind.
+//   - Event level (vLLM): one event of a well-framed batch is invalid (a
+//     block size mismatch, a hash of the wrong type, a missing field). It is
+//     dropped, counted in Batch.Rejected (and SizeMismatches), the first
+//     such error is kept in Batch.Err, and the other events of the batch are
+//     decoded as usual. Only the first error is formatted, so a stream of
+//     bad events costs no allocation.
+//
+// Every decoder is fuzzed (FuzzDecodeVLLM, FuzzDecodeDynamo,
+// FuzzDecodeDynamoJSON, FuzzDecodeNative) on its input and every prefix of it.
 package wire

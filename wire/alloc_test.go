@@ -1,0 +1,73 @@
+//go:build !race
+
+package wire
+
+import "testing"
+
+// Allocation gates: decoding the realistic batch into a warmed-up Batch
+// allocates nothing, in every format and form.
+
+func checkNoAllocs(t *testing.T, name string, decode func(b *Batch)) {
+	t.Helper()
+	var b Batch
+	decode(&b) // warm up: the batch grows to the workload once
+	if got := testing.AllocsPerRun(50, func() { b.Reset(); decode(&b) }); got != 0 {
+		t.Errorf("%s: %.1f allocs per decode, want 0", name, got)
+	}
+	if len(b.Events) == 0 {
+		t.Fatalf("%s decoded nothing", name)
+	}
+}
+
+func TestDecodeAllocs(t *testing.T) {
+	batch := realisticVLLM(1)
+	batch.Events[0].LoRA = "adapter" // exercise the seed path
+	for _, enc := range []VLLMEncoding{{}, {Map: true}, {Hashes: HashBytes, Extras: true}, {Hashes: HashInt, Compact: true}} {
+		payload := AppendVLLMBatch(nil, batch, enc)
+		d := NewVLLMDecoder(VLLMConfig{Worker: 1, BlockSize: 16})
+		seq := uint64(0)
+		checkNoAllocs(t, "vllm", func(b *Batch) {
+			if err := d.Decode(b, seq, payload); err != nil || b.Rejected != 0 {
+				t.Fatal(err, b.Err)
+			}
+			seq += 2 // a gap every time: the gap path must not allocate either
+		})
+	}
+	// A stream of rejected events builds its error once.
+	bad := &VLLMBatch{Events: []VLLMEvent{{Kind: KindStored, BlockHashes: []EngineHash{1}, Tokens: make([]uint32, 32), BlockSize: 32}}}
+	badPayload := AppendVLLMBatch(nil, bad, VLLMEncoding{})
+	d := NewVLLMDecoder(VLLMConfig{Worker: 1, BlockSize: 16})
+	var b Batch
+	_ = d.Decode(&b, 0, badPayload)
+	if got := testing.AllocsPerRun(50, func() { _ = d.Decode(&b, 0, badPayload) }); got != 0 || b.SizeMismatches < 50 {
+		t.Errorf("rejections: %.1f allocs per decode (%d mismatches), want 0", got, b.SizeMismatches)
+	}
+
+	msgs := dynamoMessages(false)
+	checkNoAllocs(t, "dynamo", func(b *Batch) {
+		for _, m := range msgs {
+			if _, err := DecodeDynamo(b, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	jsonMsgs := dynamoMessages(true)
+	checkNoAllocs(t, "dynamo json", func(b *Batch) {
+		for _, m := range jsonMsgs {
+			if err := DecodeDynamoJSON(b, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	native := AppendNative(nil, realisticEvents(1))
+	for _, mode := range []blockMode{blocksView, blocksCopy, blocksLoop} {
+		for _, shift := range []int{0, 4} {
+			msg := alignedCopy(native, shift)
+			checkNoAllocs(t, "native", func(b *Batch) {
+				if err := decodeNative(b, msg, mode); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}

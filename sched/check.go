@@ -1,6 +1,14 @@
 package sched
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
+
+type holderKey struct {
+	hash uint64
+	slot uint32
+}
 
 // checkInvariants panics on a broken invariant when built with
 // -tags invariants; otherwise it compiles to nothing.
@@ -18,51 +26,65 @@ func (s *Scheduler) checkInvariants() {
 // the oldest-prefill anchor against the prefill lists, the expiry order, the
 // worker table and the queue order. It is O(state); for tests.
 func (s *Scheduler) CheckInvariants() error {
-	// Block index: list links, one entry per (hash, slot), counts.
-	rc := make(map[uint32]uint32) // entry → references from requests
+	// Block index: vectors, one holder per (hash, slot), counts.
+	rc := make(map[holderKey]uint32) // (hash, slot) → references from requests
 	activeBy := make(map[uint32]int64)
-	reachable := 0
+	pairs := 0
+	vecsUsed := map[uint32]bool{}
 	for _, c := range s.blocks.heads.cells {
 		if c.val == 0 {
 			continue
 		}
+		if vecsUsed[c.val] {
+			return fmt.Errorf("block vector %d shared by two hashes", c.val)
+		}
+		vecsUsed[c.val] = true
+		vec := s.blocks.vecs[c.val]
+		nchunks := uint32(0)
+		for ch := vec.head; ch != 0; ch = s.blocks.chunks[ch].next {
+			nchunks++
+		}
+		if vec.n == 0 || nchunks != (vec.n-1+chunkHolders-1)/chunkHolders {
+			return fmt.Errorf("block vector %d of %x: %d holders in %d chunks", c.val, c.key, vec.n, nchunks)
+		}
 		seen := make(map[uint32]bool)
-		prev := uint32(0)
-		for e := c.val; e != 0; e = s.blocks.ents[e].next {
-			ent := &s.blocks.ents[e]
-			if ent.hash != c.key {
-				return fmt.Errorf("block entry %d hash %x in list of %x", e, ent.hash, c.key)
+		for _, p := range s.blocks.appendHolders(nil, c.val) {
+			if p.rc == 0 {
+				return fmt.Errorf("hash %x holder slot %d has rc 0", c.key, p.slot)
 			}
-			if ent.prev != prev {
-				return fmt.Errorf("block entry %d prev %d, want %d", e, ent.prev, prev)
+			if seen[p.slot] {
+				return fmt.Errorf("hash %x has two holders for slot %d", c.key, p.slot)
 			}
-			if ent.rc == 0 {
-				return fmt.Errorf("block entry %d has rc 0", e)
+			seen[p.slot] = true
+			if int(p.slot) >= len(s.hot) || !s.hot[p.slot].live {
+				return fmt.Errorf("hash %x held by dead slot %d", c.key, p.slot)
 			}
-			if seen[ent.slot] {
-				return fmt.Errorf("hash %x has two entries for slot %d", c.key, ent.slot)
-			}
-			seen[ent.slot] = true
-			if int(ent.slot) >= len(s.slots) || !s.slots[ent.slot].live {
-				return fmt.Errorf("block entry %d on dead slot %d", e, ent.slot)
-			}
-			activeBy[ent.slot]++
-			reachable++
-			prev = e
+			activeBy[p.slot]++
+			pairs++
 		}
 	}
-	if reachable != s.blocks.live {
-		return fmt.Errorf("block index: %d reachable entries, %d live", reachable, s.blocks.live)
+	if pairs != s.blocks.live {
+		return fmt.Errorf("block index: %d holders, %d counted live", pairs, s.blocks.live)
 	}
-	freeEnts := 0
-	for e := s.blocks.free; e != 0; e = s.blocks.ents[e].next {
-		freeEnts++
-		if freeEnts > len(s.blocks.ents) {
-			return fmt.Errorf("block free list cycles")
+	usedChunks := 0
+	for _, c := range s.blocks.heads.cells {
+		if c.val != 0 {
+			for ch := s.blocks.vecs[c.val].head; ch != 0; ch = s.blocks.chunks[ch].next {
+				usedChunks++
+			}
 		}
 	}
-	if freeEnts+s.blocks.live != len(s.blocks.ents)-1 {
-		return fmt.Errorf("block entries: %d free + %d live != %d", freeEnts, s.blocks.live, len(s.blocks.ents)-1)
+	freeChunks := 0
+	for ch := s.blocks.free; ch != 0; ch = s.blocks.chunks[ch].next {
+		if freeChunks++; freeChunks > len(s.blocks.chunks) {
+			return fmt.Errorf("chunk free list cycles")
+		}
+	}
+	if usedChunks+freeChunks != len(s.blocks.chunks)-1 {
+		return fmt.Errorf("holder chunks: %d used + %d free != %d", usedChunks, freeChunks, len(s.blocks.chunks)-1)
+	}
+	if len(vecsUsed)+len(s.blocks.freeVecs) != len(s.blocks.vecs)-1 {
+		return fmt.Errorf("block vectors: %d used + %d free != %d", len(vecsUsed), len(s.blocks.freeVecs), len(s.blocks.vecs)-1)
 	}
 
 	// Requests.
@@ -79,26 +101,32 @@ func (s *Scheduler) CheckInvariants() error {
 		if s.q.ids.get(rq.id) != 0 {
 			return fmt.Errorf("request id %d both active and waiting", rq.id)
 		}
-		if int(rq.slot) >= len(s.slots) || !s.slots[rq.slot].live {
+		if int(rq.slot) >= len(s.hot) || !s.hot[rq.slot].live {
 			return fmt.Errorf("request id %d on dead slot %d", rq.id, rq.slot)
 		}
-		for _, e := range rq.refs {
-			if int(e) >= len(s.blocks.ents) || s.blocks.ents[e].rc == 0 || s.blocks.ents[e].slot != rq.slot {
-				return fmt.Errorf("request id %d holds bad block entry %d", rq.id, e)
-			}
-			rc[e]++
+		for _, h := range rq.hashes {
+			rc[holderKey{h, rq.slot}]++
 		}
 	}
 	if live != s.active || live != s.byID.len() {
 		return fmt.Errorf("%d live requests, active %d, indexed %d", live, s.active, s.byID.len())
 	}
-	for e, n := range rc {
-		if s.blocks.ents[e].rc != n {
-			return fmt.Errorf("block entry %d rc %d, %d references", e, s.blocks.ents[e].rc, n)
+	for k, n := range rc {
+		v := s.blocks.heads.get(k.hash)
+		var got uint32
+		if v != 0 {
+			for _, p := range s.blocks.appendHolders(nil, v) {
+				if p.slot == k.slot {
+					got = p.rc
+				}
+			}
+		}
+		if got != n {
+			return fmt.Errorf("hash %x on slot %d: rc %d, %d references", k.hash, k.slot, got, n)
 		}
 	}
 	if len(rc) != s.blocks.live {
-		return fmt.Errorf("%d referenced entries, %d live", len(rc), s.blocks.live)
+		return fmt.Errorf("%d referenced (hash, slot) pairs, %d live", len(rc), s.blocks.live)
 	}
 
 	// Expiry FIFO: every live request once, by start time.
@@ -116,9 +144,12 @@ func (s *Scheduler) CheckInvariants() error {
 	}
 
 	// Slots.
+	if len(s.touched) != 0 {
+		return fmt.Errorf("%d ranks left touched", len(s.touched))
+	}
 	for i := range s.slots {
-		sl := &s.slots[i]
-		if !sl.live {
+		h, sl := &s.hot[i], &s.slots[i]
+		if !h.live {
 			if activeBy[uint32(i)] != 0 {
 				return fmt.Errorf("dead slot %d holds blocks", i)
 			}
@@ -127,8 +158,8 @@ func (s *Scheduler) CheckInvariants() error {
 		if s.slotOf[sl.key] != uint32(i) {
 			return fmt.Errorf("slot %d key %v not indexed", i, sl.key)
 		}
-		if sl.active != activeBy[uint32(i)] {
-			return fmt.Errorf("slot %d (%v): active %d, index says %d", i, sl.key, sl.active, activeBy[uint32(i)])
+		if h.active != activeBy[uint32(i)] {
+			return fmt.Errorf("slot %d (%v): active %d, index says %d", i, sl.key, h.active, activeBy[uint32(i)])
 		}
 		nreq := 0
 		prev := uint32(0)
@@ -152,8 +183,8 @@ func (s *Scheduler) CheckInvariants() error {
 			sum += rq.pfTokens
 			prev = r
 		}
-		if sum != sl.pfSum || sl.pfTail != prev {
-			return fmt.Errorf("slot %d: prefill sum %d, listed %d", i, sl.pfSum, sum)
+		if sum != h.pfSum || sl.pfTail != prev {
+			return fmt.Errorf("slot %d: prefill sum %d, listed %d", i, h.pfSum, sum)
 		}
 		if h := sl.pfHead; h != 0 {
 			if sl.headTok != s.reqs[h].pfTokens || sl.headDur != s.reqs[h].pfDur {
@@ -162,9 +193,18 @@ func (s *Scheduler) CheckInvariants() error {
 		} else if sl.headTok != 0 || sl.headDur != 0 {
 			return fmt.Errorf("slot %d: prefill anchor without requests", i)
 		}
-		w := &s.workers[sl.worker]
-		if !w.live || w.id != sl.key.Worker || sl.multi != (len(w.ranks) > 1) {
+		if sc, want := s.scan[i], s.scanOf(uint32(i)); sc != want || sc.flags&fTouched != 0 {
+			return fmt.Errorf("slot %d: scan mirror %+v, want %+v", i, sc, want)
+		}
+		if h.decaying != (sl.headDur > 0) {
+			return fmt.Errorf("slot %d: decaying flag wrong", i)
+		}
+		w := &s.workers[h.worker]
+		if !w.live || w.id != sl.key.Worker || h.multi != (len(w.ranks) > 1) {
 			return fmt.Errorf("slot %d: worker link broken", i)
+		}
+		if h.usedBusy != (int64(min(sl.reported.UsedBlocks, math.MaxInt64)) > h.decLimit) {
+			return fmt.Errorf("slot %d: usedBusy flag stale", i)
 		}
 	}
 	pfCount := 0
@@ -191,7 +231,7 @@ func (s *Scheduler) CheckInvariants() error {
 			return fmt.Errorf("worker %d broken", id)
 		}
 		for _, r := range ws.ranks {
-			if !s.slots[r].live || s.slots[r].worker != w {
+			if !s.hot[r].live || s.hot[r].worker != w {
 				return fmt.Errorf("worker %d rank slot %d broken", id, r)
 			}
 		}

@@ -117,101 +117,202 @@ const (
 	costNone
 )
 
+// costInput is what the cost of one rank depends on besides the rank.
+type costInput struct {
+	mode    costMode
+	w       float64
+	isl, nb int64
+	gen     uint32
+}
+
+// pass is the state of one decision's scan over the ranks.
+type pass struct {
+	in         costInput
+	now        int64
+	restricted bool
+	argmin     bool
+	eligible   int
+	best       float64
+	ties       []uint32 // argmin: ranks at the best cost so far
+	cands      []uint32 // otherwise: every candidate, with its cost
+	costs      []float64
+	deferred   []uint32 // busy ranks of workers with several ranks
+}
+
+func (p *pass) add(i uint32, c float64) {
+	switch {
+	case !p.argmin:
+		p.cands = append(p.cands, i)
+		p.costs = append(p.costs, c)
+	case c < p.best:
+		p.best = c
+		p.ties = append(p.ties[:0], i)
+	case c == p.best:
+		p.ties = append(p.ties, i)
+	}
+}
+
+// consider is the general path for one live rank: decayed prefill, busy
+// state (marking its worker as having a free rank), eligibility, cost.
+func (s *Scheduler) consider(p *pass, i int) {
+	h := &s.hot[i]
+	pf := h.pfSum
+	if h.decaying {
+		pf = s.slots[i].decayed(pf, p.now)
+	}
+	busy := h.busy(pf)
+	if h.multi && !busy {
+		s.workers[h.worker].okGen = p.in.gen
+	}
+	if p.restricted && h.allowGen != p.in.gen {
+		return
+	}
+	p.eligible++
+	if busy {
+		if h.multi {
+			p.deferred = append(p.deferred, uint32(i))
+		}
+		return
+	}
+	p.add(uint32(i), s.cost(i, pf, &p.in))
+}
+
 // route picks a dp rank for r and books it, or reports why it cannot.
+//
+// One pass over the ranks finds the candidates (live, eligible, and not
+// busy, or busy but with another rank of their worker free) and their costs;
+// the argmin policies keep only the best cost and its ties. Unrestricted
+// argmin decisions read plain ranks from the compact slotScan mirror and
+// send the others through consider.
 func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate) (Decision, status) {
 	gen := s.nextGen()
+	defer s.untouch()
 	restricted := false
 	if r.Override.PinnedSet {
 		restricted = true
-		if i, ok := s.slotOf[r.Override.Pinned]; ok {
-			s.slots[i].allowGen = gen
+		if i, ok := s.lookup(r.Override.Pinned); ok {
+			s.hot[i].allowGen = gen
 		}
 	} else if len(r.Override.Allowed) > 0 {
 		restricted = true
 		for _, k := range r.Override.Allowed {
-			if i, ok := s.slotOf[k]; ok {
-				s.slots[i].allowGen = gen
+			if i, ok := s.lookup(k); ok {
+				s.hot[i].allowGen = gen
 			}
 		}
 	}
 	for j := range ov {
 		o := &ov[j]
-		i, ok := s.slotOf[o.Worker]
+		i, ok := s.lookup(o.Worker)
 		if !ok {
 			continue
 		}
+		s.hot[i].ovGen, s.hot[i].ovDev = gen, o.Device
 		sl := &s.slots[i]
-		sl.ovGen = gen
-		sl.ovDev, sl.ovHost, sl.ovDisk, sl.ovTree = o.Device, o.Host, o.Disk, o.TreeSize
+		sl.ovHost, sl.ovDisk, sl.ovTree = o.Host, o.Disk, o.TreeSize
+		s.touch(i)
 	}
 	s.countHeld(r.Blocks, gen)
+	cached := s.vecN
 
 	mode, w := s.costParams(r)
-	isl, nb := int64(r.ISL), int64(len(r.Blocks))
-	cands, costs, deferred := s.cands[:0], s.costs[:0], s.deferred[:0]
-	eligible := 0
-	for i := range s.slots {
-		sl := &s.slots[i]
-		if !sl.live {
-			continue
-		}
-		pf := sl.prefillAt(now)
-		busy := sl.busy(pf)
-		if !busy && sl.multi {
-			s.workers[sl.worker].okGen = gen
-		}
-		if restricted && sl.allowGen != gen {
-			continue
-		}
-		eligible++
-		if busy {
-			if sl.multi {
-				deferred = append(deferred, uint32(i))
+	p := pass{
+		in:         costInput{mode: mode, w: w, isl: int64(r.ISL), nb: int64(len(r.Blocks)), gen: gen},
+		now:        now,
+		restricted: restricted,
+		argmin:     s.cfg.Policy == PolicyLeastLoaded || (s.cfg.Policy == PolicyKV && s.temperature(r) <= 0),
+		best:       math.Inf(1),
+		ties:       s.ties[:0],
+		cands:      s.cands[:0],
+		costs:      s.costs[:0],
+		deferred:   s.deferred[:0],
+	}
+	if p.argmin && !restricted && mode == costDefault {
+		s.scanPlain(&p)
+	} else {
+		for i := range s.hot {
+			if s.hot[i].live {
+				s.consider(&p, i)
 			}
-			continue
 		}
-		cands = append(cands, uint32(i))
-		costs = append(costs, s.cost(sl, mode, w, pf, isl, nb, gen))
 	}
 	// A busy rank stays a candidate while another rank of its worker is not.
-	for _, i := range deferred {
-		sl := &s.slots[i]
-		if s.workers[sl.worker].okGen == gen {
-			cands = append(cands, i)
-			costs = append(costs, s.cost(sl, mode, w, sl.prefillAt(now), isl, nb, gen))
+	for _, i := range p.deferred {
+		if s.workers[s.hot[i].worker].okGen == gen {
+			p.add(i, s.cost(int(i), s.prefillAt(int(i), now), &p.in))
 		}
 	}
-	s.cands, s.costs, s.deferred = cands, costs, deferred
-	if len(cands) == 0 {
-		if exp != nil {
-			s.explain(exp, r, now, gen, restricted, -1)
-		}
-		if eligible == 0 {
+	s.ties, s.cands, s.costs, s.deferred = p.ties, p.cands, p.costs, p.deferred
+
+	chosen, cost := -1, 0.0
+	switch {
+	case p.argmin && len(p.ties) > 0:
+		chosen, cost = s.breakTie(p.ties, s.cfg.Policy == PolicyKV, gen), p.best
+	case !p.argmin && len(p.cands) > 0:
+		k := s.choose(r, p.cands, p.costs)
+		chosen, cost = int(p.cands[k]), p.costs[k]
+	}
+	if exp != nil {
+		s.explain(exp, now, &p.in, restricted, chosen)
+	}
+	if chosen < 0 {
+		if p.eligible == 0 {
 			return Decision{}, stNoWorkers
 		}
 		return Decision{}, stBusy
 	}
 
-	k := s.choose(r, cands, costs, gen)
-	i := cands[k]
-	if exp != nil {
-		s.explain(exp, r, now, gen, restricted, int(i))
-	}
-	sl := &s.slots[i]
+	i := uint32(chosen)
 	var overlap uint32
-	if sl.ovGen == gen {
-		overlap = sl.ovDev
+	if s.hot[i].ovGen == gen {
+		overlap = s.hot[i].ovDev
 	}
-	eff := min(max(0, isl-int64(overlap)*s.bs), math.MaxUint32)
+	eff := min(max(0, p.in.isl-int64(overlap)*s.bs), math.MaxUint32)
 	hint := PrefillLoadHint{InitialEffectiveTokens: uint32(eff), ExpectedDuration: r.ExpectedPrefill}
-	s.book(r.ID, i, r.Blocks, r.ISL, overlap, hint, now)
-	sl.decisions++
+	s.book(r.ID, i, r.Blocks, r.ISL, overlap, hint, now, cached)
+	s.slots[i].decisions++
 	s.stats.Decisions++
-	cost := costs[k]
 	if mode == costNone {
 		cost = 0
 	}
-	return Decision{ID: r.ID, Outcome: Routed, Worker: sl.key, Overlap: overlap, Cost: cost, PrefillTokens: uint32(eff)}, stRouted
+	return Decision{ID: r.ID, Outcome: Routed, Worker: s.slots[i].key, Overlap: overlap, Cost: cost, PrefillTokens: uint32(eff)}, stRouted
+}
+
+// scanPlain is the argmin scan of an unrestricted request under the default
+// cost: for a plain rank the cost is w × (pf + isl) / block size + active +
+// blocks, computed from the 12-byte mirror; other live ranks go through
+// consider. It is the hot loop at large fleet sizes (BenchmarkDecide).
+func (s *Scheduler) scanPlain(p *pass) {
+	w, isl, nb, invBS := p.in.w, p.in.isl, p.in.nb, s.invBS
+	best, ties := p.best, p.ties
+	for i := range s.scan {
+		sc := &s.scan[i]
+		if f := sc.flags; f != fLive {
+			if f&fLive == 0 || f&(fBusy|fSlow) == fBusy {
+				continue // dead, or busy as the only rank of its worker
+			}
+			p.best, p.ties = best, ties
+			s.consider(p, i)
+			best, ties = p.best, p.ties
+			continue
+		}
+		c := w*float64(int64(sc.pf)+isl)*invBS + float64(int64(sc.active)+nb)
+		if c < best {
+			best = c
+			ties = append(ties[:0], uint32(i))
+		} else if c == best {
+			ties = append(ties, uint32(i))
+		}
+	}
+	p.best, p.ties = best, ties
+	p.eligible = len(s.slotOf)
+}
+
+func (s *Scheduler) temperature(r *Request) float64 {
+	if r.Override.TemperatureSet {
+		return r.Override.Temperature
+	}
+	return s.cfg.Temperature
 }
 
 func (s *Scheduler) costParams(r *Request) (costMode, float64) {
@@ -235,50 +336,70 @@ func (s *Scheduler) costParams(r *Request) (costMode, float64) {
 	return costDefault, w
 }
 
-// terms returns the cost's prefill and decode terms for a request on sl
-// (raw prefill blocks in the credit form).
-func (s *Scheduler) terms(sl *slotState, mode costMode, pf, isl, nb int64, gen uint32) (prefill, decode float64) {
+// terms returns the cost's prefill and decode terms for the request on rank
+// i with pf active prefill tokens (raw prefill blocks in the credit form).
+func (s *Scheduler) terms(i int, pf int64, in *costInput, credit bool) (prefill, decode float64) {
+	h := &s.hot[i]
 	var held int64
-	if sl.heldGen == gen {
-		held = int64(sl.held)
+	if v := s.held[i]; uint32(v>>32) == in.gen {
+		held = int64(uint32(v))
 	}
-	decode = float64(sl.active + nb - held)
-	if mode == costCredit {
-		return float64(pf+isl) * s.invBS, decode
+	decode = float64(h.active + in.nb - held)
+	if credit {
+		return float64(pf+in.isl) * s.invBS, decode
 	}
 	var ov int64
-	if sl.ovGen == gen {
-		ov = int64(sl.ovDev)
+	if h.ovGen == in.gen {
+		ov = int64(h.ovDev)
 	}
-	return float64(pf+max(0, isl-ov*s.bs)) * s.invBS, decode
+	return float64(pf+max(0, in.isl-ov*s.bs)) * s.invBS, decode
 }
 
-func (s *Scheduler) cost(sl *slotState, mode costMode, w float64, pf, isl, nb int64, gen uint32) float64 {
-	switch mode {
+func (s *Scheduler) cost(i int, pf int64, in *costInput) float64 {
+	switch in.mode {
+	case costDefault:
+		prefill, decode := s.terms(i, pf, in, false)
+		return in.w*prefill + decode
 	case costLeast:
-		return float64(sl.active) + float64(pf)*s.invBS
+		return float64(s.hot[i].active) + float64(pf)*s.invBS
 	case costNone:
 		return 0
 	}
-	prefill, decode := s.terms(sl, mode, pf, isl, nb, gen)
-	if mode == costCredit {
-		var credit float64
-		if sl.ovGen == gen {
-			credit = s.cfg.OverlapCredit*float64(sl.ovDev) + s.cfg.HostHitWeight*float64(sl.ovHost) + s.cfg.DiskHitWeight*float64(sl.ovDisk)
-		}
-		return w*max(0, prefill-credit) + decode
+	prefill, decode := s.terms(i, pf, in, true)
+	var credit float64
+	if s.hot[i].ovGen == in.gen {
+		sl := &s.slots[i]
+		credit = s.cfg.OverlapCredit*float64(s.hot[i].ovDev) + s.cfg.HostHitWeight*float64(sl.ovHost) + s.cfg.DiskHitWeight*float64(sl.ovDisk)
 	}
-	return w*prefill + decode
+	return in.w*max(0, prefill-credit) + decode
 }
 
-// choose returns the index in cands of the chosen rank.
-func (s *Scheduler) choose(r *Request, cands []uint32, costs []float64, gen uint32) int {
-	if len(cands) == 1 {
-		if s.cfg.Policy == PolicyRoundRobin {
-			s.rrLast = int(cands[0])
+// breakTie picks among ranks of equal lowest cost: the smallest tree
+// (byTree), then a seeded random one.
+func (s *Scheduler) breakTie(ties []uint32, byTree bool, gen uint32) int {
+	if len(ties) > 1 && byTree {
+		minTree := uint32(math.MaxUint32)
+		for _, i := range ties {
+			minTree = min(minTree, s.treeOf(i, gen))
 		}
-		return 0
+		n := 0
+		for _, i := range ties {
+			if s.treeOf(i, gen) == minTree {
+				ties[n] = i
+				n++
+			}
+		}
+		ties = ties[:n]
 	}
+	if len(ties) == 1 {
+		return int(ties[0])
+	}
+	return int(ties[s.rng.IntN(len(ties))])
+}
+
+// choose returns the index in cands of the rank chosen by round-robin,
+// random or temperature sampling.
+func (s *Scheduler) choose(r *Request, cands []uint32, costs []float64) int {
 	switch s.cfg.Policy {
 	case PolicyRandom:
 		return s.rng.IntN(len(cands))
@@ -297,64 +418,23 @@ func (s *Scheduler) choose(r *Request, cands []uint32, costs []float64, gen uint
 		}
 		s.rrLast = int(cands[next])
 		return next
-	case PolicyLeastLoaded:
-		return s.argmin(costs, false, cands, gen)
 	}
-	t := s.cfg.Temperature
-	if r.Override.TemperatureSet {
-		t = r.Override.Temperature
-	}
-	if t > 0 {
-		return s.softmax(costs, t)
-	}
-	return s.argmin(costs, true, cands, gen)
-}
-
-// argmin returns the lowest cost; ties go to the smallest tree (byTree),
-// then to a seeded random pick.
-func (s *Scheduler) argmin(costs []float64, byTree bool, cands []uint32, gen uint32) int {
-	best := math.Inf(1)
-	ties := s.ties[:0]
-	for k, c := range costs {
-		if c < best {
-			best = c
-			ties = append(ties[:0], uint32(k))
-		} else if c == best {
-			ties = append(ties, uint32(k))
-		}
-	}
-	if len(ties) > 1 && byTree {
-		minTree := uint32(math.MaxUint32)
-		for _, k := range ties {
-			minTree = min(minTree, s.treeOf(cands[k], gen))
-		}
-		n := 0
-		for _, k := range ties {
-			if s.treeOf(cands[k], gen) == minTree {
-				ties[n] = k
-				n++
-			}
-		}
-		ties = ties[:n]
-	}
-	s.ties = ties
-	if len(ties) == 1 {
-		return int(ties[0])
-	}
-	return int(ties[s.rng.IntN(len(ties))])
+	return s.softmax(costs, s.temperature(r))
 }
 
 func (s *Scheduler) treeOf(i uint32, gen uint32) uint32 {
-	sl := &s.slots[i]
-	if sl.ovGen == gen {
-		return sl.ovTree
+	if s.hot[i].ovGen == gen {
+		return s.slots[i].ovTree
 	}
-	return sl.treeSize
+	return s.slots[i].treeSize
 }
 
 // softmax samples an index with probability ∝ exp(−(cost − min) / range / t).
 // Equal costs are uniform.
 func (s *Scheduler) softmax(costs []float64, t float64) int {
+	if len(costs) == 1 {
+		return 0
+	}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, c := range costs {
 		lo = min(lo, c)
@@ -380,35 +460,26 @@ func (s *Scheduler) softmax(costs []float64, t float64) int {
 }
 
 // explain appends every live rank's terms, before the chosen one is booked.
-func (s *Scheduler) explain(dst *[]Candidate, r *Request, now int64, gen uint32, restricted bool, chosen int) {
-	mode, w := s.costParams(r)
-	isl, nb := int64(r.ISL), int64(len(r.Blocks))
-	for i := range s.slots {
-		sl := &s.slots[i]
-		if !sl.live {
+func (s *Scheduler) explain(dst *[]Candidate, now int64, in *costInput, restricted bool, chosen int) {
+	gen := in.gen
+	for i := range s.hot {
+		h, sl := &s.hot[i], &s.slots[i]
+		if !h.live {
 			continue
 		}
-		pf := sl.prefillAt(now)
-		busy := sl.busy(pf)
-		c := Candidate{Worker: sl.key, ActiveBlocks: sl.active, PrefillTokens: pf, TreeSize: s.treeOf(uint32(i), gen), Busy: busy, Chosen: i == chosen}
-		if sl.ovGen == gen {
-			c.Overlap, c.Host, c.Disk = sl.ovDev, sl.ovHost, sl.ovDisk
+		pf := s.prefillAt(i, now)
+		busy := h.busy(pf)
+		c := Candidate{Worker: sl.key, ActiveBlocks: h.active, PrefillTokens: pf, TreeSize: s.treeOf(uint32(i), gen), Busy: busy, Chosen: i == chosen}
+		if h.ovGen == gen {
+			c.Overlap, c.Host, c.Disk = h.ovDev, sl.ovHost, sl.ovDisk
 		}
-		if sl.heldGen == gen {
-			c.NewBlocks = uint32(nb) - sl.held
-		} else {
-			c.NewBlocks = uint32(nb)
-		}
-		pm := mode
-		if pm == costLeast || pm == costNone {
-			pm = costDefault
-		}
-		c.PrefillBlocks, c.DecodeBlocks = s.terms(sl, pm, pf, isl, nb, gen)
-		c.Cost = s.cost(sl, mode, w, pf, isl, nb, gen)
+		c.NewBlocks = uint32(in.nb) - s.heldOf(i, gen)
+		c.PrefillBlocks, c.DecodeBlocks = s.terms(i, pf, in, in.mode == costCredit)
+		c.Cost = s.cost(i, pf, in)
 		switch {
-		case restricted && sl.allowGen != gen:
+		case restricted && h.allowGen != gen:
 			c.Excluded = ExcludedNotAllowed
-		case busy && (!sl.multi || s.workers[sl.worker].okGen != gen):
+		case busy && (!h.multi || s.workers[h.worker].okGen != gen):
 			c.Excluded = ExcludedBusy
 		}
 		*dst = append(*dst, c)

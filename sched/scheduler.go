@@ -28,9 +28,17 @@ type Scheduler struct {
 	gen    uint32
 	rrLast int // slot chosen last by round-robin, -1 none
 
+	// Dp ranks ("slots") in three parallel arrays: hot holds what every
+	// decision reads for every rank (one cache line each), held the
+	// per-decision count of a request's blocks active there, slots the rest.
+	scan      []slotScan
+	hot       []slotHot
+	held      []uint64 // gen<<32 | count
+	touched   []uint32 // ranks marked fTouched in the current decision
 	slots     []slotState
 	freeSlots []uint32
 	slotOf    map[wire.WorkerKey]uint32
+	fastSlot  u64map // mixKey(key) → slot+1, checked against the key; slotOf on a miss
 	workers   []workerState
 	workerOf  map[uint64]uint32
 	freeWorks []uint32
@@ -56,26 +64,54 @@ type Scheduler struct {
 	costs    []float64
 	deferred []uint32
 	ties     []uint32
+	vecCache []uint32 // block vectors found by countHeld, by block position
+	vecN     int      // how many of vecCache are valid for the current decision
 }
 
-// slotState is one dp rank. Pointer-free except for nothing: it is scanned
-// once per decision, so it is kept compact and contiguous.
-type slotState struct {
-	key    wire.WorkerKey
-	worker uint32 // index into workers
-	live   bool
-	multi  bool // its worker has more than one rank
+// slotScan mirrors the little of a dp rank that the common decision reads
+// for every rank: 12 bytes, so 7,000 ranks stay within a core's L2 cache.
+// A rank is "plain" when flags == fLive: live, not busy, not decaying, the
+// only rank of its worker, loads below 2^32 and not touched by the current
+// request (no overlap, none of its blocks active there). The cost of a plain
+// rank depends only on active and pf; every other live rank goes through the
+// general path (Scheduler.consider).
+type slotScan struct {
+	active uint32 // = slotHot.active unless fSlow
+	pf     uint32 // = slotHot.pfSum unless fSlow
+	flags  uint32
+}
 
+const (
+	fLive    = 1 << iota
+	fBusy    // over a threshold (meaningful when not fSlow)
+	fSlow    // decaying, one of several ranks, or loads ≥ 2^32
+	fTouched // the current request has an overlap or active blocks here
+)
+
+// slotHot is the authoritative load of a dp rank and the per-decision
+// fields the general path reads. Pointer-free.
+type slotHot struct {
+	active   int64 // distinct active blocks
+	pfSum    int64 // initial effective prefill tokens of requests in prefill
+	decLimit int64 // busy when active (or reported used) > decLimit
+	pfLimit  int64 // busy when prefill tokens > pfLimit
+	worker   uint32
+	ovGen    uint32 // ovDev (and the cold overlap fields) valid when == gen
+	ovDev    uint32
+	allowGen uint32 // eligible for a restricted request when == gen
+	live     bool
+	multi    bool // its worker has more than one rank
+	usedBusy bool // the reported used blocks exceed decLimit
+	decaying bool // the oldest prefill has an expected duration
+}
+
+// slotState is the rest of a dp rank.
+type slotState struct {
+	key      wire.WorkerKey
 	capacity Capacity
 	reported Load
 	treeSize uint32
-	// decLimit and pfLimit are the busy thresholds in blocks and tokens:
-	// busy when max(active, used) > decLimit or prefill > pfLimit.
-	decLimit int64
-	pfLimit  int64
 
-	active int64 // distinct active blocks
-	pfSum  int64 // initial effective prefill tokens of requests in prefill
 	pfHead uint32
 	pfTail uint32
 	// The oldest request in prefill decays from pfSince (when it became the
@@ -88,10 +124,7 @@ type slotState struct {
 	nreq      int
 	decisions uint64
 
-	// Per-decision scratch, valid when the matching gen equals Scheduler.gen.
-	ovGen, heldGen, allowGen uint32
-	ovDev, ovHost, ovDisk    uint32
-	ovTree, held             uint32
+	ovHost, ovDisk, ovTree uint32 // with slotHot.ovGen
 }
 
 type workerState struct {
@@ -117,7 +150,7 @@ type request struct {
 	exNext   uint32
 	slPrev   uint32
 	slNext   uint32
-	refs     []uint32 // block entries held
+	hashes   []uint64 // blocks booked (random ones without KV reuse)
 	nextFree uint32
 }
 
@@ -163,7 +196,7 @@ var ErrDuplicate = errors.New("sched: duplicate request id")
 func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 	if i, ok := s.slotOf[key]; ok {
 		s.slots[i].capacity = c
-		s.setLimits(&s.slots[i])
+		s.setLimits(i)
 		return
 	}
 	w, ok := s.workerOf[key.Worker]
@@ -184,39 +217,90 @@ func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 		i = s.freeSlots[n-1]
 		s.freeSlots = s.freeSlots[:n-1]
 	} else {
+		s.scan = append(s.scan, slotScan{})
+		s.hot = append(s.hot, slotHot{})
+		s.held = append(s.held, 0)
 		s.slots = append(s.slots, slotState{})
 		i = uint32(len(s.slots) - 1)
 	}
-	s.slots[i] = slotState{key: key, worker: w, live: true, capacity: c}
-	s.setLimits(&s.slots[i])
+	s.hot[i] = slotHot{worker: w, live: true}
+	s.held[i] = 0
+	s.slots[i] = slotState{key: key, capacity: c}
+	s.setLimits(i)
 	s.slotOf[key] = i
+	if s.fastSlot.get(mixKey(key)) == 0 {
+		s.fastSlot.set(mixKey(key), i+1)
+	}
 	ws := &s.workers[w]
 	ws.ranks = append(ws.ranks, i)
-	multi := len(ws.ranks) > 1
-	for _, r := range ws.ranks {
-		s.slots[r].multi = multi
-	}
+	s.setMulti(ws)
 	if n := len(s.slots); cap(s.cands) < n {
 		s.cands = make([]uint32, 0, 2*n)
 		s.costs = make([]float64, 0, 2*n)
 		s.deferred = make([]uint32, 0, 2*n)
 		s.ties = make([]uint32, 0, 2*n)
+		s.touched = make([]uint32, 0, 2*n)
 	}
 	s.checkInvariants()
 }
 
-func (s *Scheduler) setLimits(sl *slotState) {
-	sl.decLimit = math.MaxInt64
-	if f := s.cfg.BusyDecodeFrac; f > 0 && sl.capacity.TotalBlocks > 0 {
-		sl.decLimit = floorLimit(f * float64(sl.capacity.TotalBlocks))
+func (s *Scheduler) setMulti(ws *workerState) {
+	multi := len(ws.ranks) > 1
+	for _, r := range ws.ranks {
+		s.hot[r].multi = multi
+		s.sync(r)
 	}
-	sl.pfLimit = math.MaxInt64
+}
+
+// sync refreshes rank i's slotScan after its load, limits or flags changed.
+func (s *Scheduler) sync(i uint32) { s.scan[i] = s.scanOf(i) }
+
+func (s *Scheduler) scanOf(i uint32) slotScan {
+	h := &s.hot[i]
+	if !h.live {
+		return slotScan{}
+	}
+	f := uint32(fLive) | s.scan[i].flags&fTouched
+	if h.decaying || h.multi || h.active > math.MaxUint32 || h.pfSum > math.MaxUint32 {
+		f |= fSlow
+	}
+	if h.busy(h.pfSum) {
+		f |= fBusy
+	}
+	return slotScan{active: uint32(min(h.active, math.MaxUint32)), pf: uint32(min(h.pfSum, math.MaxUint32)), flags: f}
+}
+
+// touch marks rank i as touched by the current request (gen): it leaves the
+// plain fast path. untouch clears the marks.
+func (s *Scheduler) touch(i uint32) {
+	if s.scan[i].flags&fTouched == 0 {
+		s.scan[i].flags |= fTouched
+		s.touched = append(s.touched, i)
+	}
+}
+
+func (s *Scheduler) untouch() {
+	for _, i := range s.touched {
+		s.scan[i].flags &^= fTouched
+	}
+	s.touched = s.touched[:0]
+}
+
+func (s *Scheduler) setLimits(i uint32) {
+	h, sl := &s.hot[i], &s.slots[i]
+	h.decLimit = math.MaxInt64
+	if f := s.cfg.BusyDecodeFrac; f > 0 && sl.capacity.TotalBlocks > 0 {
+		h.decLimit = floorLimit(f * float64(sl.capacity.TotalBlocks))
+	}
+	h.pfLimit = math.MaxInt64
 	if t := s.cfg.BusyPrefillTokens; t > 0 {
-		sl.pfLimit = t
+		h.pfLimit = t
 	}
 	if f := s.cfg.BusyPrefillFrac; f > 0 && sl.capacity.MaxBatchedTokens > 0 {
-		sl.pfLimit = min(sl.pfLimit, floorLimit(f*float64(sl.capacity.MaxBatchedTokens)))
+		h.pfLimit = min(h.pfLimit, floorLimit(f*float64(sl.capacity.MaxBatchedTokens)))
 	}
+	h.usedBusy = int64(min(sl.reported.UsedBlocks, math.MaxInt64)) > h.decLimit
+	s.sync(i)
 }
 
 // floorLimit turns "value > x" for integer values into "value > floor(x)".
@@ -251,12 +335,11 @@ func (s *Scheduler) RemoveRank(key wire.WorkerKey, now int64) bool {
 	if !ok {
 		return false
 	}
-	sl := &s.slots[i]
-	for sl.reqHead != 0 {
-		s.freeReq(sl.reqHead, now)
+	for s.slots[i].reqHead != 0 {
+		s.freeReq(s.slots[i].reqHead, now)
 		s.stats.Dropped++
 	}
-	w := sl.worker
+	w := s.hot[i].worker
 	ws := &s.workers[w]
 	for j, r := range ws.ranks {
 		if r == i {
@@ -264,17 +347,19 @@ func (s *Scheduler) RemoveRank(key wire.WorkerKey, now int64) bool {
 			break
 		}
 	}
-	multi := len(ws.ranks) > 1
-	for _, r := range ws.ranks {
-		s.slots[r].multi = multi
-	}
+	s.setMulti(ws)
 	if len(ws.ranks) == 0 {
 		ws.live = false
 		delete(s.workerOf, ws.id)
 		s.freeWorks = append(s.freeWorks, w)
 	}
 	delete(s.slotOf, key)
-	*sl = slotState{}
+	if s.fastSlot.get(mixKey(key)) == i+1 {
+		s.fastSlot.del(mixKey(key))
+	}
+	s.hot[i] = slotHot{}
+	s.scan[i] = slotScan{}
+	s.slots[i] = slotState{}
 	s.freeSlots = append(s.freeSlots, i)
 	if s.rrLast == int(i) {
 		s.rrLast = -1
@@ -282,6 +367,22 @@ func (s *Scheduler) RemoveRank(key wire.WorkerKey, now int64) bool {
 	s.drain(now)
 	s.checkInvariants()
 	return true
+}
+
+// mixKey folds a worker key into 64 bits for fastSlot. Distinct keys can
+// collide; lookup verifies and falls back to the map.
+func mixKey(k wire.WorkerKey) uint64 {
+	return k.Worker ^ (uint64(k.Dp)+1)*0xbf58476d1ce4e5b9
+}
+
+// lookup returns the slot of a dp rank. Decisions look up every overlap's
+// key; the pointer-free table avoids hashing the 12-byte key in a Go map.
+func (s *Scheduler) lookup(k wire.WorkerKey) (uint32, bool) {
+	if v := s.fastSlot.get(mixKey(k)); v != 0 && s.slots[v-1].key == k {
+		return v - 1, true
+	}
+	i, ok := s.slotOf[k]
+	return i, ok
 }
 
 // ReportLoad records a dp rank's reported load (used KV blocks count toward
@@ -293,6 +394,7 @@ func (s *Scheduler) ReportLoad(key wire.WorkerKey, l Load, now int64) error {
 		return ErrUnknownWorker
 	}
 	s.slots[i].reported = l
+	s.setLimits(i)
 	s.drain(now)
 	s.checkInvariants()
 	return nil
@@ -312,25 +414,30 @@ func (s *Scheduler) SetTreeSize(key wire.WorkerKey, blocks uint32) error {
 // Workers returns the number of dp ranks in the table.
 func (s *Scheduler) Workers() int { return len(s.slotOf) }
 
-// prefillAt is the slot's active prefill tokens at now: the sum of the
+// prefillAt is rank i's active prefill tokens at now: the sum of the
 // requests in prefill, with the oldest one's share decayed linearly over its
 // expected duration since it became the oldest.
-func (sl *slotState) prefillAt(now int64) int64 {
-	if sl.headDur <= 0 {
-		return sl.pfSum
+func (s *Scheduler) prefillAt(i int, now int64) int64 {
+	h := &s.hot[i]
+	if !h.decaying {
+		return h.pfSum
 	}
-	elapsed := now - sl.pfSince
-	if elapsed <= 0 {
-		return sl.pfSum
-	}
-	if elapsed >= sl.headDur {
-		return sl.pfSum - sl.headTok
-	}
-	return sl.pfSum - sl.headTok + ceilMulDiv(sl.headTok, sl.headDur-elapsed, sl.headDur)
+	return s.slots[i].decayed(h.pfSum, now)
 }
 
-func (sl *slotState) busy(pf int64) bool {
-	return max(sl.active, int64(min(sl.reported.UsedBlocks, math.MaxInt64))) > sl.decLimit || pf > sl.pfLimit
+func (sl *slotState) decayed(sum, now int64) int64 {
+	elapsed := now - sl.pfSince
+	if elapsed <= 0 {
+		return sum
+	}
+	if elapsed >= sl.headDur {
+		return sum - sl.headTok
+	}
+	return sum - sl.headTok + ceilMulDiv(sl.headTok, sl.headDur-elapsed, sl.headDur)
+}
+
+func (h *slotHot) busy(pf int64) bool {
+	return h.active > h.decLimit || h.usedBusy || pf > h.pfLimit
 }
 
 // Throttled reports whether now falls in the rejection window opened by the
@@ -392,32 +499,30 @@ func (s *Scheduler) Stats() Stats {
 func (s *Scheduler) AppendLoads(dst []WorkerLoad, blocks []wire.SeqHash, now int64) []WorkerLoad {
 	gen := s.nextGen()
 	s.countHeld(blocks, gen)
-	for i := range s.slots {
-		sl := &s.slots[i]
-		if sl.live && !sl.busy(sl.prefillAt(now)) {
-			s.workers[sl.worker].okGen = gen
+	s.untouch()
+	for i := range s.hot {
+		h := &s.hot[i]
+		if h.live && !h.busy(s.prefillAt(i, now)) {
+			s.workers[h.worker].okGen = gen
 		}
 	}
-	for i := range s.slots {
-		sl := &s.slots[i]
-		if !sl.live {
+	for i := range s.hot {
+		h, sl := &s.hot[i], &s.slots[i]
+		if !h.live {
 			continue
 		}
-		pf := sl.prefillAt(now)
-		var held uint32
-		if sl.heldGen == gen {
-			held = sl.held
-		}
+		pf := s.prefillAt(i, now)
+		held := s.heldOf(i, gen)
 		dst = append(dst, WorkerLoad{
 			Worker:        sl.key,
 			Capacity:      sl.capacity,
 			Reported:      sl.reported,
-			ActiveBlocks:  sl.active,
+			ActiveBlocks:  h.active,
 			PrefillTokens: pf,
 			HeldBlocks:    held,
 			NewBlocks:     uint32(len(blocks)) - held,
-			Busy:          sl.busy(pf),
-			WorkerBusy:    s.workers[sl.worker].okGen != gen,
+			Busy:          h.busy(pf),
+			WorkerBusy:    s.workers[h.worker].okGen != gen,
 			Requests:      sl.nreq,
 			Decisions:     sl.decisions,
 			TreeSize:      sl.treeSize,
@@ -426,41 +531,68 @@ func (s *Scheduler) AppendLoads(dst []WorkerLoad, blocks []wire.SeqHash, now int
 	return dst
 }
 
+func (s *Scheduler) heldOf(i int, gen uint32) uint32 {
+	if v := s.held[i]; uint32(v>>32) == gen {
+		return uint32(v)
+	}
+	return 0
+}
+
 func (s *Scheduler) nextGen() uint32 {
 	s.gen++
 	if s.gen == 0 {
-		for i := range s.slots {
-			sl := &s.slots[i]
-			sl.ovGen, sl.heldGen, sl.allowGen = 0, 0, 0
+		for i := range s.hot {
+			s.hot[i].ovGen, s.hot[i].allowGen = 0, 0
+			s.held[i] = 0
 		}
 		for i := range s.workers {
 			s.workers[i].okGen = 0
 		}
 		s.gen = 1
 	}
+	s.vecN = 0
 	return s.gen
 }
 
-// countHeld sets slot.held (under gen) to how many of blocks each slot has
-// active. Blocks are chained sequence hashes, so the first hash no slot holds
-// ends the walk.
+// countHeld sets the held count (under gen) of every rank to how many of
+// blocks it has active, and caches the blocks' vectors for booking. Blocks
+// are chained sequence hashes, so the first hash no rank holds ends the walk.
 func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 	if !s.cfg.AssumeKVReuse {
 		return
 	}
-	for _, h := range blocks {
-		e := s.blocks.heads.get(uint64(h))
-		if e == 0 {
+	g := uint64(gen) << 32
+	for j, h := range blocks {
+		v := s.blocks.heads.get(uint64(h))
+		if v == 0 {
 			return
 		}
-		for ; e != 0; e = s.blocks.ents[e].next {
-			sl := &s.slots[s.blocks.ents[e].slot]
-			if sl.heldGen != gen {
-				sl.heldGen = gen
-				sl.held = 0
-			}
-			sl.held++
+		if j < cap(s.vecCache) {
+			s.vecCache = s.vecCache[:j+1]
+			s.vecCache[j] = v
+			s.vecN = j + 1
 		}
+		vec := &s.blocks.vecs[v]
+		s.holdOne(vec.first.slot, g)
+		left := vec.n - 1
+		for c := vec.head; left > 0; c = s.blocks.chunks[c].next {
+			hs := &s.blocks.chunks[c].hs
+			k := min(left, chunkHolders)
+			for _, p := range hs[:k] {
+				s.holdOne(p.slot, g)
+			}
+			left -= k
+		}
+	}
+}
+
+// holdOne counts one more held block on slot under the generation g<<32.
+func (s *Scheduler) holdOne(slot uint32, g uint64) {
+	if c := s.held[slot]; c&^0xffffffff == g {
+		s.held[slot] = c + 1
+	} else {
+		s.held[slot] = g | 1
+		s.touch(slot)
 	}
 }
 

@@ -21,15 +21,16 @@ func (s *Scheduler) AddRequest(id uint64, worker wire.WorkerKey, blocks []wire.S
 	if !ok {
 		return ErrUnknownWorker
 	}
-	s.book(id, i, blocks, isl, overlap, hint, now)
+	s.book(id, i, blocks, isl, overlap, hint, now, 0)
 	s.checkInvariants()
 	return nil
 }
 
 // book makes a request active on slot i. It does not allocate once the
 // request table, its block lists and the block index have grown to the
-// steady-state working set.
-func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overlap uint32, hint PrefillLoadHint, now int64) {
+// steady-state working set. The first cached blocks' vectors were looked up
+// by countHeld in the same decision (s.vecCache), saving a lookup each.
+func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overlap uint32, hint PrefillLoadHint, now int64, cached int) {
 	r := s.freeReqs
 	if r != 0 {
 		s.freeReqs = s.reqs[r].nextFree
@@ -38,22 +39,31 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		r = uint32(len(s.reqs) - 1)
 	}
 	rq := &s.reqs[r]
-	refs := rq.refs[:0]
+	hashes := rq.hashes[:0]
 	*rq = request{id: id, slot: i, isl: isl, overlap: overlap, start: now, live: true}
-	sl := &s.slots[i]
+	h, sl := &s.hot[i], &s.slots[i]
 	reuse := s.cfg.AssumeKVReuse
-	for _, h := range blocks {
-		hash := uint64(h)
-		if !reuse {
+	for j, b := range blocks {
+		hash := uint64(b)
+		var v uint32
+		switch {
+		case !reuse:
 			hash = s.rng.Uint64()
+			v = s.blocks.vec(hash)
+		case j < cached:
+			v = s.vecCache[j]
+		default:
+			v = s.blocks.vec(hash)
 		}
-		e, added := s.blocks.acquire(hash, i)
-		if added {
-			sl.active++
+		if s.blocks.acquire(v, i) {
+			h.active++
 		}
-		refs = append(refs, e)
+		hashes = append(hashes, hash)
 	}
-	rq.refs = refs
+	rq.hashes = hashes
+	if len(blocks) > cap(s.vecCache) {
+		s.vecCache = make([]uint32, 0, 2*len(blocks))
+	}
 	s.byID.set(id, r)
 
 	// Per-slot list, for removal of the rank.
@@ -78,18 +88,29 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		rq.inPf = true
 		rq.pfTokens = int64(hint.InitialEffectiveTokens)
 		rq.pfDur = durNanos(hint.ExpectedDuration)
-		sl.pfSum += rq.pfTokens
+		h.pfSum += rq.pfTokens
 		rq.pfPrev = sl.pfTail
 		if sl.pfTail != 0 {
 			s.reqs[sl.pfTail].pfNext = r
 		} else {
 			sl.pfHead = r
-			sl.pfSince = now
-			sl.headTok = rq.pfTokens
-			sl.headDur = rq.pfDur
+			s.setHead(i, r, now)
 		}
 		sl.pfTail = r
 	}
+	s.sync(i)
+}
+
+// setHead makes request r (0: none) the oldest in prefill on slot i, decaying
+// from now.
+func (s *Scheduler) setHead(i, r uint32, now int64) {
+	sl := &s.slots[i]
+	if r == 0 {
+		sl.pfSince, sl.headTok, sl.headDur = 0, 0, 0
+	} else {
+		sl.pfSince, sl.headTok, sl.headDur = now, s.reqs[r].pfTokens, s.reqs[r].pfDur
+	}
+	s.hot[i].decaying = sl.headDur > 0
 }
 
 // MarkPrefillCompleted removes a request's prefill load (its first token has
@@ -153,19 +174,14 @@ func (s *Scheduler) Tick(now int64) {
 
 func (s *Scheduler) endPrefill(r uint32, now int64) {
 	rq := &s.reqs[r]
-	sl := &s.slots[rq.slot]
-	sl.pfSum -= rq.pfTokens
+	i := rq.slot
+	sl := &s.slots[i]
+	s.hot[i].pfSum -= rq.pfTokens
 	if rq.pfPrev != 0 {
 		s.reqs[rq.pfPrev].pfNext = rq.pfNext
 	} else {
 		sl.pfHead = rq.pfNext
-		if h := sl.pfHead; h != 0 {
-			sl.pfSince = now
-			sl.headTok = s.reqs[h].pfTokens
-			sl.headDur = s.reqs[h].pfDur
-		} else {
-			sl.pfSince, sl.headTok, sl.headDur = 0, 0, 0
-		}
+		s.setHead(i, sl.pfHead, now)
 	}
 	if rq.pfNext != 0 {
 		s.reqs[rq.pfNext].pfPrev = rq.pfPrev
@@ -174,6 +190,7 @@ func (s *Scheduler) endPrefill(r uint32, now int64) {
 	}
 	rq.inPf = false
 	rq.pfPrev, rq.pfNext = 0, 0
+	s.sync(i)
 }
 
 func (s *Scheduler) freeReq(r uint32, now int64) {
@@ -181,10 +198,11 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	if rq.inPf {
 		s.endPrefill(r, now)
 	}
-	sl := &s.slots[rq.slot]
-	for _, e := range rq.refs {
-		if s.blocks.release(e) {
-			sl.active--
+	i := rq.slot
+	h, sl := &s.hot[i], &s.slots[i]
+	for _, hash := range rq.hashes {
+		if s.blocks.release(hash, i) {
+			h.active--
 		}
 	}
 	if rq.slPrev != 0 {
@@ -206,10 +224,11 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	} else {
 		s.exTail = rq.exPrev
 	}
+	s.sync(i)
 	s.byID.del(rq.id)
 	s.active--
-	refs := rq.refs[:0]
-	*rq = request{refs: refs, nextFree: s.freeReqs}
+	hashes := rq.hashes[:0]
+	*rq = request{hashes: hashes, nextFree: s.freeReqs}
 	s.freeReqs = r
 }
 

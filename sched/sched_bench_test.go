@@ -1,0 +1,271 @@
+package sched
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// fleet is a steady-state workload: n single-rank workers, a pool of
+// requests drawn from prompt families that share a prefix, each with the
+// index's overlaps on a few workers, and a ring of in-flight requests so
+// every decision is matched by a prefill-done and a free.
+type fleet struct {
+	s        *Scheduler
+	reqs     []Request
+	ovs      [][]Overlap
+	next     int
+	ring     []uint64 // in flight: a circular buffer, oldest at head
+	head     int
+	count    int
+	nextID   uint64
+	batch    []Request
+	bovs     [][]Overlap
+	dec      []Decision
+	inFlight int
+}
+
+type fleetOpts struct {
+	workers    int
+	blocks     int // blocks per prompt
+	prefix     int // of which shared by the family
+	families   int
+	overlapped int // workers in each request's overlaps (all if ≥ workers)
+	inFlight   int
+	batch      int
+	cfg        Config
+}
+
+func newFleet(tb testing.TB, o fleetOpts) *fleet {
+	s, err := New(o.cfg, 1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for w := 0; w < o.workers; w++ {
+		s.AddWorker(wire.WorkerKey{Worker: uint64(w + 1)}, Capacity{TotalBlocks: 1 << 40})
+	}
+	f := &fleet{s: s, inFlight: o.inFlight}
+	const pool = 1024
+	for i := 0; i < pool; i++ {
+		fam := rng.IntN(o.families)
+		hs := make([]wire.SeqHash, o.blocks)
+		for j := range hs {
+			if j < o.prefix {
+				hs[j] = wire.SeqHash(uint64(fam+1)<<40 | uint64(j))
+			} else {
+				hs[j] = wire.SeqHash(rng.Uint64())
+			}
+		}
+		f.reqs = append(f.reqs, Request{ISL: uint32(o.blocks*o.cfg.BlockSize - 3), Blocks: hs})
+		var ov []Overlap
+		n := min(o.overlapped, o.workers)
+		start := rng.IntN(o.workers)
+		for k := 0; k < n; k++ {
+			w := (start + k*7919) % o.workers
+			ov = append(ov, Overlap{Worker: wire.WorkerKey{Worker: uint64(w + 1)}, Device: uint32(rng.IntN(o.prefix + 1)), TreeSize: uint32(rng.IntN(1000))})
+		}
+		f.ovs = append(f.ovs, ov)
+	}
+	f.ring = make([]uint64, o.inFlight+o.batch)
+	f.batch = make([]Request, o.batch)
+	f.bovs = make([][]Overlap, o.batch)
+	f.dec = make([]Decision, 0, o.batch)
+	// Fill the ring, then run to steady state so every table has grown.
+	for f.count < o.inFlight {
+		f.step()
+	}
+	for i := 0; i < 4*o.inFlight/o.batch+16; i++ {
+		f.step()
+	}
+	return f
+}
+
+// step decides one batch and retires as many of the oldest requests.
+func (f *fleet) step() {
+	for i := range f.batch {
+		r := f.reqs[f.next]
+		f.nextID++
+		r.ID = f.nextID
+		f.batch[i] = r
+		f.bovs[i] = f.ovs[f.next]
+		f.next = (f.next + 1) % len(f.reqs)
+	}
+	f.dec = f.s.Decide(f.dec[:0], f.batch, f.bovs, 0)
+	for i := range f.dec {
+		f.ring[(f.head+f.count)%len(f.ring)] = f.dec[i].ID
+		f.count++
+	}
+	for f.count > f.inFlight {
+		id := f.ring[f.head]
+		f.s.MarkPrefillCompleted(id, 0)
+		f.s.Free(id, 0)
+		f.head = (f.head + 1) % len(f.ring)
+		f.count--
+	}
+}
+
+func benchOpts(workers int) fleetOpts {
+	cfg := DefaultConfig()
+	return fleetOpts{
+		workers:    workers,
+		blocks:     32, // 512-token prompts at block size 16
+		prefix:     16,
+		families:   64,
+		overlapped: 4,
+		inFlight:   min(4*workers, 8192),
+		batch:      64,
+		cfg:        cfg,
+	}
+}
+
+// BenchmarkDecide measures whole request lifecycles on a steady fleet: one
+// op is a batch of 64 decisions (cost over every worker, booking of 32
+// blocks and the prefill load) plus the prefill-done and free of 64 older
+// requests. decisions/s counts decisions.
+func BenchmarkDecide(b *testing.B) {
+	for _, n := range []int{8, 256, 7000} {
+		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
+			o := benchOpts(n)
+			f := newFleet(b, o)
+			runFleet(b, f, o.batch)
+		})
+	}
+}
+
+// runFleet runs the benchmark loop and reports decisions per second of wall
+// time and of CPU time (the latter unaffected by waiting for a core on a
+// shared machine), and CPU ns per decision.
+func runFleet(b *testing.B, f *fleet, batch int) {
+	b.ReportAllocs()
+	start, cpu := time.Now(), cpuNanos()
+	for b.Loop() {
+		f.step()
+	}
+	n := float64(b.N * batch)
+	b.ReportMetric(n/time.Since(start).Seconds(), "decisions/s")
+	if c := cpuNanos() - cpu; c > 0 {
+		b.ReportMetric(n/(float64(c)/1e9), "cpu-decisions/s")
+		b.ReportMetric(float64(c)/n, "cpu-ns/decision")
+	}
+}
+
+// BenchmarkDecideVariants sweeps what the per-decision cost depends on:
+// every worker in the overlaps (a prefix cached fleet-wide), long prompts,
+// temperature sampling and the credit form.
+func BenchmarkDecideVariants(b *testing.B) {
+	type variant struct {
+		name string
+		mod  func(*fleetOpts)
+	}
+	variants := []variant{
+		{"all-overlapped", func(o *fleetOpts) { o.overlapped = o.workers }},
+		{"blocks=512", func(o *fleetOpts) { o.blocks, o.prefix = 512, 256 }},
+		{"temperature=0.5", func(o *fleetOpts) { o.cfg.Temperature = 0.5 }},
+		{"credit", func(o *fleetOpts) { o.cfg.CreditCost = true }},
+		{"reuse=false", func(o *fleetOpts) { o.cfg.AssumeKVReuse = false }},
+	}
+	for _, n := range []int{8, 7000} {
+		for _, v := range variants {
+			b.Run(fmt.Sprintf("workers=%d/%s", n, v.name), func(b *testing.B) {
+				o := benchOpts(n)
+				v.mod(&o)
+				f := newFleet(b, o)
+				runFleet(b, f, o.batch)
+			})
+		}
+	}
+}
+
+// BenchmarkHeldCount compares the two ways of counting how many of a
+// request's blocks each worker already has active: the global index
+// (one lookup per block, visiting the holders) against a set per worker
+// (one lookup per block per worker), the naive design it replaces.
+func BenchmarkHeldCount(b *testing.B) {
+	for _, n := range []int{8, 256, 7000} {
+		o := benchOpts(n)
+		f := newFleet(b, o)
+		blocks := f.reqs[0].Blocks
+		b.Run(fmt.Sprintf("workers=%d/index", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				f.s.countHeld(blocks, f.s.nextGen())
+			}
+			b.ReportMetric(float64(len(blocks)), "blocks/op")
+		})
+		// The naive layout: one Go set of active hashes per worker.
+		sets := make([]map[wire.SeqHash]struct{}, n)
+		for i := range sets {
+			sets[i] = map[wire.SeqHash]struct{}{}
+		}
+		for _, c := range f.s.blocks.heads.cells {
+			if c.val != 0 {
+				for _, p := range f.s.blocks.appendHolders(nil, c.val) {
+					sets[p.slot][wire.SeqHash(c.key)] = struct{}{}
+				}
+			}
+		}
+		held := make([]uint32, n)
+		b.Run(fmt.Sprintf("workers=%d/per-worker-sets", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				for w, set := range sets {
+					held[w] = 0
+					for _, h := range blocks {
+						if _, ok := set[h]; !ok {
+							break
+						}
+						held[w]++
+					}
+				}
+			}
+			b.ReportMetric(float64(len(blocks)), "blocks/op")
+		})
+	}
+}
+
+// BenchmarkU64Map compares the table with a Go map on the mixed
+// lookup/insert/delete pattern of booking and freeing blocks.
+func BenchmarkU64Map(b *testing.B) {
+	const live = 1 << 16
+	keys := make([]uint64, 4*live)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range keys {
+		keys[i] = rng.Uint64()
+	}
+	b.Run("u64map", func(b *testing.B) {
+		var m u64map
+		for i := 0; i < live; i++ {
+			m.set(keys[i], 1)
+		}
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			k, old := keys[(i+live)%len(keys)], keys[i%len(keys)]
+			if m.get(k) == 0 {
+				m.set(k, 1)
+			}
+			m.del(old)
+			i++
+		}
+	})
+	b.Run("map", func(b *testing.B) {
+		m := map[uint64]uint32{}
+		for i := 0; i < live; i++ {
+			m[keys[i]] = 1
+		}
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			k, old := keys[(i+live)%len(keys)], keys[i%len(keys)]
+			if _, ok := m[k]; !ok {
+				m[k] = 1
+			}
+			delete(m, old)
+			i++
+		}
+	})
+}

@@ -202,7 +202,17 @@ func (c *Core) RecordDecision(k wire.WorkerKey, local []wire.BlockHash, seq []wi
 	if a.n > a.max {
 		c.prune()
 	}
+	c.assertApprox()
 	return err
+}
+
+// assertApprox panics on broken bookkeeping when built with -tags invariants.
+func (c *Core) assertApprox() {
+	if invariantsEnabled {
+		if err := c.ax.check(); err != nil {
+			panic("shard: approx invariant: " + err.Error())
+		}
+	}
 }
 
 // storeRecorded stores blocks first.. of a decision for k, linked to the
@@ -248,6 +258,7 @@ func (c *Core) Tick(now time.Duration) int {
 		removed += len(g)
 	}
 	c.cnt.BlocksExpired += uint64(removed)
+	c.assertApprox()
 	return removed
 }
 

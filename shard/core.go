@@ -246,6 +246,7 @@ func (c *Core) TreeSize(k wire.WorkerKey) uint32 { return c.tree.TreeSize(k) }
 // state) and returns the number of blocks the tree removed.
 func (c *Core) RemoveWorker(worker uint64) int {
 	c.ax.dropWorker(worker, nil)
+	c.assertApprox()
 	n := c.tree.RemoveWorker(worker)
 	c.cnt.BlocksRemoved += uint64(n)
 	return n
@@ -255,6 +256,7 @@ func (c *Core) RemoveWorker(worker uint64) int {
 // returns the number of blocks the tree removed.
 func (c *Core) RemoveDpRank(k wire.WorkerKey) int {
 	c.ax.dropWorker(k.Worker, &k.Dp)
+	c.assertApprox()
 	n := c.tree.RemoveDpRank(k)
 	c.cnt.BlocksRemoved += uint64(n)
 	return n

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,8 +23,12 @@ const DefaultTickInterval = time.Second
 // Config configures an Index. The zero value is valid: one unpinned shard
 // with default queues and approximate-mode settings.
 type Config struct {
-	// Shards is the number of shards (goroutines, each owning one tree).
-	// Default 1.
+	// Shards is the number of shards (goroutines, each owning one tree and
+	// locked to an OS thread). Default 1. Keep it below GOMAXPROCS: a shard
+	// under a saturated event stream never yields its P, and the producers
+	// and lookup callers need Ps too (with 2 shards on 2 Ps,
+	// BenchmarkMatchUnderLoad's p99 reaches tens of milliseconds). NewIndex
+	// logs a warning otherwise.
 	Shards int
 	// CPUs, when not empty, pins shard i to CPU CPUs[i % len(CPUs)] (see
 	// internal/cpuset.Parse for the "0-3,8" list syntax). Where pinning is
@@ -129,6 +134,7 @@ type Index struct {
 	}
 
 	lookups lookupPool
+	works   *workPool
 
 	tickStop chan struct{}
 	tickDone chan struct{}
@@ -166,6 +172,11 @@ func NewIndex(cfg Config) (*Index, error) {
 	}
 	ix.mu.load = make([]int, cfg.Shards)
 	ix.lookups.shards = cfg.Shards
+	qs := cfg.QueueSize
+	if qs <= 0 {
+		qs = DefaultQueueSize
+	}
+	ix.works = newWorkPool(cfg.Shards*(qs+2) + 64)
 	var pinErrs []error
 	for i := range cfg.Shards {
 		rc := RunnerConfig{
@@ -173,6 +184,7 @@ func NewIndex(cfg Config) (*Index, error) {
 			LookupQueueSize: cfg.LookupQueueSize,
 			StepBlocks:      cfg.StepBlocks,
 			id:              i,
+			works:           ix.works,
 		}
 		if len(cfg.CPUs) > 0 {
 			rc.CPUs = []int{cfg.CPUs[i%len(cfg.CPUs)]}
@@ -183,6 +195,10 @@ func NewIndex(cfg Config) (*Index, error) {
 			pinErrs = append(pinErrs, err)
 		}
 		ix.runners = append(ix.runners, r)
+	}
+	if procs := runtime.GOMAXPROCS(0); cfg.Shards >= procs {
+		cfg.Logger.Warn("shard: as many shards as GOMAXPROCS; a busy shard holds its P, leaving producers and lookups to wait for preemption",
+			"shards", cfg.Shards, "gomaxprocs", procs)
 	}
 	if len(pinErrs) > 0 {
 		cfg.Logger.Warn("shard: CPU pinning not permitted; shards run unpinned",
@@ -298,7 +314,7 @@ func (ix *Index) Apply(events []wire.Event) error {
 		}
 		w := batches[lastShard]
 		if w == nil {
-			w = getWork()
+			w = ix.works.get()
 			w.kind = wkEvents
 			batches[lastShard] = w
 		}
@@ -313,7 +329,7 @@ func (ix *Index) Apply(events []wire.Event) error {
 		if err == nil {
 			err = ix.runners[s].pushWork(w)
 		} else {
-			putWork(w)
+			ix.works.put(w)
 		}
 	}
 	return err
@@ -336,7 +352,7 @@ func (ix *Index) RecordDecisionAt(worker wire.WorkerKey, local []wire.BlockHash,
 	if ix.closed.Load() {
 		return ErrClosed
 	}
-	w := getWork()
+	w := ix.works.get()
 	w.kind, w.key, w.now = wkRecord, worker, now.Sub(ix.epoch)
 	w.local = append(w.local, local...)
 	w.seq = append(w.seq, seq...)
@@ -410,7 +426,7 @@ func (ix *Index) ordered(fn func(shard int, c *Core)) error {
 	}
 	wt := newWaiter(len(ix.runners))
 	for _, r := range ix.runners {
-		w := getWork()
+		w := ix.works.get()
 		w.kind, w.fn, w.waiter = wkFunc, fn, wt
 		if err := r.pushWork(w); err != nil {
 			return err

@@ -1,0 +1,326 @@
+package shard
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/radix"
+	"github.com/kvroute/kvroute/wire"
+)
+
+// benchLoad is a steady-state KV event stream: every worker stores 4-block
+// chains (2 blocks of one of 64 shared prefixes, then 2 blocks of its own)
+// and later removes the private part of its oldest chain, so the tree stays
+// bounded; probes are prefixes some worker holds plus a miss.
+type benchLoad struct {
+	batches [][]wire.Event
+	probes  [][]wire.BlockHash
+	blocks  int // total blocks in batches
+	events  int
+}
+
+func makeLoad(workers, batches, batchSize int) *benchLoad {
+	const prefixes, live = 64, 32
+	l := &benchLoad{}
+	type chain struct{ third wire.BlockHash }
+	fifo := make([][]chain, workers)
+	uniq := uint64(0)
+	w := 0
+	for range batches {
+		var b []wire.Event
+		for range batchSize {
+			k := wire.WorkerKey{Worker: uint64(w + 1)}
+			if len(fifo[w]) >= live {
+				c := fifo[w][0]
+				fifo[w] = fifo[w][1:]
+				b = append(b, wire.Event{Worker: k, Kind: wire.KindRemoved,
+					Blocks: []wire.Block{{Engine: engineOf(k, c.third)}}})
+				l.blocks++
+			} else {
+				uniq++
+				// Worker w's k-th chain uses prefix k mod 64: every prefix
+				// is shared by every worker.
+				l1 := childHash(0, (uniq/uint64(workers))%prefixes)
+				l2 := childHash(l1, 0)
+				l3 := childHash(l2, uniq)
+				l4 := childHash(l3, 0)
+				ev := wire.Event{Worker: k, Kind: wire.KindStored}
+				for _, h := range []wire.BlockHash{l1, l2, l3, l4} {
+					ev.Blocks = append(ev.Blocks, wire.Block{Engine: engineOf(k, h), Local: h})
+				}
+				b = append(b, ev)
+				l.blocks += 4
+				fifo[w] = append(fifo[w], chain{third: l3})
+				if len(l.probes) < 1024 {
+					l.probes = append(l.probes, []wire.BlockHash{l1, l2, l3, l4, childHash(l4, 1)})
+				}
+			}
+			l.events++
+			w = (w + 1) % workers
+		}
+		l.batches = append(l.batches, b)
+	}
+	return l
+}
+
+// BenchmarkIndexApply measures event throughput through the facade: Apply
+// (copying into per-shard batches, queueing) and the shards applying them.
+func BenchmarkIndexApply(b *testing.B) {
+	load := makeLoad(32, 1024, 64)
+	for _, shards := range []int{1, 2} {
+		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
+			ix := newTestIndex(b, Config{Shards: shards})
+			b.ReportAllocs()
+			i, events, blocks := 0, 0, 0
+			start := time.Now()
+			for b.Loop() {
+				batch := load.batches[i%len(load.batches)]
+				if err := ix.Apply(batch); err != nil {
+					b.Fatal(err)
+				}
+				events += len(batch)
+				for j := range batch {
+					blocks += len(batch[j].Blocks)
+				}
+				i++
+			}
+			if err := ix.Flush(); err != nil {
+				b.Fatal(err)
+			}
+			sec := time.Since(start).Seconds()
+			b.ReportMetric(float64(events)/sec, "events/s")
+			b.ReportMetric(float64(blocks)/sec, "blocks/s")
+		})
+	}
+}
+
+// BenchmarkCoreApply is the same stream applied synchronously to one Core:
+// the facade's overhead is the difference.
+func BenchmarkCoreApply(b *testing.B) {
+	load := makeLoad(32, 1024, 64)
+	c := NewCore(CoreConfig{})
+	b.ReportAllocs()
+	i, events, blocks := 0, 0, 0
+	for b.Loop() {
+		batch := load.batches[i%len(load.batches)]
+		c.Apply(batch)
+		events += len(batch)
+		for j := range batch {
+			blocks += len(batch[j].Blocks)
+		}
+		i++
+	}
+	sec := b.Elapsed().Seconds()
+	b.ReportMetric(float64(events)/sec, "events/s")
+	b.ReportMetric(float64(blocks)/sec, "blocks/s")
+}
+
+func loadedIndex(b *testing.B, shards int, load *benchLoad) *Index {
+	ix := newTestIndex(b, Config{Shards: shards})
+	for _, batch := range load.batches {
+		if err := ix.Apply(batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := ix.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	return ix
+}
+
+// BenchmarkIndexMatch measures one lookup through the facade (broadcast to
+// every shard, merged), single and in batches of 32; ns/op is per request.
+func BenchmarkIndexMatch(b *testing.B) {
+	load := makeLoad(32, 1024, 64)
+	for _, shards := range []int{1, 2} {
+		b.Run(fmt.Sprintf("shards=%d/single", shards), func(b *testing.B) {
+			ix := loadedIndex(b, shards, load)
+			b.ReportAllocs()
+			var ov []radix.Overlap
+			i := 0
+			for b.Loop() {
+				ov, _ = ix.Match(ov[:0], load.probes[i%len(load.probes)])
+				i++
+			}
+			b.ReportMetric(float64(len(ov)), "workers/match")
+		})
+		b.Run(fmt.Sprintf("shards=%d/batch=32", shards), func(b *testing.B) {
+			ix := loadedIndex(b, shards, load)
+			b.ReportAllocs()
+			reqs := make([]MatchRequest, 32)
+			i := 0
+			for b.Loop() {
+				for j := range reqs {
+					reqs[j].Hashes, reqs[j].Overlaps = load.probes[i%len(load.probes)], reqs[j].Overlaps[:0]
+					i++
+				}
+				if err := ix.MatchBatch(reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(i), "ns/request")
+		})
+	}
+	b.Run("core", func(b *testing.B) { // no goroutine hop: the floor
+		c := NewCore(CoreConfig{})
+		for _, batch := range load.batches {
+			c.Apply(batch)
+		}
+		b.ReportAllocs()
+		var ov []radix.Overlap
+		i := 0
+		for b.Loop() {
+			ov = c.Match(ov[:0], load.probes[i%len(load.probes)])
+			i++
+		}
+	})
+}
+
+// mutexIndex is the naive baseline: one tree behind one mutex, written in
+// the same batches.
+type mutexIndex struct {
+	mu   sync.Mutex
+	tree *radix.Tree
+}
+
+func (m *mutexIndex) apply(evs []wire.Event) {
+	m.mu.Lock()
+	for i := range evs {
+		_, _ = m.tree.Apply(&evs[i])
+	}
+	m.mu.Unlock()
+}
+
+func (m *mutexIndex) match(dst []radix.Overlap, h []wire.BlockHash) []radix.Overlap {
+	m.mu.Lock()
+	dst = m.tree.Match(dst, h)
+	m.mu.Unlock()
+	return dst
+}
+
+// latencies keeps a uniform sample (reservoir) of up to cap durations.
+type latencies struct {
+	seen int
+	s    []time.Duration
+	rng  uint64
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.seen++
+	if len(l.s) < cap(l.s) {
+		l.s = append(l.s, d)
+		return
+	}
+	l.rng ^= l.rng << 13
+	l.rng ^= l.rng >> 7
+	l.rng ^= l.rng << 17
+	if i := l.rng % uint64(l.seen); i < uint64(len(l.s)) {
+		l.s[i] = d
+	}
+}
+
+func (l *latencies) report(b *testing.B) {
+	slices.Sort(l.s)
+	q := func(p float64) float64 { return float64(l.s[int(p*float64(len(l.s)-1))].Nanoseconds()) }
+	b.ReportMetric(q(0.50), "p50-ns")
+	b.ReportMetric(q(0.99), "p99-ns")
+	b.ReportMetric(q(0.999), "p99.9-ns")
+}
+
+// BenchmarkMatchUnderLoad times single Match calls while another goroutine
+// saturates Apply, and reports latency percentiles and the write rate
+// achieved, for several step sizes (blocks applied between two looks at the
+// lookup queue), against a mutex-guarded tree under the same write load.
+func BenchmarkMatchUnderLoad(b *testing.B) {
+	load := makeLoad(32, 1024, 64)
+	run := func(b *testing.B, apply func([]wire.Event), match func([]radix.Overlap, []wire.BlockHash) []radix.Overlap) {
+		for _, batch := range load.batches {
+			apply(batch)
+		}
+		var stop atomic.Bool
+		var writes atomic.Int64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				apply(load.batches[i%len(load.batches)])
+				writes.Add(int64(len(load.batches[i%len(load.batches)])))
+			}
+		})
+		b.ReportAllocs()
+		lat := latencies{s: make([]time.Duration, 0, 1<<16), rng: 88172645463325252}
+		var ov []radix.Overlap
+		i := 0
+		for b.Loop() {
+			t0 := time.Now()
+			ov = match(ov[:0], load.probes[i%len(load.probes)])
+			lat.add(time.Since(t0))
+			i++
+		}
+		stop.Store(true)
+		wg.Wait()
+		lat.report(b)
+		b.ReportMetric(float64(writes.Load())/b.Elapsed().Seconds(), "events/s")
+	}
+	for _, c := range []struct{ shards, step int }{{1, 64}, {1, 256}, {1, 1024}, {2, 256}} {
+		b.Run(fmt.Sprintf("index/shards=%d/step=%d", c.shards, c.step), func(b *testing.B) {
+			ix := newTestIndex(b, Config{Shards: c.shards, StepBlocks: c.step})
+			run(b, func(evs []wire.Event) {
+				if err := ix.Apply(evs); err != nil {
+					panic(err)
+				}
+			}, func(dst []radix.Overlap, h []wire.BlockHash) []radix.Overlap {
+				dst, err := ix.Match(dst, h)
+				if err != nil {
+					panic(err)
+				}
+				return dst
+			})
+		})
+	}
+	b.Run("mutex-baseline", func(b *testing.B) {
+		m := &mutexIndex{tree: radix.New()}
+		run(b, m.apply, m.match)
+	})
+}
+
+// BenchmarkRecordDecision measures approximate-mode recording on one Core:
+// a 16-block request, its blocks already recorded (refresh) or new.
+func BenchmarkRecordDecision(b *testing.B) {
+	local := make([]wire.BlockHash, 16)
+	for i := range local {
+		local[i] = wire.BlockHash(i + 1)
+	}
+	b.Run("refresh", func(b *testing.B) {
+		c := NewCore(CoreConfig{})
+		seq := wire.SequenceHashes(nil, local)
+		k := wire.WorkerKey{Worker: 1}
+		_ = c.RecordDecision(k, local, seq, 0)
+		b.ReportAllocs()
+		now := time.Duration(0)
+		for b.Loop() {
+			now += time.Microsecond
+			_ = c.RecordDecision(k, local, seq, now)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(16*b.N), "ns/block")
+	})
+	b.Run("new-with-expiry", func(b *testing.B) {
+		c := NewCore(CoreConfig{Approx: ApproxConfig{TTL: time.Millisecond}})
+		b.ReportAllocs()
+		now := time.Duration(0)
+		seq := make([]wire.SeqHash, 0, 16)
+		var n uint64
+		for b.Loop() {
+			n++
+			local[0] = wire.BlockHash(n) // a new sequence every time
+			seq = wire.SequenceHashes(seq[:0], local)
+			now += 10 * time.Microsecond
+			_ = c.RecordDecision(wire.WorkerKey{Worker: n % 8}, local, seq, now)
+			c.Tick(now)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(16*b.N), "ns/block")
+	})
+}

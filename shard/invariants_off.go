@@ -1,0 +1,5 @@
+//go:build !invariants
+
+package shard
+
+const invariantsEnabled = false

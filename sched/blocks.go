@@ -27,6 +27,7 @@ type holder struct {
 }
 
 type blockVec struct {
+	hash       uint64
 	first      holder // holder 0
 	n          uint32 // holders
 	head, tail uint32 // chunks with holders 1..n-1
@@ -75,8 +76,9 @@ func (b *blockIndex) appendHolders(dst []holder, v uint32) []holder {
 
 // vec returns the vector of hash, creating an empty one if absent.
 func (b *blockIndex) vec(hash uint64) uint32 {
-	if v := b.heads.get(hash); v != 0 {
-		return v
+	ref, ok := b.heads.ref(hash)
+	if ok {
+		return *ref
 	}
 	var v uint32
 	if n := len(b.freeVecs); n > 0 {
@@ -86,8 +88,8 @@ func (b *blockIndex) vec(hash uint64) uint32 {
 		b.vecs = append(b.vecs, blockVec{})
 		v = uint32(len(b.vecs) - 1)
 	}
-	b.vecs[v] = blockVec{}
-	b.heads.set(hash, v)
+	b.vecs[v] = blockVec{hash: hash}
+	*ref = v
 	return v
 }
 
@@ -149,10 +151,9 @@ func (b *blockIndex) acquire(v, slot uint32) bool {
 	return true
 }
 
-// release drops one reference of hash on slot and reports whether the block
-// left the slot. The reference must exist.
-func (b *blockIndex) release(hash uint64, slot uint32) bool {
-	v := b.heads.get(hash)
+// release drops one reference of vector v on slot and reports whether the
+// block left the slot. The reference must exist.
+func (b *blockIndex) release(v, slot uint32) bool {
 	vec := &b.vecs[v]
 	k := b.find(vec, slot)
 	if k == vec.n {
@@ -186,9 +187,9 @@ func (b *blockIndex) release(hash uint64, slot uint32) bool {
 	vec.n--
 	b.live--
 	if vec.n == 0 {
+		b.heads.del(vec.hash)
 		*vec = blockVec{}
 		b.freeVecs = append(b.freeVecs, v)
-		b.heads.del(hash)
 	}
 	return true
 }

@@ -40,6 +40,9 @@ func (s *Scheduler) CheckInvariants() error {
 		}
 		vecsUsed[c.val] = true
 		vec := s.blocks.vecs[c.val]
+		if vec.hash != c.key {
+			return fmt.Errorf("block vector %d has hash %x, indexed by %x", c.val, vec.hash, c.key)
+		}
 		nchunks := uint32(0)
 		for ch := vec.head; ch != 0; ch = s.blocks.chunks[ch].next {
 			nchunks++
@@ -104,8 +107,11 @@ func (s *Scheduler) CheckInvariants() error {
 		if int(rq.slot) >= len(s.hot) || !s.hot[rq.slot].live {
 			return fmt.Errorf("request id %d on dead slot %d", rq.id, rq.slot)
 		}
-		for _, h := range rq.hashes {
-			rc[holderKey{h, rq.slot}]++
+		for _, v := range rq.vecs {
+			if int(v) >= len(s.blocks.vecs) || s.blocks.vecs[v].n == 0 {
+				return fmt.Errorf("request id %d holds dead block vector %d", rq.id, v)
+			}
+			rc[holderKey{s.blocks.vecs[v].hash, rq.slot}]++
 		}
 	}
 	if live != s.active || live != s.byID.len() {

@@ -26,6 +26,9 @@ type fleet struct {
 	bovs     [][]Overlap
 	dec      []Decision
 	inFlight int
+	decideNs int64 // wall time inside Decide, when timed
+	timed    bool
+	now      int64 // advances 1 ms per batch
 }
 
 type fleetOpts struct {
@@ -36,6 +39,7 @@ type fleetOpts struct {
 	overlapped int // workers in each request's overlaps (all if ≥ workers)
 	inFlight   int
 	batch      int
+	decay      bool // requests carry an expected prefill duration
 	cfg        Config
 }
 
@@ -60,7 +64,11 @@ func newFleet(tb testing.TB, o fleetOpts) *fleet {
 				hs[j] = wire.SeqHash(rng.Uint64())
 			}
 		}
-		f.reqs = append(f.reqs, Request{ISL: uint32(o.blocks*o.cfg.BlockSize - 3), Blocks: hs})
+		r := Request{ISL: uint32(o.blocks*o.cfg.BlockSize - 3), Blocks: hs}
+		if o.decay {
+			r.ExpectedPrefill = time.Duration(1+rng.IntN(100)) * time.Millisecond
+		}
+		f.reqs = append(f.reqs, r)
 		var ov []Overlap
 		n := min(o.overlapped, o.workers)
 		start := rng.IntN(o.workers)
@@ -86,6 +94,7 @@ func newFleet(tb testing.TB, o fleetOpts) *fleet {
 
 // step decides one batch and retires as many of the oldest requests.
 func (f *fleet) step() {
+	f.now += int64(time.Millisecond)
 	for i := range f.batch {
 		r := f.reqs[f.next]
 		f.nextID++
@@ -94,15 +103,21 @@ func (f *fleet) step() {
 		f.bovs[i] = f.ovs[f.next]
 		f.next = (f.next + 1) % len(f.reqs)
 	}
-	f.dec = f.s.Decide(f.dec[:0], f.batch, f.bovs, 0)
+	if f.timed {
+		t0 := time.Now()
+		f.dec = f.s.Decide(f.dec[:0], f.batch, f.bovs, f.now)
+		f.decideNs += int64(time.Since(t0))
+	} else {
+		f.dec = f.s.Decide(f.dec[:0], f.batch, f.bovs, f.now)
+	}
 	for i := range f.dec {
 		f.ring[(f.head+f.count)%len(f.ring)] = f.dec[i].ID
 		f.count++
 	}
 	for f.count > f.inFlight {
 		id := f.ring[f.head]
-		f.s.MarkPrefillCompleted(id, 0)
-		f.s.Free(id, 0)
+		f.s.MarkPrefillCompleted(id, f.now)
+		f.s.Free(id, f.now)
 		f.head = (f.head + 1) % len(f.ring)
 		f.count--
 	}
@@ -138,15 +153,18 @@ func BenchmarkDecide(b *testing.B) {
 
 // runFleet runs the benchmark loop and reports decisions per second of wall
 // time and of CPU time (the latter unaffected by waiting for a core on a
-// shared machine), and CPU ns per decision.
+// shared machine), CPU ns per decision, and the wall ns per decision spent
+// inside Decide alone (choosing and booking, without prefill-done and free).
 func runFleet(b *testing.B, f *fleet, batch int) {
 	b.ReportAllocs()
+	f.timed, f.decideNs = true, 0
 	start, cpu := time.Now(), cpuNanos()
 	for b.Loop() {
 		f.step()
 	}
 	n := float64(b.N * batch)
 	b.ReportMetric(n/time.Since(start).Seconds(), "decisions/s")
+	b.ReportMetric(float64(f.decideNs)/n, "decide-ns/decision")
 	if c := cpuNanos() - cpu; c > 0 {
 		b.ReportMetric(n/(float64(c)/1e9), "cpu-decisions/s")
 		b.ReportMetric(float64(c)/n, "cpu-ns/decision")

@@ -150,7 +150,7 @@ type request struct {
 	exNext   uint32
 	slPrev   uint32
 	slNext   uint32
-	hashes   []uint64 // blocks booked (random ones without KV reuse)
+	vecs     []uint32 // block vectors booked (of random hashes without KV reuse)
 	nextFree uint32
 }
 

@@ -39,28 +39,26 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		r = uint32(len(s.reqs) - 1)
 	}
 	rq := &s.reqs[r]
-	hashes := rq.hashes[:0]
+	vecs := rq.vecs[:0]
 	*rq = request{id: id, slot: i, isl: isl, overlap: overlap, start: now, live: true}
 	h, sl := &s.hot[i], &s.slots[i]
 	reuse := s.cfg.AssumeKVReuse
 	for j, b := range blocks {
-		hash := uint64(b)
 		var v uint32
 		switch {
 		case !reuse:
-			hash = s.rng.Uint64()
-			v = s.blocks.vec(hash)
+			v = s.blocks.vec(s.rng.Uint64())
 		case j < cached:
 			v = s.vecCache[j]
 		default:
-			v = s.blocks.vec(hash)
+			v = s.blocks.vec(uint64(b))
 		}
 		if s.blocks.acquire(v, i) {
 			h.active++
 		}
-		hashes = append(hashes, hash)
+		vecs = append(vecs, v)
 	}
-	rq.hashes = hashes
+	rq.vecs = vecs
 	if len(blocks) > cap(s.vecCache) {
 		s.vecCache = make([]uint32, 0, 2*len(blocks))
 	}
@@ -200,8 +198,8 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	}
 	i := rq.slot
 	h, sl := &s.hot[i], &s.slots[i]
-	for _, hash := range rq.hashes {
-		if s.blocks.release(hash, i) {
+	for _, v := range rq.vecs {
+		if s.blocks.release(v, i) {
 			h.active--
 		}
 	}
@@ -227,8 +225,8 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	s.sync(i)
 	s.byID.del(rq.id)
 	s.active--
-	hashes := rq.hashes[:0]
-	*rq = request{hashes: hashes, nextFree: s.freeReqs}
+	vecs := rq.vecs[:0]
+	*rq = request{vecs: vecs, nextFree: s.freeReqs}
 	s.freeReqs = r
 }
 

@@ -68,6 +68,28 @@ func (m *u64map) set(k uint64, v uint32) {
 	}
 }
 
+// ref returns k's value cell and whether k was present; an absent k is
+// inserted with value 0, which the caller must overwrite with a non-zero
+// value before any other call. One probe sequence for get-or-insert.
+func (m *u64map) ref(k uint64) (*uint32, bool) {
+	if (m.n+1)*2 > len(m.cells) {
+		m.grow()
+	}
+	i := m.home(k)
+	for {
+		c := &m.cells[i]
+		if c.val == 0 {
+			c.key = k
+			m.n++
+			return &c.val, false
+		}
+		if c.key == k {
+			return &c.val, true
+		}
+		i = (i + 1) & m.mask
+	}
+}
+
 // del removes k and reports whether it was present.
 func (m *u64map) del(k uint64) bool {
 	if m.n == 0 {

@@ -1,0 +1,123 @@
+//go:build !race
+
+package sched
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// Deciding, booking, prefill-done and free allocate nothing once the tables
+// have grown to the working set, at every fleet size and in every mode.
+func TestDecideAllocs(t *testing.T) {
+	cases := []struct {
+		name string
+		mod  func(*fleetOpts)
+	}{
+		{"default", func(*fleetOpts) {}},
+		{"temperature", func(o *fleetOpts) { o.cfg.Temperature = 0.5 }},
+		{"credit", func(o *fleetOpts) { o.cfg.CreditCost = true }},
+		{"reuse=false", func(o *fleetOpts) { o.cfg.AssumeKVReuse = false }},
+		{"round-robin", func(o *fleetOpts) { o.cfg.Policy = PolicyRoundRobin }},
+		{"random", func(o *fleetOpts) { o.cfg.Policy = PolicyRandom }},
+		{"least-loaded", func(o *fleetOpts) { o.cfg.Policy = PolicyLeastLoaded }},
+		{"decay", func(o *fleetOpts) { o.decay = true }},
+	}
+	for _, n := range []int{8, 256, 7000} {
+		for _, c := range cases {
+			if n == 7000 && c.name != "default" {
+				continue // the large fleet is slow to build; one mode suffices
+			}
+			o := benchOpts(n)
+			c.mod(&o)
+			f := newFleet(t, o)
+			if a := testing.AllocsPerRun(50, f.step); a != 0 {
+				t.Errorf("workers=%d %s: %v allocs per batch of %d", n, c.name, a, o.batch)
+			}
+		}
+	}
+}
+
+// Explaining a decision into a caller's buffer allocates nothing.
+func TestExplainAllocs(t *testing.T) {
+	f := newFleet(t, benchOpts(8))
+	dst := make([]Candidate, 0, 16)
+	id := uint64(1 << 50)
+	r := f.reqs[0]
+	run := func() {
+		id++
+		r.ID = id
+		var d Decision
+		d, dst = f.s.DecideExplained(dst[:0], &r, f.ovs[0], 0)
+		if d.Outcome != Routed || len(dst) != 8 {
+			t.Fatalf("explained %+v with %d candidates", d, len(dst))
+		}
+		f.s.Free(id, 0)
+	}
+	run()
+	if a := testing.AllocsPerRun(100, run); a != 0 {
+		t.Errorf("%v allocs per explained decision", a)
+	}
+}
+
+// The waiting queue (enqueue, admission on free, the all-busy effect when
+// full), expiry on Tick, load reports and the read model allocate nothing in
+// steady state.
+func TestQueueAndTickAllocs(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.QueueDepth = 4
+	cfg.Expiry = 10 * time.Second
+	s, err := New(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := wire.WorkerKey{Worker: 1}
+	s.AddWorker(k, Capacity{TotalBlocks: 4})
+	blocks := []wire.SeqHash{1, 2, 3, 4, 5}
+	// Every request has 5 blocks: one active request makes the worker busy.
+	id, now := uint64(0), int64(0)
+	batch := make([]Request, 6)
+	dec := make([]Decision, 0, 6)
+	effs := make([]Effect, 0, 16)
+	loads := make([]WorkerLoad, 0, 4)
+	var active []uint64
+	allowed := []wire.WorkerKey{k}
+	step := func() {
+		now += int64(time.Second)
+		for i := range batch {
+			id++
+			batch[i] = Request{ID: id, ISL: 80, Blocks: blocks, Override: Override{Allowed: allowed}}
+		}
+		dec = s.Decide(dec[:0], batch, nil, now)
+		// Free the routed one: the queue head is admitted.
+		for _, d := range dec {
+			if d.Outcome == Routed {
+				active = append(active[:0], d.ID)
+			}
+		}
+		for _, a := range active {
+			s.Free(a, now)
+		}
+		effs = s.Drain(effs[:0])
+		for _, e := range effs {
+			if e.Kind == EffectAdmitted {
+				s.MarkPrefillCompleted(e.ID, now)
+			}
+		}
+		_ = s.ReportLoad(k, Load{UsedBlocks: 1}, now)
+		loads = s.AppendLoads(loads[:0], blocks, now)
+		s.Tick(now)
+		effs = s.Drain(effs[:0])
+	}
+	for i := 0; i < 50; i++ {
+		step()
+	}
+	if s.Stats().Expirations == 0 || s.Stats().RejectedQueueFull == 0 || s.Stats().Admitted == 0 {
+		t.Fatalf("the loop does not exercise expiry, overflow and admission: %+v", s.Stats())
+	}
+	if a := testing.AllocsPerRun(100, step); a != 0 {
+		t.Errorf("%v allocs per step", a)
+	}
+}

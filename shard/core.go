@@ -262,9 +262,9 @@ func (c *Core) RemoveDpRank(k wire.WorkerKey) int {
 	return n
 }
 
-// Dump appends Stored events that rebuild an equal tree (radix.Tree.Dump).
-// Their Blocks may share the tree's memory and are valid only until the
-// next mutation of the Core. Approximate-mode TTLs are not part of a dump.
+// Dump appends Stored events that rebuild an equal tree (radix.Tree.Dump);
+// their Blocks are freshly allocated and owned by the caller.
+// Approximate-mode TTLs are not part of a dump.
 func (c *Core) Dump(dst []wire.Event) []wire.Event { return c.tree.Dump(dst) }
 
 // Counters returns a copy of the shard's counters.

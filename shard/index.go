@@ -435,18 +435,12 @@ func (ix *Index) ordered(fn func(shard int, c *Core)) error {
 	return wt.wait(ix.stopped)
 }
 
-// Dump appends Stored events that rebuild every shard's tree (with its own
-// Blocks memory, owned by the caller), after the work queued before it.
+// Dump appends Stored events that rebuild every shard's tree, after the
+// work queued before it. Their Blocks are freshly allocated and owned by the
+// caller (radix.Tree.Dump's contract).
 func (ix *Index) Dump(dst []wire.Event) ([]wire.Event, error) {
 	per := make([][]wire.Event, len(ix.runners))
-	err := ix.ordered(func(s int, c *Core) {
-		evs := c.Dump(nil)
-		for i := range evs {
-			evs[i].Blocks = slices.Clone(evs[i].Blocks)
-			evs[i].LoRA = slices.Clone(evs[i].LoRA)
-		}
-		per[s] = evs
-	})
+	err := ix.ordered(func(s int, c *Core) { per[s] = c.Dump(nil) })
 	if err != nil {
 		return dst, err
 	}

@@ -836,3 +836,31 @@ func TestIndexApprox(t *testing.T) {
 		}
 	})
 }
+
+// TestRunnerDo runs a standalone Runner: Do runs after the work queued
+// before it, on the runner's goroutine, and fails after Close.
+func TestRunnerDo(t *testing.T) {
+	r := NewRunner(NewCore(CoreConfig{}), RunnerConfig{QueueSize: 1})
+	r.Start()
+	k := wire.WorkerKey{Worker: 3}
+	if err := r.Do(func(c *Core) { c.Apply([]wire.Event{stored(k, 0, 1, 2)}) }); err != nil {
+		t.Fatal(err)
+	}
+	var sizes []uint32
+	for range 10 { // more than the queue holds: Do waits for room
+		if err := r.Do(func(c *Core) { sizes = append(sizes, c.TreeSize(k)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(sizes) != 10 || sizes[0] != 2 || sizes[9] != 2 {
+		t.Fatalf("tree sizes seen by Do: %v, want ten 2s", sizes)
+	}
+	if r.PinError() != nil {
+		t.Fatalf("PinError without pinning: %v", r.PinError())
+	}
+	r.Close()
+	r.Close()
+	if err := r.Do(func(*Core) {}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Do after Close: %v, want ErrClosed", err)
+	}
+}

@@ -86,3 +86,10 @@ func (q *queue[T]) len() int {
 }
 
 func (q *queue[T]) cap() int { return len(q.slots) }
+
+// depthAfterPop returns the queue's depth just before the consumer's last
+// successful pop: what remains plus the popped item, at most the capacity
+// (producers may have refilled the freed slot already). Consumer only.
+func (q *queue[T]) depthAfterPop() int {
+	return min(q.len()+1, q.cap())
+}

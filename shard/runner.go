@@ -182,9 +182,8 @@ func (r *Runner) run() {
 	for !r.stopping.Load() {
 		busy := r.serveLookups()
 		if r.cur == nil {
-			depth := r.evq.len()
 			if r.cur = r.evq.tryPop(); r.cur != nil {
-				r.evHW = max(r.evHW, depth)
+				r.evHW = max(r.evHW, r.evq.depthAfterPop())
 				signal(r.evSpace)
 			}
 		}
@@ -221,12 +220,11 @@ func (r *Runner) pin() {
 func (r *Runner) serveLookups() bool {
 	n := 0
 	for ; n < r.lkq.cap(); n++ {
-		depth := r.lkq.len()
 		lk := r.lkq.tryPop()
 		if lk == nil {
 			break
 		}
-		r.lkHW = max(r.lkHW, depth)
+		r.lkHW = max(r.lkHW, r.lkq.depthAfterPop())
 		signal(r.lkSpace)
 		r.serve(lk)
 	}

@@ -22,9 +22,9 @@ func (t *Tree) Dump(dst []wire.Event) []wire.Event {
 		if !sl.live {
 			continue
 		}
-		for i, id := range sl.eng.vals {
-			if id != 0 {
-				engineOf[id] = sl.eng.keys[i]
+		for i := range sl.eng.e {
+			if e := &sl.eng.e[i]; e.val != 0 {
+				engineOf[e.val] = e.key()
 			}
 		}
 		for c := t.nodes[rootID].first; c != 0; c = t.nodes[c].next {

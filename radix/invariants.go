@@ -231,12 +231,13 @@ func (t *Tree) checkSlots(held []int) error {
 			return fmt.Errorf("slot %d (%v): table holds %d, nodes %d", s, sl.key, sl.eng.count, held[s])
 		}
 		n := 0
-		for i, id := range sl.eng.vals {
+		for i := range sl.eng.e {
+			id := sl.eng.e[i].val
 			if id == 0 {
 				continue
 			}
 			n++
-			k := sl.eng.keys[i]
+			k := sl.eng.e[i].key()
 			if sl.eng.get(k) != id {
 				return fmt.Errorf("slot %d: engine hash %x not found at its probe position", s, k)
 			}

@@ -39,28 +39,39 @@ func movable(h, i, j int) bool {
 	return h <= i && h > j
 }
 
-// engineTable maps one worker's engine hashes to block ids (0 = empty slot).
-// 12 bytes per slot (keys and values in parallel arrays); a single table for
-// every worker would need the slot in each entry (16 bytes) to stay exact.
+// engineTable maps one worker's engine hashes to block ids. Entries are 12
+// bytes (the key split in two 32-bit halves next to the value), so a probe
+// touches one cache line and the table costs 12 bytes a slot; a single table
+// for every worker would need the slot in each entry (16 bytes) to stay exact.
 type engineTable struct {
-	keys  []wire.EngineHash
-	vals  []uint32
+	e     []engEntry
 	count uint32
 }
 
+type engEntry struct {
+	lo, hi uint32 // engine hash
+	val    uint32 // block id; 0 = empty slot
+}
+
+func (e *engEntry) key() wire.EngineHash { return wire.EngineHash(uint64(e.hi)<<32 | uint64(e.lo)) }
+
+func (e *engEntry) is(k wire.EngineHash) bool {
+	return e.lo == uint32(k) && e.hi == uint32(k>>32)
+}
+
 func (m *engineTable) get(k wire.EngineHash) uint32 {
-	n := len(m.vals)
+	n := len(m.e)
 	if n == 0 {
 		return 0
 	}
 	i := home(uint64(k), n)
 	for {
-		v := m.vals[i]
-		if v == 0 {
+		e := &m.e[i]
+		if e.val == 0 {
 			return 0
 		}
-		if m.keys[i] == k {
-			return v
+		if e.is(k) {
+			return e.val
 		}
 		if i++; i == n {
 			i = 0
@@ -68,20 +79,36 @@ func (m *engineTable) get(k wire.EngineHash) uint32 {
 	}
 }
 
+// touch loads the home slot of every key and returns a value the caller must
+// keep (so the loads stay): the loads are independent, so the CPU overlaps
+// their cache misses, and the probes that follow find the lines in cache.
+func (m *engineTable) touch(blks []wire.Block) uint32 {
+	n := len(m.e)
+	if n == 0 {
+		return 0
+	}
+	var sum uint32
+	for i := range blks {
+		sum += m.e[home(uint64(blks[i].Engine), n)].val
+	}
+	return sum
+}
+
 // insertNew adds k→v and reports true, or reports false if k is present.
 func (m *engineTable) insertNew(k wire.EngineHash, v uint32) bool {
-	if (int(m.count)+1)*maxLoadDen > len(m.vals)*maxLoadNum {
+	if (int(m.count)+1)*maxLoadDen > len(m.e)*maxLoadNum {
 		m.resize(growCap(int(m.count) + 1))
 	}
-	n := len(m.vals)
+	n := len(m.e)
 	i := home(uint64(k), n)
 	for {
-		if m.vals[i] == 0 {
-			m.keys[i], m.vals[i] = k, v
+		e := &m.e[i]
+		if e.val == 0 {
+			*e = engEntry{lo: uint32(k), hi: uint32(k >> 32), val: v}
 			m.count++
 			return true
 		}
-		if m.keys[i] == k {
+		if e.is(k) {
 			return false
 		}
 		if i++; i == n {
@@ -92,17 +119,18 @@ func (m *engineTable) insertNew(k wire.EngineHash, v uint32) bool {
 
 // del removes k and returns its value, or 0 if k is absent.
 func (m *engineTable) del(k wire.EngineHash) uint32 {
-	n := len(m.vals)
+	n := len(m.e)
 	if n == 0 {
 		return 0
 	}
 	i := home(uint64(k), n)
 	for {
-		v := m.vals[i]
-		if v == 0 {
+		e := &m.e[i]
+		if e.val == 0 {
 			return 0
 		}
-		if m.keys[i] == k {
+		if e.is(k) {
+			v := e.val
 			m.delAt(i)
 			m.maybeShrink()
 			return v
@@ -115,27 +143,26 @@ func (m *engineTable) del(k wire.EngineHash) uint32 {
 
 // delAt empties slot i and shifts the rest of its cluster back.
 func (m *engineTable) delAt(i int) {
-	n := len(m.vals)
+	n := len(m.e)
 	j := i
 	for {
 		if j++; j == n {
 			j = 0
 		}
-		if m.vals[j] == 0 {
+		if m.e[j].val == 0 {
 			break
 		}
-		if movable(home(uint64(m.keys[j]), n), i, j) {
-			m.keys[i], m.vals[i] = m.keys[j], m.vals[j]
+		if movable(home(uint64(m.e[j].key()), n), i, j) {
+			m.e[i] = m.e[j]
 			i = j
 		}
 	}
-	m.vals[i] = 0
-	m.keys[i] = 0
+	m.e[i] = engEntry{}
 	m.count--
 }
 
 func (m *engineTable) maybeShrink() {
-	if len(m.vals) > minTableCap && int(m.count)*minLoadDen < len(m.vals) {
+	if len(m.e) > minTableCap && int(m.count)*minLoadDen < len(m.e) {
 		m.resize(shrinkCap(int(m.count)))
 	}
 }
@@ -145,8 +172,8 @@ func (m *engineTable) maybeShrink() {
 // twice, which is harmless because keep is a pure predicate.
 func (m *engineTable) filter(keep func(wire.EngineHash, uint32) bool) int {
 	deleted := 0
-	for i := 0; i < len(m.vals); {
-		if v := m.vals[i]; v != 0 && !keep(m.keys[i], v) {
+	for i := 0; i < len(m.e); {
+		if e := &m.e[i]; e.val != 0 && !keep(e.key(), e.val) {
 			m.delAt(i)
 			deleted++
 			continue
@@ -158,29 +185,23 @@ func (m *engineTable) filter(keep func(wire.EngineHash, uint32) bool) int {
 }
 
 func (m *engineTable) resize(n int) {
-	oldK, oldV := m.keys, m.vals
-	if n == 0 {
-		m.keys, m.vals = nil, nil
-		return
-	}
-	m.keys = make([]wire.EngineHash, n)
-	m.vals = make([]uint32, n)
-	for i, v := range oldV {
-		if v == 0 {
+	old := m.e
+	m.e = make([]engEntry, n)
+	for _, e := range old {
+		if e.val == 0 {
 			continue
 		}
-		k := oldK[i]
-		j := home(uint64(k), n)
-		for m.vals[j] != 0 {
+		j := home(uint64(e.key()), n)
+		for m.e[j].val != 0 {
 			if j++; j == n {
 				j = 0
 			}
 		}
-		m.keys[j], m.vals[j] = k, v
+		m.e[j] = e
 	}
 }
 
-func (m *engineTable) bytes() int64 { return int64(cap(m.keys))*8 + int64(cap(m.vals))*4 }
+func (m *engineTable) bytes() int64 { return int64(cap(m.e)) * 12 }
 
 // growCap is the capacity a table takes when count entries no longer fit:
 // 1.5× the count, so the load after growing is 2/3.

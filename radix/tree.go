@@ -1,9 +1,11 @@
 package radix
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"github.com/kvroute/kvroute/wire"
 )
@@ -77,6 +79,8 @@ type Tree struct {
 	// that doc.go measures against, is tested; with other caps the tree stays
 	// correct but not canonical (a shrinking run does not re-merge).
 	maxRun int
+
+	sink uint32 // keeps engineTable.touch's loads alive
 
 	// scratch, reused so steady-state mutations do not allocate
 	ids       []uint32
@@ -274,6 +278,7 @@ func (t *Tree) firstID(x uint32) uint32 {
 // already holds and returns how many blocks it stored.
 func (t *Tree) storeNew(x, s uint32, blks []wire.Block) int {
 	eng := &t.slots[s].eng
+	t.sink += eng.touch(blks)
 	stored := 0
 	for stored < len(blks) { // once, unless maxRun caps the run length
 		rest := blks[stored:]
@@ -325,6 +330,7 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block) int {
 func (t *Tree) join(x, c, s uint32, blks []wire.Block) (int, uint32) {
 	eng := &t.slots[s].eng
 	loc, ids := t.runOf(c)
+	t.sink += eng.touch(blks[:min(len(blks), len(loc))])
 	k := 0
 	for k < len(loc) && k < len(blks) && loc[k] == blks[k].Local {
 		if !eng.insertNew(blks[k].Engine, ids[k]) {
@@ -424,6 +430,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 		return res
 	}
 	eng := &t.slots[s].eng
+	t.sink += eng.touch(ev.Blocks)
 	ids := t.ids[:0]
 	for _, b := range ev.Blocks {
 		if id := eng.del(b.Engine); id != 0 {
@@ -433,6 +440,13 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 		}
 	}
 	t.ids = ids
+	// Shallowest offset first within a run: removing it takes the rest of the
+	// run with it, where the reverse order (engines evict tails first) would
+	// split the run once per block.
+	slices.SortFunc(ids, func(a, b uint32) int {
+		ba, bb := t.blocks[a], t.blocks[b]
+		return cmp.Or(cmp.Compare(ba.node, bb.node), cmp.Compare(ba.off, bb.off))
+	})
 	for _, id := range ids {
 		b := t.blocks[id]
 		if b.off == freeOff || !t.has(b.node, s) {
@@ -507,7 +521,8 @@ func (t *Tree) removeSubtree(s, y uint32) int {
 func (t *Tree) removeSlot(s uint32) int {
 	roots := t.ids[:0]
 	eng := &t.slots[s].eng
-	for _, id := range eng.vals {
+	for i := range eng.e {
+		id := eng.e[i].val
 		if id == 0 {
 			continue
 		}

@@ -1,0 +1,251 @@
+package radix
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// Benchmarks run against the benchParams fleet: ≈1.3M (block, worker)
+// entries over 64 workers. Each layout has a sub-benchmark:
+//
+//	runs        the Tree as shipped (canonical runs of blocks)
+//	block       the same Tree capped at one block per node (maxRun 1): the
+//	            simple one-block-per-node arena doc.go compares against
+//	flatmap     the naive baseline: map[sequence hash]worker bitmask, given
+//	            precomputed sequence hashes (which a real caller would have to
+//	            compute: ≈5 ns a block, not counted)
+
+var bench struct {
+	once   sync.Once
+	wl     *workload
+	runs   *Tree
+	block  *Tree
+	flat   *flatIndex
+	sched  *schedule
+	layout []string
+}
+
+func benchSetup(b *testing.B) {
+	bench.once.Do(func() {
+		bench.wl = newWorkload(benchParams, 1)
+		bench.runs = bench.wl.tree(b, 0)
+		bench.block = bench.wl.tree(b, 1)
+		bench.flat = bench.wl.flat()
+		bench.sched = bench.wl.schedule()
+	})
+}
+
+// flatIndex is the naive baseline: one flat map from a block's sequence hash
+// to the bitmask of workers (index into keys) holding it.
+type flatIndex struct {
+	m     map[uint64]uint64
+	keys  []wire.WorkerKey
+	sizes []uint32
+}
+
+func (wl *workload) flat() *flatIndex {
+	f := &flatIndex{m: map[uint64]uint64{}, keys: wl.keys, sizes: make([]uint32, len(wl.keys))}
+	for i := range wl.build {
+		f.store(f.index(wl.build[i].Worker), wl.seqs[i])
+	}
+	return f
+}
+
+func (f *flatIndex) index(k wire.WorkerKey) int {
+	return int(k.Worker-1000)*2 + int(k.Dp) // workload keys: see newWorkload
+}
+
+func (f *flatIndex) store(w int, seqs []wire.SeqHash) {
+	bit := uint64(1) << w
+	for _, s := range seqs {
+		if v := f.m[uint64(s)]; v&bit == 0 {
+			f.m[uint64(s)] = v | bit
+			f.sizes[w]++
+		}
+	}
+}
+
+func (f *flatIndex) remove(w int, seqs []wire.SeqHash) {
+	bit := uint64(1) << w
+	for _, s := range seqs {
+		if v := f.m[uint64(s)]; v&bit != 0 {
+			if v &^= bit; v == 0 {
+				delete(f.m, uint64(s))
+			} else {
+				f.m[uint64(s)] = v
+			}
+			f.sizes[w]--
+		}
+	}
+}
+
+// match walks the request's sequence hashes until no worker is left.
+func (f *flatIndex) match(dst []Overlap, seqs []wire.SeqHash) []Overlap {
+	var mask uint64
+	depth := 0
+	for i, s := range seqs {
+		m := f.m[uint64(s)]
+		if i > 0 {
+			m &= mask
+			for d := mask &^ m; d != 0; d &= d - 1 {
+				dst = f.emit(dst, d, i)
+			}
+		}
+		mask, depth = m, i+1
+		if mask == 0 {
+			return dst
+		}
+	}
+	for ; mask != 0; mask &= mask - 1 {
+		dst = f.emit(dst, mask, depth)
+	}
+	return dst
+}
+
+func (f *flatIndex) emit(dst []Overlap, bitsLeft uint64, depth int) []Overlap {
+	w := 0
+	for bitsLeft&(1<<w) == 0 {
+		w++
+	}
+	return append(dst, Overlap{Worker: f.keys[w], Blocks: uint32(depth), TreeSize: f.sizes[w]})
+}
+
+func BenchmarkMatch(b *testing.B) {
+	benchSetup(b)
+	reqs := bench.wl.reqs
+	var matched int
+	for _, r := range reqs {
+		for _, o := range bench.runs.Match(nil, r) {
+			matched = max(matched, int(o.Blocks))
+		}
+	}
+	for _, layout := range []struct {
+		name string
+		tr   *Tree
+	}{{"runs", bench.runs}, {"block", bench.block}} {
+		b.Run(layout.name, func(b *testing.B) {
+			dst := make([]Overlap, 0, 64)
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				dst = layout.tr.Match(dst[:0], reqs[i%len(reqs)])
+				i++
+			}
+			b.ReportMetric(float64(len(reqs[0])), "blocks/req")
+		})
+	}
+	b.Run("flatmap", func(b *testing.B) {
+		dst := make([]Overlap, 0, 64)
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			dst = bench.flat.match(dst[:0], bench.wl.reqSeq[i%len(reqs)])
+			i++
+		}
+		b.ReportMetric(float64(len(reqs[0])), "blocks/req")
+	})
+}
+
+// BenchmarkApply replays the periodic schedule: a 64-block Stored turn and a
+// 64-block tail-first Removed per step, so the tree stays at its size.
+// blocks/s counts the blocks of both.
+func BenchmarkApply(b *testing.B) {
+	benchSetup(b)
+	sc := bench.sched
+	for _, layout := range []struct {
+		name   string
+		maxRun int
+	}{{"runs", 0}, {"block", 1}} {
+		b.Run(layout.name, func(b *testing.B) {
+			tr := bench.wl.tree(b, layout.maxRun) // fresh: the schedule mutates it
+			for i := range sc.warm {
+				if _, err := tr.Apply(&sc.warm[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			blocks, i := 0, 0
+			b.ReportAllocs()
+			for b.Loop() {
+				ev := &sc.events[i%len(sc.events)]
+				if _, err := tr.Apply(ev); err != nil {
+					b.Fatal(err)
+				}
+				blocks += len(ev.Blocks)
+				i++
+			}
+			b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
+	b.Run("flatmap", func(b *testing.B) {
+		f := bench.wl.flat()
+		for i := range sc.warm {
+			f.store(f.index(sc.warm[i].Worker), sc.warmSeqs[i])
+		}
+		blocks, i := 0, 0
+		b.ReportAllocs()
+		for b.Loop() {
+			j := i % len(sc.events)
+			ev := &sc.events[j]
+			if ev.Kind == wire.KindStored {
+				f.store(f.index(ev.Worker), sc.seqs[j])
+			} else {
+				f.remove(f.index(ev.Worker), sc.seqs[j])
+			}
+			blocks += len(ev.Blocks)
+			i++
+		}
+		b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+	})
+}
+
+// heapGrowth returns the live-heap growth caused by build (after a GC) and
+// what build returned, kept alive until measured.
+func heapGrowth[T any](build func() T) (int64, T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	v := build()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc), v
+}
+
+// BenchmarkBuild builds the whole index from empty (one op = ≈1.3M entries
+// from ≈9k Stored events) and reports its memory per (block, worker) entry:
+// B/entry from Stats().Bytes, heapB/entry from runtime.MemStats.
+func BenchmarkBuild(b *testing.B) {
+	benchSetup(b)
+	wl := bench.wl
+	for _, layout := range []struct {
+		name   string
+		maxRun int
+	}{{"runs", 0}, {"block", 1}} {
+		b.Run(layout.name, func(b *testing.B) {
+			heap, tr := heapGrowth(func() *Tree { return wl.tree(b, layout.maxRun) })
+			st := tr.Stats()
+			b.ReportAllocs()
+			for b.Loop() {
+				wl.tree(b, layout.maxRun)
+			}
+			b.ReportMetric(float64(wl.blocks)*float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
+			b.ReportMetric(float64(st.Bytes)/float64(st.Entries), "B/entry")
+			b.ReportMetric(float64(heap)/float64(st.Entries), "heapB/entry")
+		})
+	}
+	b.Run("flatmap", func(b *testing.B) {
+		heap, f := heapGrowth(wl.flat)
+		entries := 0
+		for _, s := range f.sizes {
+			entries += int(s)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			wl.flat()
+		}
+		b.ReportMetric(float64(wl.blocks)*float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
+		b.ReportMetric(float64(heap)/float64(entries), "heapB/entry")
+	})
+}

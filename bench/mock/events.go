@@ -1,0 +1,140 @@
+package mock
+
+import (
+	"time"
+
+	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/plane"
+)
+
+// outbox holds one step's encoded event messages between the engine lock
+// and the publishing (loop goroutine only). Its buffers are reused.
+type outbox struct {
+	buf  []byte
+	msgs []span
+	vb   wire.VLLMBatch
+	toks []uint32
+	offs []int
+	drop float64 // fault switches for this step's messages
+	dup  float64
+}
+
+type span struct{ from, to int }
+
+// encode encodes evs in the worker's transport format. Called with w.mu held
+// (evs are views into the engine's outbox).
+func (o *outbox) encode(w *Worker, evs []wire.Event) {
+	o.buf, o.msgs = o.buf[:0], o.msgs[:0]
+	o.drop, o.dup = w.mu.drop, w.mu.dup
+	if len(evs) == 0 {
+		return
+	}
+	switch w.cfg.Transport {
+	case plane.TransportDynamo:
+		h := wire.DynamoHeader{PublisherID: w.cfg.ID, PublishedAt: uint64(time.Now().UnixMilli()), Topic: []byte("kv-events")}
+		for i := range evs {
+			w.seq++
+			h.Sequence = w.seq
+			from := len(o.buf)
+			o.buf = wire.AppendDynamo(o.buf, &h, &evs[i])
+			o.msgs = append(o.msgs, span{from, len(o.buf)})
+		}
+	case plane.TransportNative:
+		o.buf = wire.AppendNative(o.buf, evs)
+		o.msgs = append(o.msgs, span{0, len(o.buf)})
+	case plane.TransportZMQ:
+		o.encodeVLLM(w, evs)
+	}
+}
+
+// encodeVLLM encodes evs as one vLLM batch (dp rank 0).
+func (o *outbox) encodeVLLM(w *Worker, evs []wire.Event) {
+	bs := w.cfg.BlockSize
+	o.toks, o.offs = o.toks[:0], o.offs[:0]
+	for i := range evs {
+		o.offs = append(o.offs, len(o.toks))
+		if evs[i].Kind != wire.KindStored {
+			continue
+		}
+		for _, b := range evs[i].Blocks {
+			if e := w.mu.toks[b.Local]; e != nil {
+				o.toks = append(o.toks, e.tokens...)
+			} else {
+				o.toks = appendSynthetic(o.toks, b.Local, bs)
+			}
+		}
+	}
+	o.vb.TS = float64(time.Now().UnixNano()) / 1e9
+	o.vb.HasDPRank, o.vb.DPRank = true, 0
+	o.vb.Events = o.vb.Events[:0]
+	for i := range evs {
+		ev := &evs[i]
+		ve := wire.VLLMEvent{Kind: ev.Kind, Medium: "GPU"}
+		if ev.Kind != wire.KindCleared {
+			hs := make([]wire.EngineHash, len(ev.Blocks))
+			for j, b := range ev.Blocks {
+				hs[j] = b.Engine
+			}
+			ve.BlockHashes = hs
+		}
+		if ev.Kind == wire.KindStored {
+			ve.HasParent, ve.Parent, ve.BlockSize = ev.HasParent, ev.Parent, bs
+			ve.Tokens = o.toks[o.offs[i] : o.offs[i]+len(ev.Blocks)*bs]
+		}
+		o.vb.Events = append(o.vb.Events, ve)
+	}
+	o.buf = wire.AppendVLLMBatch(o.buf, &o.vb, wire.VLLMEncoding{})
+	o.msgs = append(o.msgs, span{0, len(o.buf)})
+	clear(o.vb.Events)
+}
+
+// appendSynthetic appends the stand-in token ids of a block that holds
+// generated tokens (the engine model keeps only a hash of it).
+func appendSynthetic(dst []uint32, local wire.BlockHash, bs int) []uint32 {
+	x := uint64(local)
+	for range bs {
+		x += 0x9e3779b97f4a7c15
+		z := (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+		dst = append(dst, uint32(z^(z>>31))&0x3ffff)
+	}
+	return dst
+}
+
+// publish sends the encoded messages, applying the drop and duplicate
+// fault switches (loop goroutine, without w.mu).
+func (o *outbox) publish(w *Worker) {
+	for _, m := range o.msgs {
+		msg := o.buf[m.from:m.to]
+		copies := 1
+		if o.drop > 0 && w.rng.Float64() < o.drop {
+			copies = 0
+		} else if o.dup > 0 && w.rng.Float64() < o.dup {
+			copies = 2
+		}
+		switch w.cfg.Transport {
+		case plane.TransportZMQ:
+			if copies == 0 {
+				w.pub.Skip(msg)
+				continue
+			}
+			// A duplicate on ZMQ is the same batch again under a new
+			// sequence number, as a resending engine would produce.
+			for range copies {
+				if _, err := w.pub.Publish(msg); err != nil {
+					w.cfg.Logger.Warn("mock: zmq publish", "worker", w.cfg.ID, "err", err)
+				}
+			}
+		default:
+			subject := w.cfg.Subjects.KVEvents
+			if w.cfg.Transport == plane.TransportNative {
+				subject = w.cfg.Subjects.KVEventsNative
+			}
+			for range copies {
+				if err := w.nc.Publish(subject, msg); err != nil {
+					w.cfg.Logger.Warn("mock: publish kv events", "worker", w.cfg.ID, "err", err)
+				}
+			}
+		}
+	}
+}

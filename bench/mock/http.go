@@ -1,0 +1,205 @@
+package mock
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/bench/engine"
+	"github.com/kvroute/kvroute/wire/openai"
+)
+
+// DefaultMaxTokens is the output length of a request without max_tokens.
+const DefaultMaxTokens = 16
+
+func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	switch path {
+	case "/v1/completions", "/v1/chat/completions":
+		if !ctx.IsPost() {
+			w.fail(ctx, fasthttp.StatusMethodNotAllowed, "use POST", "invalid_request_error")
+			return
+		}
+		w.complete(ctx, path == "/v1/chat/completions")
+	case "/health":
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
+	case "/metrics":
+		w.metrics(ctx)
+	default:
+		w.fail(ctx, fasthttp.StatusNotFound, "no route "+path, "not_found_error")
+	}
+}
+
+func (w *Worker) fail(ctx *fasthttp.RequestCtx, code int, msg, typ string) {
+	ctx.SetStatusCode(code)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(openai.AppendError(nil, msg, typ, code))
+}
+
+func (w *Worker) badRequest(ctx *fasthttp.RequestCtx, msg string) {
+	w.mu.Lock()
+	w.mu.c.badRequests++
+	w.mu.Unlock()
+	w.fail(ctx, fasthttp.StatusBadRequest, msg, "invalid_request_error")
+}
+
+func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
+	req := openai.AcquireRequest()
+	defer openai.ReleaseRequest(req)
+	if err := openai.Parse(ctx.PostBody(), chat, openai.BytesTokenizer{}, req); err != nil {
+		w.badRequest(ctx, err.Error())
+		return
+	}
+	if len(req.Tokens) == 0 {
+		w.badRequest(ctx, "prompt is empty")
+		return
+	}
+	maxTokens := req.MaxTokens
+	if maxTokens == 0 {
+		maxTokens = DefaultMaxTokens
+	}
+	c, err := w.submit(req.Tokens, maxTokens, req.LoRA)
+	switch {
+	case errors.Is(err, engine.ErrTooLong):
+		w.badRequest(ctx, fmt.Sprintf("prompt of %d tokens plus max_tokens %d exceeds the KV cache of %d blocks of %d tokens",
+			len(req.Tokens), maxTokens, w.cfg.KVBlocks, w.cfg.BlockSize))
+		return
+	case err != nil:
+		w.fail(ctx, fasthttp.StatusServiceUnavailable, err.Error(), "server_error")
+		return
+	}
+	model := w.cfg.Model
+	if len(req.Model) > 0 {
+		model = string(req.Model)
+	}
+	h := openai.Header{
+		ID:    "cmpl-mock-" + strconv.FormatUint(w.cfg.ID, 10) + "-" + strconv.FormatUint(c.id, 10),
+		Model: model, Created: time.Now().Unix(), Chat: chat,
+	}
+	if !req.Stream {
+		w.respond(ctx, c, h)
+		return
+	}
+	w.mu.Lock()
+	w.mu.c.streams++
+	w.mu.Unlock()
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) { w.stream(bw, c, h) })
+}
+
+// tokenText is the text of the i-th generated token.
+func tokenText(i int) string { return letters[i%26 : i%26+1] }
+
+const letters = "abcdefghijklmnopqrstuvwxyz"
+
+// wait blocks until c made progress past emitted tokens or ended, and
+// returns its state.
+func (w *Worker) wait(c *call, emitted int) (n, cached int, done bool, err error) {
+	for {
+		w.mu.Lock()
+		n, cached, done, err = c.emitted, c.cached, c.done, c.err
+		w.mu.Unlock()
+		if done || n > emitted {
+			return
+		}
+		<-c.ring
+	}
+}
+
+func (w *Worker) respond(ctx *fasthttp.RequestCtx, c *call, h openai.Header) {
+	n, cached, _, err := w.wait(c, c.max)
+	if err != nil {
+		w.fail(ctx, fasthttp.StatusServiceUnavailable, err.Error(), "server_error")
+		return
+	}
+	text := make([]byte, 0, n)
+	for i := range n {
+		text = append(text, tokenText(i)...)
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(openai.AppendResponse(nil, h, string(text), "length",
+		openai.Usage{PromptTokens: c.prompt, CompletionTokens: n, CachedTokens: cached}))
+}
+
+// stream writes one SSE chunk per generated token as the engine produces
+// them. A write error (the client went away) stops the stream; the engine
+// model cannot abort a request, so it runs to completion.
+func (w *Worker) stream(bw *bufio.Writer, c *call, h openai.Header) {
+	var buf []byte
+	sent := 0
+	for {
+		n, cached, done, err := w.wait(c, sent)
+		if err != nil {
+			buf = append(buf[:0], "data: "...)
+			buf = openai.AppendError(buf, err.Error(), "server_error", fasthttp.StatusServiceUnavailable)
+			buf = append(buf, "\n\n"...)
+			bw.Write(buf) //nolint:errcheck // the stream ends either way
+			bw.Flush()    //nolint:errcheck
+			return
+		}
+		buf = buf[:0]
+		for ; sent < n; sent++ {
+			if done && sent == n-1 {
+				break
+			}
+			buf = openai.AppendChunk(buf, h, tokenText(sent), "", nil)
+		}
+		if done {
+			u := openai.Usage{PromptTokens: c.prompt, CompletionTokens: n, CachedTokens: cached}
+			buf = openai.AppendChunk(buf, h, tokenText(n-1), "length", &u)
+			buf = append(buf, openai.Done...)
+		}
+		if _, err := bw.Write(buf); err != nil {
+			return
+		}
+		if err := bw.Flush(); err != nil || done {
+			return
+		}
+	}
+}
+
+// metrics writes Prometheus text.
+func (w *Worker) metrics(ctx *fasthttp.RequestCtx) {
+	w.mu.Lock()
+	c := w.mu.c
+	used, total := w.mu.eng.KV().Usage()
+	waiting, running := w.mu.eng.Load()
+	st := w.mu.eng.Stats()
+	w.mu.Unlock()
+	lbl := `{worker="` + strconv.FormatUint(w.cfg.ID, 10) + `"}`
+	var b []byte
+	line := func(name, typ string, v float64) {
+		b = append(b, "# TYPE "...)
+		b = append(b, name...)
+		b = append(b, ' ')
+		b = append(b, typ...)
+		b = append(b, '\n')
+		b = append(b, name...)
+		b = append(b, lbl...)
+		b = append(b, ' ')
+		b = strconv.AppendFloat(b, v, 'g', -1, 64)
+		b = append(b, '\n')
+	}
+	line("mock_requests_total", "counter", float64(c.requests))
+	line("mock_stream_requests_total", "counter", float64(c.streams))
+	line("mock_failed_requests_total", "counter", float64(c.failed))
+	line("mock_bad_requests_total", "counter", float64(c.badRequests))
+	line("mock_prompt_tokens_total", "counter", float64(c.promptTokens))
+	line("mock_completion_tokens_total", "counter", float64(c.completionTokens))
+	line("mock_cached_tokens_total", "counter", float64(c.cachedTokens))
+	line("mock_preemptions_total", "counter", float64(st.Preemptions))
+	line("mock_engine_steps_total", "counter", float64(st.Steps))
+	line("mock_kv_used_blocks", "gauge", float64(used))
+	line("mock_kv_total_blocks", "gauge", float64(total))
+	line("mock_kv_usage", "gauge", float64(used)/float64(total))
+	line("mock_requests_waiting", "gauge", float64(waiting))
+	line("mock_requests_running", "gauge", float64(running))
+	ctx.SetContentType("text/plain; version=0.0.4")
+	ctx.SetBody(b)
+}

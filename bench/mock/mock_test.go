@@ -1,0 +1,851 @@
+package mock
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/radix"
+	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/zmq"
+)
+
+// startFleet starts a fleet on random ports, closed when the test ends.
+func startFleet(t testing.TB, cfg Config, nc *nats.Conn) *Fleet {
+	t.Helper()
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	f, err := Start(cfg, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return f
+}
+
+var client = &http.Client{Timeout: 30 * time.Second}
+
+// completion is the part of a response the tests read.
+type completion struct {
+	Choices []struct {
+		Text    string `json:"text"`
+		Message struct {
+			Content string `json:"content"`
+		} `json:"message"`
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+	Error *struct {
+		Message string `json:"message"`
+		Code    int    `json:"code"`
+	} `json:"error"`
+}
+
+func post(t testing.TB, url, path string, body any) (int, []byte) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := client.Post(url+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, out
+}
+
+// complete sends a non-streaming completion of prompt token ids and returns
+// the parsed response.
+func complete(t testing.TB, url string, prompt []uint32, maxTokens int) completion {
+	t.Helper()
+	code, body := post(t, url, "/v1/completions", map[string]any{"model": "m", "prompt": prompt, "max_tokens": maxTokens})
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var c completion
+	if err := json.Unmarshal(body, &c); err != nil {
+		t.Fatalf("%v: %s", err, body)
+	}
+	if c.Usage == nil || len(c.Choices) != 1 {
+		t.Fatalf("malformed response %s", body)
+	}
+	return c
+}
+
+func tokens(seed, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(seed*100003 + i)
+	}
+	return out
+}
+
+// TestCachedTokensFollowSharedPrefix: a request's cached_tokens is the
+// prefix it shares with earlier requests on that worker, in full blocks,
+// at most prompt-1 tokens (vLLM recomputes the last prompt token).
+func TestCachedTokensFollowSharedPrefix(t *testing.T) {
+	f := startFleet(t, Config{Workers: 2, BlockSize: 16, KVBlocks: 256, Speedup: 1000, Transport: plane.TransportNone}, nil)
+	w1, w2 := f.Workers()[0].URL(), f.Workers()[1].URL()
+	a := tokens(1, 64)
+	aSuffix := append(append([]uint32(nil), a...), tokens(2, 20)...)
+	for _, c := range []struct {
+		name   string
+		url    string
+		prompt []uint32
+		cached int
+	}{
+		{"A cold", w1, a, 0},
+		{"A+suffix: A's 4 blocks", w1, aSuffix, 64},
+		{"A again: 3 blocks (last token recomputed)", w1, a, 48},
+		{"A+suffix on the other worker: cold", w2, aSuffix, 0},
+		{"unrelated prompt", w1, tokens(3, 64), 0},
+		{"A's first 40 tokens: 2 blocks", w1, a[:40], 32},
+	} {
+		r := complete(t, c.url, c.prompt, 4)
+		if got := r.Usage.PromptTokensDetails.CachedTokens; got != c.cached {
+			t.Errorf("%s: cached_tokens %d, want %d", c.name, got, c.cached)
+		}
+		if r.Usage.PromptTokens != len(c.prompt) || r.Usage.CompletionTokens != 4 || r.Choices[0].Text != "abcd" {
+			t.Errorf("%s: usage %+v text %q", c.name, *r.Usage, r.Choices[0].Text)
+		}
+	}
+}
+
+// triple is a held block as the tests compare it.
+type triple struct {
+	engine, parent wire.EngineHash
+	hasParent      bool
+	local          wire.BlockHash
+}
+
+// mirror applies received KV events to a radix.Tree and checks event ids.
+type mirror struct {
+	mu       sync.Mutex
+	tree     *radix.Tree
+	last     map[wire.WorkerKey]uint64
+	events   int
+	err      error
+	checkIDs bool
+}
+
+func newMirror(checkIDs bool) *mirror {
+	return &mirror{tree: radix.New(), last: map[wire.WorkerKey]uint64{}, checkIDs: checkIDs}
+}
+
+func (m *mirror) apply(evs []wire.Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range evs {
+		ev := &evs[i]
+		m.events++
+		if m.checkIDs && m.err == nil {
+			want := m.last[ev.Worker] + 1
+			if ev.Kind == wire.KindCleared && ev.ID == 1 {
+				want = 1 // a restarted engine numbers from 1 again
+			}
+			if ev.ID != want {
+				m.err = fmt.Errorf("worker %v: event id %d, want %d", ev.Worker, ev.ID, want)
+			}
+		}
+		m.last[ev.Worker] = ev.ID
+		if res, err := m.tree.Apply(ev); (err != nil || res.Unknown != 0 || res.Conflicts != 0) && m.err == nil {
+			m.err = fmt.Errorf("apply %v event %d: %+v %v", ev.Kind, ev.ID, res, err)
+		}
+	}
+}
+
+func (m *mirror) fail(err error) {
+	m.mu.Lock()
+	if m.err == nil {
+		m.err = err
+	}
+	m.mu.Unlock()
+}
+
+// blocks returns worker k's blocks in the tree.
+func (m *mirror) blocks(k wire.WorkerKey) map[triple]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[triple]bool{}
+	for _, ev := range m.tree.Dump(nil) {
+		if ev.Worker != k {
+			continue
+		}
+		p, hp := ev.Parent, ev.HasParent
+		for _, b := range ev.Blocks {
+			out[triple{engine: b.Engine, parent: p, hasParent: hp, local: b.Local}] = true
+			p, hp = b.Engine, true
+		}
+	}
+	return out
+}
+
+// held returns w's blocks, with local hashes mapped by translate (nil: as is).
+func held(w *Worker, translate func(wire.BlockHash) wire.BlockHash) map[triple]bool {
+	out := map[triple]bool{}
+	for _, b := range w.Held(nil) {
+		l := b.Local
+		if translate != nil {
+			l = translate(l)
+		}
+		out[triple{engine: b.Engine, parent: b.Parent, hasParent: b.HasParent, local: l}] = true
+	}
+	return out
+}
+
+// waitReproduced polls until the mirror's view of w equals the blocks w
+// holds (w must be idle, so its cache no longer changes).
+func waitReproduced(t *testing.T, m *mirror, w *Worker, translate func(wire.BlockHash) wire.BlockHash) int {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	k := wire.WorkerKey{Worker: w.ID()}
+	for {
+		want := held(w, translate)
+		got := m.blocks(k)
+		m.mu.Lock()
+		err := m.err
+		m.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mapsEqual(got, want) && w.Idle() {
+			return len(want)
+		}
+		if time.Now().After(deadline) {
+			missing, extra := 0, 0
+			for b := range want {
+				if !got[b] {
+					missing++
+				}
+			}
+			for b := range got {
+				if !want[b] {
+					extra++
+				}
+			}
+			t.Fatalf("worker %d: tree has %d blocks, engine %d: %d missing, %d extra", w.ID(), len(got), len(want), missing, extra)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func mapsEqual(a, b map[triple]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// workload sends n concurrent requests with shared prefixes (4 families)
+// and long outputs to a small cache, so that blocks are reused, evicted and
+// preempted. It returns the prompts' local hashes.
+func workload(t *testing.T, url string, seed uint64, n, bs int) map[wire.BlockHash]bool {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	prompts := make([][]uint32, n)
+	outs := make([]int, n)
+	local := map[wire.BlockHash]bool{}
+	for i := range prompts {
+		fam := tokens(100+rng.IntN(4), 48)
+		p := append(fam[:rng.IntN(49)], tokens(1000+i, 1+rng.IntN(24))...)
+		prompts[i], outs[i] = p, 1+rng.IntN(40)
+		for _, h := range wire.LocalHashes(nil, p, bs, wire.Seed) {
+			local[h] = true
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range prompts {
+		wg.Go(func() {
+			b, _ := json.Marshal(map[string]any{"prompt": prompts[i], "max_tokens": outs[i], "stream": i%2 == 0})
+			resp, err := client.Post(url+"/v1/completions", "application/json", bytes.NewReader(b))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK {
+				errs <- fmt.Errorf("request %d: %d %s", i, resp.StatusCode, body)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return local
+}
+
+// smallCache is a fleet configuration under cache pressure.
+func smallCache(transport string) Config {
+	return Config{Workers: 1, BlockSize: 4, KVBlocks: 48, MaxNumSeqs: 8, MaxBatchedTokens: 64, Speedup: 2000, Transport: transport}
+}
+
+// checkPressure asserts that the workload evicted and preempted.
+func checkPressure(t *testing.T, w *Worker) {
+	t.Helper()
+	w.mu.Lock()
+	st, kst := w.mu.eng.Stats(), w.mu.eng.KV().Stats()
+	w.mu.Unlock()
+	if st.Preemptions == 0 || kst.RemovedBlocks == 0 || st.CachedTokens == 0 {
+		t.Fatalf("workload missed a path: engine %+v kv %+v", st, kst)
+	}
+}
+
+// TestEventsReproduceCacheOverNATS: the Dynamo and native events a worker
+// publishes over NATS, applied to an empty radix.Tree, reproduce exactly the
+// blocks its block manager holds, with contiguous event ids, after
+// eviction and preemption, and after a Restart (Cleared).
+func TestEventsReproduceCacheOverNATS(t *testing.T) {
+	for _, tr := range []string{plane.TransportDynamo, plane.TransportNative} {
+		t.Run(tr, func(t *testing.T) {
+			s := natstest.Server(t)
+			nc := natstest.Connect(t, s)
+			sub := natstest.Connect(t, s)
+			cfg := smallCache(tr)
+			subj, _ := plane.SubjectsFor("kvroute", "backend")
+			m := newMirror(true)
+			var batch wire.Batch
+			subject := subj.KVEvents
+			if tr == plane.TransportNative {
+				subject = subj.KVEventsNative
+			}
+			if _, err := sub.Subscribe(subject, func(msg *nats.Msg) {
+				batch.Reset()
+				var err error
+				if tr == plane.TransportDynamo {
+					_, err = wire.DecodeDynamo(&batch, msg.Data)
+				} else {
+					err = wire.DecodeNative(&batch, msg.Data)
+				}
+				if err != nil {
+					m.fail(err)
+					return
+				}
+				m.apply(batch.Events)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := sub.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			w := startFleet(t, cfg, nc).Workers()[0]
+			workload(t, w.URL(), 1, 40, cfg.BlockSize)
+			checkPressure(t, w)
+			n := waitReproduced(t, m, w, nil)
+			if n == 0 {
+				t.Fatal("the cache is empty")
+			}
+
+			w.Restart()
+			deadline := time.Now().Add(10 * time.Second)
+			for len(w.Held(nil)) != 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("restart did not empty the cache")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			waitReproduced(t, m, w, nil)
+			workload(t, w.URL(), 2, 20, cfg.BlockSize)
+			waitReproduced(t, m, w, nil)
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.tree.Stats().Entries == 0 {
+				t.Fatal("nothing stored after the restart")
+			}
+		})
+	}
+}
+
+// synthLocal maps an engine-internal local hash to the one a vLLM consumer
+// computes: prompt blocks keep theirs, blocks of generated tokens carry
+// synthetic tokens.
+func synthLocal(prompt map[wire.BlockHash]bool, bs int) func(wire.BlockHash) wire.BlockHash {
+	return func(h wire.BlockHash) wire.BlockHash {
+		if prompt[h] {
+			return h
+		}
+		return wire.BlockHashOf(appendSynthetic(nil, h, bs), wire.Seed)
+	}
+}
+
+// subscribeZMQ mirrors w's ZMQ events and waits until the subscription is
+// live (probing with empty batches, which PUB/SUB may drop).
+func subscribeZMQ(t *testing.T, w *Worker, m *mirror) *zmq.Subscriber {
+	t.Helper()
+	dec := wire.NewVLLMDecoder(wire.VLLMConfig{Worker: w.ID(), BlockSize: w.Config().BlockSize})
+	var batch wire.Batch
+	got := make(chan struct{}, 1)
+	s := zmq.Subscribe(zmq.SubscriberConfig{
+		Endpoint: w.ZMQEndpoint(), ReplayEndpoint: w.ZMQReplay(), Topic: "kv@", RetryInterval: 20 * time.Millisecond,
+	}, func(seq uint64, payload []byte, replayed bool) {
+		batch.Reset()
+		if err := dec.Decode(&batch, seq, payload); err != nil || batch.Rejected != 0 {
+			m.fail(fmt.Errorf("decode seq %d: %v %v", seq, err, batch.Err))
+			return
+		}
+		m.apply(batch.Events)
+		select {
+		case got <- struct{}{}:
+		default:
+		}
+	})
+	t.Cleanup(s.Close)
+	probe := wire.AppendVLLMBatch(nil, &wire.VLLMBatch{HasDPRank: true}, wire.VLLMEncoding{})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := w.pub.Publish(probe); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-got:
+			return s
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ZMQ subscriber never received a probe")
+		}
+	}
+}
+
+// TestEventsReproduceCacheOverZMQ: the vLLM-format batches a worker
+// publishes on its ZMQ PUB socket, decoded and applied to an empty
+// radix.Tree, reproduce its blocks after eviction, preemption and Restart;
+// with half the batches dropped on the live socket, the subscriber
+// recovers them from the replay socket and the tree is still exact.
+func TestEventsReproduceCacheOverZMQ(t *testing.T) {
+	cfg := smallCache(plane.TransportZMQ)
+	w := startFleet(t, cfg, nil).Workers()[0]
+	m := newMirror(false)
+	s := subscribeZMQ(t, w, m)
+	prompt := workload(t, w.URL(), 3, 40, cfg.BlockSize)
+	checkPressure(t, w)
+	waitReproduced(t, m, w, synthLocal(prompt, cfg.BlockSize))
+
+	w.SetFaults(0.5, 0)
+	for h := range workload(t, w.URL(), 4, 30, cfg.BlockSize) {
+		prompt[h] = true
+	}
+	w.Restart()
+	for h := range workload(t, w.URL(), 5, 20, cfg.BlockSize) {
+		prompt[h] = true
+	}
+	w.SetFaults(0, 0)
+	// One more request: its live batches reveal any gap at the tail.
+	for h := range workload(t, w.URL(), 6, 1, cfg.BlockSize) {
+		prompt[h] = true
+	}
+	waitReproduced(t, m, w, synthLocal(prompt, cfg.BlockSize))
+	st := s.Stats()
+	if st.Gaps == 0 || st.Replayed == 0 || st.Lost != 0 {
+		t.Fatalf("subscriber stats %+v: want gaps filled by replay and nothing lost", st)
+	}
+}
+
+// TestStreaming: SSE chunks arrive as the engine produces them (one per
+// token, spread over the decode steps), then a final chunk with usage and
+// [DONE]; chat requests stream deltas.
+func TestStreaming(t *testing.T) {
+	f := startFleet(t, Config{Workers: 1, BlockSize: 16, KVBlocks: 256, Speedup: 1, Transport: plane.TransportNone}, nil)
+	url := f.Workers()[0].URL()
+	complete(t, url, tokens(9, 40), 1) // warm the cache: 2 blocks
+	const n = 12
+	b, _ := json.Marshal(map[string]any{"prompt": tokens(9, 40), "max_tokens": n, "stream": true})
+	start := time.Now()
+	resp, err := client.Post(url+"/v1/completions", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		t.Fatalf("content type %q", ct)
+	}
+	var (
+		at   []time.Duration
+		text string
+		last completion
+		done bool
+	)
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			t.Fatalf("not an SSE data line: %q", line)
+		}
+		if data == "[DONE]" {
+			done = true
+			continue
+		}
+		if done {
+			t.Fatal("data after [DONE]")
+		}
+		var c completion
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			t.Fatal(err)
+		}
+		at = append(at, time.Since(start))
+		text += c.Choices[0].Text
+		last = c
+	}
+	if !done || len(at) != n || text != "abcdefghijkl" {
+		t.Fatalf("%d chunks %q done %v, want %d chunks", len(at), text, done, n)
+	}
+	if last.Usage == nil || last.Usage.CompletionTokens != n || last.Usage.PromptTokens != 40 ||
+		last.Usage.PromptTokensDetails.CachedTokens != 32 || *last.Choices[0].FinishReason != "length" {
+		t.Fatalf("final chunk %+v", last)
+	}
+	// n-1 decode steps of at least 5.74 ms each (speedup 1) separate the
+	// first chunk from the last: the chunks were not sent all at once.
+	if spread := at[n-1] - at[0]; spread < time.Duration(n-1)*5*time.Millisecond {
+		t.Fatalf("chunks arrived within %v: %v", spread, at)
+	}
+
+	// Chat: deltas, the same accounting.
+	body, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": "hi"}}, "max_tokens": 3, "stream": true})
+	resp2, err := client.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := io.ReadAll(resp2.Body)
+	resp2.Body.Close()
+	if got := strings.Count(string(all), `"delta":{"role":"assistant","content":`); got != 3 || !strings.HasSuffix(string(all), "data: [DONE]\n\n") {
+		t.Fatalf("chat stream: %d deltas: %s", got, all)
+	}
+}
+
+// TestNonStreamingChat: a chat request renders the ChatML template,
+// tokenized as bytes; prompt_tokens counts its bytes.
+func TestNonStreamingChat(t *testing.T) {
+	f := startFleet(t, Config{Workers: 1, Speedup: 1000, KVBlocks: 64, Transport: plane.TransportNone}, nil)
+	code, body := post(t, f.Workers()[0].URL(), "/v1/chat/completions", map[string]any{
+		"messages": []map[string]string{{"role": "user", "content": "hello"}},
+	})
+	var c completion
+	if err := json.Unmarshal(body, &c); err != nil || code != 200 {
+		t.Fatalf("%d %v %s", code, err, body)
+	}
+	want := len("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n")
+	if c.Usage.PromptTokens != want || c.Usage.CompletionTokens != DefaultMaxTokens || len(c.Choices[0].Message.Content) != DefaultMaxTokens {
+		t.Fatalf("usage %+v content %q, want %d prompt tokens", *c.Usage, c.Choices[0].Message.Content, want)
+	}
+}
+
+// TestBadRequests: malformed requests get 4xx JSON errors naming the problem.
+func TestBadRequests(t *testing.T) {
+	f := startFleet(t, Config{Workers: 1, Speedup: 1000, BlockSize: 16, KVBlocks: 8, Transport: plane.TransportNone}, nil)
+	url := f.Workers()[0].URL()
+	for _, c := range []struct {
+		path, body string
+		code       int
+		msg        string
+	}{
+		{"/v1/completions", `{"prompt":`, 400, "invalid JSON"},
+		{"/v1/completions", `{"max_tokens":3}`, 400, "prompt"},
+		{"/v1/completions", `{"prompt":""}`, 400, "empty"},
+		{"/v1/completions", `{"prompt":[1,"x"]}`, 400, "prompt[1]"},
+		{"/v1/completions", `{"prompt":"x","max_tokens":-1}`, 400, "max_tokens"},
+		{"/v1/completions", `{"prompt":"x","stream":"yes"}`, 400, "stream"},
+		{"/v1/chat/completions", `{"messages":[]}`, 400, "messages"},
+		{"/v1/completions", `{"prompt":"` + strings.Repeat("x", 200) + `"}`, 400, "exceeds the KV cache"},
+		{"/v1/nothing", `{}`, 404, "no route"},
+	} {
+		resp, err := client.Post(url+c.path, "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var r completion
+		if err := json.Unmarshal(body, &r); err != nil || resp.StatusCode != c.code || r.Error == nil ||
+			r.Error.Code != c.code || !strings.Contains(r.Error.Message, c.msg) {
+			t.Errorf("%s %s: %d %s, want %d mentioning %q", c.path, c.body, resp.StatusCode, body, c.code, c.msg)
+		}
+	}
+	resp, err := client.Get(url + "/v1/completions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /v1/completions: %d", resp.StatusCode)
+	}
+}
+
+// TestHealthAndMetrics: /health answers, /metrics counts requests and tokens.
+func TestHealthAndMetrics(t *testing.T) {
+	f := startFleet(t, Config{Workers: 1, Speedup: 1000, BlockSize: 16, KVBlocks: 64, Transport: plane.TransportNone}, nil)
+	url := f.Workers()[0].URL()
+	complete(t, url, tokens(1, 32), 2)
+	complete(t, url, tokens(1, 40), 2)
+	resp, err := client.Get(url + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("health: %d", resp.StatusCode)
+	}
+	resp, err = client.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`mock_requests_total{worker="1"} 2`, `mock_prompt_tokens_total{worker="1"} 72`,
+		`mock_completion_tokens_total{worker="1"} 4`, `mock_cached_tokens_total{worker="1"} 32`,
+		`mock_kv_total_blocks{worker="1"} 64`, `mock_requests_running{worker="1"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+// TestFirstTokenSoonerWithCachedPrefix: in live mode, a request whose long
+// prefix is cached gets its response sooner than a same-size cold one.
+func TestFirstTokenSoonerWithCachedPrefix(t *testing.T) {
+	f := startFleet(t, Config{Workers: 1, BlockSize: 16, KVBlocks: 4096, Speedup: 4, Transport: plane.TransportNone}, nil)
+	url := f.Workers()[0].URL()
+	a := tokens(1, 8000)
+	complete(t, url, a, 1)
+	timed := func(p []uint32) (time.Duration, int) {
+		start := time.Now()
+		r := complete(t, url, p, 1)
+		return time.Since(start), r.Usage.PromptTokensDetails.CachedTokens
+	}
+	// Uncached 8016 tokens: ≈ (27 + 122 + 16.5) ms / 4 ≈ 41 ms of prefill;
+	// cached: 16 + 16 tokens ≈ 4 ms.
+	warm, cached := timed(append(append([]uint32(nil), a...), tokens(2, 16)...))
+	cold, none := timed(tokens(3, 8016))
+	if cached != 8000 || none != 0 {
+		t.Fatalf("cached tokens %d and %d, want 8000 and 0", cached, none)
+	}
+	if warm >= cold {
+		t.Fatalf("cached prefix took %v, cold prompt %v", warm, cold)
+	}
+	if cold < 30*time.Millisecond {
+		t.Fatalf("cold prefill took only %v", cold)
+	}
+}
+
+// TestControlPlane: registration at start and as heartbeat, load metrics on
+// change, and a leave message at Close; Pause stops heartbeats and the
+// engine, Resume restarts both.
+func TestControlPlane(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Connect(t, s)
+	sub := natstest.Connect(t, s)
+	subj, _ := plane.SubjectsFor("ns", "comp")
+	regs := make(chan plane.Registration, 100)
+	leaves := make(chan plane.Registration, 10)
+	loads := make(chan plane.Load, 1000)
+	for subject, f := range map[string]func([]byte){
+		subj.Heartbeat: func(d []byte) {
+			var r plane.Registration
+			if plane.Decode(d, &r) == nil {
+				regs <- r
+			}
+		},
+		subj.Leave: func(d []byte) {
+			var r plane.Registration
+			if plane.Decode(d, &r) == nil {
+				leaves <- r
+			}
+		},
+		subj.Load: func(d []byte) {
+			var l plane.Load
+			if plane.Decode(d, &l) == nil {
+				loads <- l
+			}
+		},
+	} {
+		if _, err := sub.Subscribe(subject, func(m *nats.Msg) { f(m.Data) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Start(Config{Workers: 2, WorkerIDs: []uint64{7, 9}, Host: "127.0.0.1", Namespace: "ns", Component: "comp",
+		KVBlocks: 128, Speedup: 100, Heartbeat: 20 * time.Millisecond, LoadInterval: time.Millisecond}, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	seen := map[uint64]int{}
+	for seen[7] < 2 || seen[9] < 2 {
+		select {
+		case r := <-regs:
+			if err := r.Validate(); err != nil || r.KVBlocks != 128 || r.EventTransport != plane.TransportDynamo {
+				t.Fatalf("registration %+v: %v", r, err)
+			}
+			if r.URL != f.Worker(r.WorkerID).URL() {
+				t.Fatalf("registration url %s", r.URL)
+			}
+			seen[r.WorkerID]++
+		case <-timeout:
+			t.Fatalf("heartbeats %v", seen)
+		}
+	}
+	w := f.Worker(7)
+	complete(t, w.URL(), tokens(1, 64), 100)
+	for busy, idle := false, false; !busy || !idle; {
+		select {
+		case l := <-loads:
+			if l.KVTotal != 128 {
+				t.Fatalf("load %+v", l)
+			}
+			if l.WorkerID != 7 {
+				continue
+			}
+			busy = busy || l.KVUsed > 0
+			idle = busy && l.KVUsed == 0 && l.Running == 0
+		case <-timeout:
+			t.Fatal("no busy and idle load messages")
+		}
+	}
+
+	// Pause: requests queue and no heartbeat comes from 7.
+	w.Pause()
+	done := make(chan completion, 1)
+	go func() { done <- complete(t, w.URL(), tokens(2, 20), 2) }()
+	drain := time.After(100 * time.Millisecond)
+	for paused := true; paused; {
+		select {
+		case <-regs: // heartbeats in flight before the pause
+		case <-drain:
+			paused = false
+		}
+	}
+	quiet := time.After(100 * time.Millisecond)
+	for waiting := true; waiting; {
+		select {
+		case r := <-regs:
+			if r.WorkerID == 7 {
+				t.Fatal("a paused worker sent a heartbeat")
+			}
+		case <-done:
+			t.Fatal("a paused worker answered")
+		case <-quiet:
+			waiting = false
+		}
+	}
+	w.Resume()
+	select {
+	case r := <-done:
+		if r.Usage.CompletionTokens != 2 {
+			t.Fatalf("after resume: %+v", r.Usage)
+		}
+	case <-timeout:
+		t.Fatal("the request never finished after Resume")
+	}
+
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left := map[uint64]bool{}
+	for len(left) < 2 {
+		select {
+		case r := <-leaves:
+			left[r.WorkerID] = true
+		case <-timeout:
+			t.Fatalf("leave messages from %v", left)
+		}
+	}
+}
+
+// TestRestartFailsInFlight: Restart answers in-flight requests with 503 and
+// the worker serves again with a cold cache.
+func TestRestartFailsInFlight(t *testing.T) {
+	f := startFleet(t, Config{Workers: 1, BlockSize: 16, KVBlocks: 256, Speedup: 1000, Transport: plane.TransportNone}, nil)
+	w := f.Workers()[0]
+	complete(t, w.URL(), tokens(1, 64), 1)
+	w.Pause()
+	codes := make(chan int, 1)
+	go func() {
+		code, _ := post(t, w.URL(), "/v1/completions", map[string]any{"prompt": tokens(2, 10), "max_tokens": 5})
+		codes <- code
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Idle() {
+		if time.Now().After(deadline) {
+			t.Fatal("request never arrived")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.Restart()
+	if code := <-codes; code != http.StatusServiceUnavailable {
+		t.Fatalf("in-flight request got %d, want 503", code)
+	}
+	if r := complete(t, w.URL(), tokens(1, 64), 1); r.Usage.PromptTokensDetails.CachedTokens != 0 {
+		t.Fatalf("cache survived the restart: %+v", *r.Usage)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "--workers"},
+		{Config{Workers: 2, WorkerIDs: []uint64{1}}, "--worker-ids"},
+		{Config{Workers: 2, WorkerIDs: []uint64{3, 3}}, "repeated"},
+		{Config{Workers: 1, Transport: "kafka"}, "--event-transport"},
+		{Config{Workers: 1, DropFraction: 2}, "--drop-events"},
+		{Config{Workers: 1, Namespace: "a.b"}, "--namespace"},
+		{Config{Workers: 1, Port: 65535, WorkerIDs: nil}, ""},
+		{Config{Workers: 2, Port: 65535}, "--port"},
+		{Config{Workers: 1, KVBlocks: -1}, "--kv-blocks"},
+	} {
+		err := c.cfg.Validate()
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", c.cfg, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.want)
+		}
+	}
+}

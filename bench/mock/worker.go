@@ -1,0 +1,613 @@
+package mock
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/bench/engine"
+	"github.com/kvroute/kvroute/bench/kvcache"
+	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/zmq"
+)
+
+// Errors.
+var (
+	ErrClosed    = errors.New("mock: worker closed")
+	ErrRestarted = errors.New("mock: worker restarted")
+)
+
+// WorkerConfig configures one Worker (plain data, copied by StartWorker).
+// Zero fields take the defaults noted.
+type WorkerConfig struct {
+	ID               uint64 // worker id (> 0)
+	Host             string // listen host; default 127.0.0.1
+	Port             int    // HTTP port; 0 picks a free one
+	BlockSize        int    // tokens per KV block; default 16
+	KVBlocks         int    // KV cache blocks; default 16384
+	MaxNumSeqs       int    // default 256
+	MaxBatchedTokens int    // default 8192
+	Speedup          float64
+	Perf             engine.Perf // default engine.DefaultPerf
+	Model            string      // default "mock"
+	Transport        string      // plane.Transport*; default dynamo
+	ZMQPort          int         // with TransportZMQ: PUB on this port, replay on port+1; 0 picks free ones
+	Subjects         plane.Subjects
+	Heartbeat        time.Duration // registration interval; default 1s
+	LoadInterval     time.Duration // minimum gap between load messages; default 50ms
+	DropFraction     float64       // fault: fraction of event messages not sent (ZMQ: sent only to the replay buffer)
+	DupFraction      float64       // fault: fraction of event messages sent twice
+	Seed             uint64        // seeds the fault switches
+	Logger           *slog.Logger
+}
+
+func (c *WorkerConfig) defaults() {
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = 16
+	}
+	if c.KVBlocks <= 0 {
+		c.KVBlocks = 16384
+	}
+	if c.MaxNumSeqs <= 0 {
+		c.MaxNumSeqs = 256
+	}
+	if c.MaxBatchedTokens <= 0 {
+		c.MaxBatchedTokens = 8192
+	}
+	if c.Speedup <= 0 {
+		c.Speedup = 1
+	}
+	if c.Model == "" {
+		c.Model = "mock"
+	}
+	if c.Transport == "" {
+		c.Transport = plane.TransportDynamo
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = time.Second
+	}
+	if c.LoadInterval <= 0 {
+		c.LoadInterval = 50 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// call is one HTTP request in the engine. Fields after id are guarded by
+// Worker.mu.
+type call struct {
+	id      uint64
+	prompt  int
+	max     int
+	local   []wire.BlockHash // prompt block hashes (token map references, ZMQ only)
+	ring    chan struct{}    // one-slot doorbell: progress was made
+	first   bool
+	cached  int
+	emitted int   // output tokens produced so far
+	done    bool  // finished or failed
+	err     error // why it failed
+}
+
+// tokEntry is a prompt block's tokens, referenced by the calls using it.
+type tokEntry struct {
+	tokens []uint32
+	refs   int
+}
+
+// counters are a Worker's request counters (guarded by Worker.mu).
+type counters struct {
+	requests, streams, failed, badRequests uint64
+	promptTokens, completionTokens         uint64
+	cachedTokens                           uint64
+}
+
+// Worker is one simulated engine: an HTTP server, an engine loop goroutine,
+// and its event, load and heartbeat publishers. Its methods are
+// goroutine-safe; the zero value is not usable, use StartWorker.
+type Worker struct {
+	cfg   WorkerConfig
+	nc    *nats.Conn
+	epoch time.Time
+	ln    net.Listener
+	srv   *fasthttp.Server
+	url   string
+	pub   *zmq.Publisher // TransportZMQ only
+	topic string
+
+	wake      chan struct{} // one-slot doorbell for the engine loop
+	stop      chan struct{}
+	done      chan struct{} // engine loop exited
+	hbDone    chan struct{}
+	closeOnce sync.Once
+
+	mu struct {
+		sync.Mutex
+		eng     *engine.Engine
+		calls   map[uint64]*call
+		toks    map[wire.BlockHash]*tokEntry
+		nextID  uint64
+		paused  bool
+		restart bool
+		closed  bool
+		c       counters
+		drop    float64 // fault switches (from the config, then SetFaults)
+		dup     float64
+	}
+
+	// loop-goroutine state
+	out      outbox
+	rng      *rand.Rand
+	seq      uint64 // Dynamo envelope sequence
+	lastLoad plane.Load
+	loadAt   time.Time
+	loadSet  bool
+}
+
+// StartWorker starts a worker: it binds its HTTP (and ZMQ) sockets, starts
+// the engine loop and heartbeats, and announces itself on nc (nil: no NATS,
+// only with TransportZMQ or TransportNone).
+func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
+	cfg.defaults()
+	if cfg.ID == 0 {
+		return nil, errors.New("mock: worker id must be > 0")
+	}
+	switch cfg.Transport {
+	case plane.TransportDynamo, plane.TransportNative:
+		if nc == nil {
+			return nil, fmt.Errorf("mock: event transport %s needs a NATS connection", cfg.Transport)
+		}
+	case plane.TransportZMQ, plane.TransportNone:
+	default:
+		return nil, fmt.Errorf("mock: unknown event transport %q (want dynamo, native, zmq or none)", cfg.Transport)
+	}
+	w := &Worker{
+		cfg: cfg, nc: nc, epoch: time.Now(),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), hbDone: make(chan struct{}),
+		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
+	}
+	w.mu.eng = w.newEngine()
+	w.mu.calls = make(map[uint64]*call)
+	w.mu.drop, w.mu.dup = cfg.DropFraction, cfg.DupFraction
+	w.mu.toks = make(map[wire.BlockHash]*tokEntry)
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, fmt.Errorf("mock: worker %d: listen: %w", cfg.ID, err)
+	}
+	w.ln = ln
+	w.url = "http://" + ln.Addr().String()
+	if cfg.Transport == plane.TransportZMQ {
+		w.topic = fmt.Sprintf("kv@%d@%s", cfg.ID, cfg.Model)
+		pp, rp := cfg.ZMQPort, cfg.ZMQPort+1
+		if cfg.ZMQPort == 0 {
+			if pp, err = freePort(cfg.Host); err == nil {
+				rp, err = freePort(cfg.Host)
+			}
+			if err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("mock: worker %d: %w", cfg.ID, err)
+			}
+		}
+		w.pub, err = zmq.NewPublisher(zmq.PublisherConfig{
+			Endpoint:       "tcp://" + net.JoinHostPort(cfg.Host, strconv.Itoa(pp)),
+			ReplayEndpoint: "tcp://" + net.JoinHostPort(cfg.Host, strconv.Itoa(rp)),
+			Topic:          w.topic, Logger: cfg.Logger,
+		})
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("mock: worker %d: %w", cfg.ID, err)
+		}
+	}
+	w.srv = &fasthttp.Server{
+		Handler: w.handle, Name: "kvroute-mock", NoDefaultDate: true,
+		ReadTimeout: time.Minute, IdleTimeout: time.Minute, CloseOnShutdown: true,
+		Logger: quietLogger{},
+	}
+	go w.srv.Serve(ln) //nolint:errcheck // Serve returns when the listener closes
+	w.publishRegistration(w.cfg.Subjects.Heartbeat)
+	go w.heartbeat()
+	go w.loop()
+	return w, nil
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("pick a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (w *Worker) newEngine() *engine.Engine {
+	return engine.New(engine.Config{
+		Worker: wire.WorkerKey{Worker: w.cfg.ID}, Capacity: w.cfg.KVBlocks, BlockSize: w.cfg.BlockSize,
+		MaxNumSeqs: w.cfg.MaxNumSeqs, MaxBatchedTokens: w.cfg.MaxBatchedTokens, Speedup: w.cfg.Speedup, Perf: w.cfg.Perf,
+	})
+}
+
+// ID returns the worker id.
+func (w *Worker) ID() uint64 { return w.cfg.ID }
+
+// URL returns the worker's base URL, e.g. http://127.0.0.1:9101.
+func (w *Worker) URL() string { return w.url }
+
+// Config returns the configuration with defaults filled in.
+func (w *Worker) Config() WorkerConfig { return w.cfg }
+
+// ZMQEndpoint and ZMQReplay return the PUB and replay addresses
+// (tcp://host:port), or "" without TransportZMQ.
+func (w *Worker) ZMQEndpoint() string {
+	if w.pub == nil {
+		return ""
+	}
+	return "tcp://" + w.pub.Addr()
+}
+
+// ZMQReplay returns the replay ROUTER address, or "" without TransportZMQ.
+func (w *Worker) ZMQReplay() string {
+	if w.pub == nil {
+		return ""
+	}
+	return "tcp://" + w.pub.ReplayAddr()
+}
+
+// Topic returns the ZMQ topic, kv@<worker>@<model> ("" without TransportZMQ).
+func (w *Worker) Topic() string { return w.topic }
+
+// Registration returns the worker's registration message.
+func (w *Worker) Registration() plane.Registration {
+	return plane.Registration{
+		WorkerID: w.cfg.ID, URL: w.url, Model: w.cfg.Model, DpRanks: []uint32{0},
+		BlockSize: w.cfg.BlockSize, KVBlocks: w.cfg.KVBlocks, MaxBatchedTokens: w.cfg.MaxBatchedTokens,
+		EventTransport: w.cfg.Transport, ZMQEndpoint: w.ZMQEndpoint(), ZMQReplay: w.ZMQReplay(),
+		HeartbeatMillis: int(w.cfg.Heartbeat / time.Millisecond),
+	}
+}
+
+// Held appends the blocks the worker's KV cache holds to dst (see
+// kvcache.Manager.Held) and returns it.
+func (w *Worker) Held(dst []kvcache.HeldBlock) []kvcache.HeldBlock {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.eng.KV().Held(dst)
+}
+
+// Stats returns the engine's cumulative counters (reset by Restart).
+func (w *Worker) Stats() engine.Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.eng.Stats()
+}
+
+// Idle reports whether no request is in the engine.
+func (w *Worker) Idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.eng.Idle() && len(w.mu.calls) == 0
+}
+
+// SetFaults sets the fractions of event messages dropped and duplicated
+// from the next step on.
+func (w *Worker) SetFaults(drop, dup float64) {
+	w.mu.Lock()
+	w.mu.drop, w.mu.dup = drop, dup
+	w.mu.Unlock()
+}
+
+// Pause stops the engine loop and heartbeats after the current step, as a
+// hung engine would; requests queue. Resume undoes it.
+func (w *Worker) Pause() {
+	w.mu.Lock()
+	w.mu.paused = true
+	w.mu.Unlock()
+}
+
+// Resume restarts a paused worker.
+func (w *Worker) Resume() {
+	w.mu.Lock()
+	w.mu.paused = false
+	w.mu.Unlock()
+	w.ring()
+}
+
+// Restart simulates an engine restart at the end of the current step:
+// in-flight requests fail (HTTP 503), the engine starts over with an empty
+// cache, and its first event (id 1) is Cleared. It also resumes a paused
+// worker.
+func (w *Worker) Restart() {
+	w.mu.Lock()
+	w.mu.restart = true
+	w.mu.paused = false
+	w.mu.Unlock()
+	w.ring()
+}
+
+func (w *Worker) ring() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the worker: in-flight requests fail, the HTTP server and ZMQ
+// sockets close, and a leave message is published. It is idempotent.
+func (w *Worker) Close() error {
+	var err error
+	w.closeOnce.Do(func() {
+		close(w.stop)
+		<-w.done
+		<-w.hbDone
+		w.mu.Lock()
+		w.mu.closed = true
+		w.failAllLocked(ErrClosed)
+		w.mu.Unlock()
+		err = w.srv.Shutdown()
+		if w.pub != nil {
+			if e := w.pub.Close(); err == nil {
+				err = e
+			}
+		}
+		w.publishRegistration(w.cfg.Subjects.Leave)
+	})
+	return err
+}
+
+func (w *Worker) publishRegistration(subject string) {
+	if w.nc == nil || subject == "" {
+		return
+	}
+	reg := w.Registration()
+	if err := w.nc.Publish(subject, plane.Encode(&reg)); err != nil {
+		w.cfg.Logger.Warn("mock: publish registration", "worker", w.cfg.ID, "err", err)
+	}
+}
+
+func (w *Worker) heartbeat() {
+	defer close(w.hbDone)
+	t := time.NewTicker(w.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		paused := w.mu.paused
+		w.mu.Unlock()
+		if !paused {
+			w.publishRegistration(w.cfg.Subjects.Heartbeat)
+		}
+	}
+}
+
+// submit hashes tokens and queues a request; the call's ring is signalled on
+// progress.
+func (w *Worker) submit(tokens []uint32, maxTokens int, lora []byte) (*call, error) {
+	bs := w.cfg.BlockSize
+	seed := wire.Seed
+	if len(lora) > 0 {
+		seed = wire.LoRASeedBytes(lora)
+	}
+	c := &call{prompt: len(tokens), max: maxTokens, ring: make(chan struct{}, 1)}
+	c.local = wire.LocalHashes(make([]wire.BlockHash, 0, len(tokens)/bs), tokens, bs, seed)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mu.closed {
+		return nil, ErrClosed
+	}
+	w.mu.nextID++
+	c.id = w.mu.nextID
+	if err := w.mu.eng.Submit(engine.Request{ID: c.id, Prompt: c.local, PromptTokens: len(tokens), MaxTokens: maxTokens}, time.Since(w.epoch)); err != nil {
+		return nil, err
+	}
+	w.mu.calls[c.id] = c
+	if w.cfg.Transport == plane.TransportZMQ {
+		for i, h := range c.local {
+			e := w.mu.toks[h]
+			if e == nil {
+				e = &tokEntry{tokens: append([]uint32(nil), tokens[i*bs:(i+1)*bs]...)}
+				w.mu.toks[h] = e
+			}
+			e.refs++
+		}
+	}
+	w.mu.c.requests++
+	w.mu.c.promptTokens += uint64(len(tokens))
+	w.ring()
+	return c, nil
+}
+
+// endLocked retires c (finished or failed) and drops its token references.
+func (w *Worker) endLocked(c *call, err error) {
+	c.done, c.err = true, err
+	delete(w.mu.calls, c.id)
+	if w.cfg.Transport == plane.TransportZMQ {
+		for _, h := range c.local {
+			if e := w.mu.toks[h]; e != nil {
+				if e.refs--; e.refs <= 0 {
+					delete(w.mu.toks, h)
+				}
+			}
+		}
+	}
+	if err != nil {
+		w.mu.c.failed++
+	} else {
+		w.mu.c.completionTokens += uint64(c.emitted)
+		w.mu.c.cachedTokens += uint64(c.cached)
+	}
+	notify(c)
+}
+
+func notify(c *call) {
+	select {
+	case c.ring <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) failAllLocked(err error) {
+	for _, c := range w.mu.calls {
+		w.endLocked(c, err)
+	}
+}
+
+// loop is the engine goroutine (see the package doc, Live mode).
+func (w *Worker) loop() {
+	defer close(w.done)
+	var next time.Duration // the earliest start of the next step
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		w.mu.Lock()
+		if w.mu.restart {
+			w.restartLocked()
+		}
+		if w.mu.paused {
+			w.mu.Unlock()
+			if !w.park(idle, 0) {
+				return
+			}
+			continue
+		}
+		now := max(time.Since(w.epoch), next)
+		d := w.mu.eng.Step(now)
+		w.mu.Unlock()
+		if d > 0 {
+			next = now + d
+			if wait := time.Until(w.epoch.Add(next)); wait > 0 {
+				idle.Reset(wait)
+				select {
+				case <-w.stop:
+					return
+				case <-idle.C:
+				}
+			}
+		}
+		w.mu.Lock()
+		w.deliverLocked()
+		w.out.encode(w, w.mu.eng.Events())
+		w.mu.eng.Reset()
+		load := w.loadLocked()
+		w.mu.Unlock()
+		w.out.publish(w)
+		pending := w.publishLoad(load, false)
+		if d == 0 {
+			var retry time.Duration
+			if pending {
+				retry = w.cfg.LoadInterval - time.Since(w.loadAt)
+			}
+			if !w.park(idle, retry) {
+				return
+			}
+			if pending && time.Since(w.loadAt) >= w.cfg.LoadInterval {
+				w.publishLoad(load, true)
+			}
+		}
+	}
+}
+
+// park waits for a submission (or, with retry > 0, at most retry); it
+// reports false when the worker stops.
+func (w *Worker) park(t *time.Timer, retry time.Duration) bool {
+	var tc <-chan time.Time
+	if retry > 0 {
+		t.Reset(retry)
+		tc = t.C
+		defer t.Stop()
+	}
+	select {
+	case <-w.stop:
+		return false
+	case <-w.wake:
+	case <-tc:
+	}
+	return true
+}
+
+// restartLocked replaces the engine by an empty one whose first event is
+// Cleared.
+func (w *Worker) restartLocked() {
+	w.mu.restart = false
+	w.failAllLocked(ErrRestarted)
+	clear(w.mu.toks)
+	w.mu.eng = w.newEngine()
+	w.mu.eng.KV().Clear()
+}
+
+// deliverLocked hands the last step's effects and progress to the calls.
+func (w *Worker) deliverLocked() {
+	eng := w.mu.eng
+	for _, ef := range eng.Effects() {
+		c := w.mu.calls[ef.Request]
+		if c == nil {
+			continue
+		}
+		switch ef.Kind {
+		case engine.FirstToken:
+			c.first, c.cached = true, ef.CachedTokens
+			c.emitted = max(c.emitted, ef.OutputTokens)
+			notify(c)
+		case engine.Finished:
+			c.first, c.cached, c.emitted = true, ef.CachedTokens, ef.OutputTokens
+			w.endLocked(c, nil)
+		}
+	}
+	kv := eng.KV()
+	for _, c := range w.mu.calls {
+		if !c.first {
+			continue
+		}
+		if n, ok := kv.Tokens(c.id); ok {
+			if p := min(n-c.prompt+1, c.max-1); p > c.emitted {
+				c.emitted = p
+				notify(c)
+			}
+		}
+	}
+}
+
+func (w *Worker) loadLocked() plane.Load {
+	used, total := w.mu.eng.KV().Usage()
+	waiting, running := w.mu.eng.Load()
+	return plane.Load{WorkerID: w.cfg.ID, KVUsed: used, KVTotal: total, Waiting: waiting, Running: running}
+}
+
+// publishLoad publishes l if it changed and LoadInterval has passed since the
+// last message (or force); it reports whether a change is still unpublished.
+func (w *Worker) publishLoad(l plane.Load, force bool) bool {
+	if w.nc == nil || w.cfg.Subjects.Load == "" || (w.loadSet && l == w.lastLoad) {
+		return false
+	}
+	if !force && time.Since(w.loadAt) < w.cfg.LoadInterval {
+		return true
+	}
+	w.lastLoad, w.loadAt, w.loadSet = l, time.Now(), true
+	if err := w.nc.Publish(w.cfg.Subjects.Load, plane.Encode(&l)); err != nil {
+		w.cfg.Logger.Warn("mock: publish load", "worker", w.cfg.ID, "err", err)
+	}
+	return false
+}

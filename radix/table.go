@@ -14,6 +14,10 @@ import (
 
 const (
 	minTableCap = 8
+	// Tables never shrink below shrinkFloor slots (3 KiB for an engine
+	// table), so a worker whose size swings between a few and a few hundred
+	// blocks does not reallocate its table on every swing.
+	shrinkFloor = 256
 	// A table grows when an insert would take it above 4/5 full and shrinks
 	// when a delete takes it below 1/5; both resize to 1.5× / 2.5× the count,
 	// so a table that just resized needs many operations to resize again.
@@ -162,8 +166,8 @@ func (m *engineTable) delAt(i int) {
 }
 
 func (m *engineTable) maybeShrink() {
-	if len(m.e) > minTableCap && int(m.count)*minLoadDen < len(m.e) {
-		m.resize(shrinkCap(int(m.count)))
+	if len(m.e) > shrinkFloor && int(m.count)*minLoadDen < len(m.e) {
+		m.resize(max(shrinkFloor, shrinkCap(int(m.count))))
 	}
 }
 
@@ -306,8 +310,8 @@ func (m *childTable) del(parent uint32, head wire.BlockHash) bool {
 	}
 	m.e[i] = childEntry{}
 	m.count--
-	if len(m.e) > minTableCap && m.count*minLoadDen < len(m.e) {
-		m.resize(shrinkCap(m.count))
+	if len(m.e) > shrinkFloor && m.count*minLoadDen < len(m.e) {
+		m.resize(max(shrinkFloor, shrinkCap(m.count)))
 	}
 	return true
 }

@@ -185,9 +185,9 @@ func (wl *workload) tree(tb testing.TB, maxRun int) *Tree {
 type schedule struct {
 	warm     []wire.Event
 	warmSeqs [][]wire.SeqHash
-	events []wire.Event // alternating Stored, Removed
-	seqs   [][]wire.SeqHash
-	blocks int // blocks per period
+	events   []wire.Event // alternating Stored, Removed
+	seqs     [][]wire.SeqHash
+	blocks   int // blocks per period
 }
 
 func (wl *workload) schedule() *schedule {

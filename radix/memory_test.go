@@ -1,0 +1,121 @@
+package radix
+
+import (
+	"testing"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// TestReclaimAll: once every worker is gone, by every removal path, the
+// tree holds nothing and its memory is back to an empty tree's; it is then
+// reused as new.
+func TestReclaimAll(t *testing.T) {
+	baseline := New().Stats().Bytes
+	wl := newWorkload(smallParams, 11)
+	for _, how := range []string{"remove-worker", "cleared", "remove-dp", "removed-roots"} {
+		tr := wl.tree(t, 0)
+		if st := tr.Stats(); st.Entries != wl.blocks || st.Bytes <= baseline {
+			t.Fatalf("built %+v, want %d entries", st, wl.blocks)
+		}
+		removed := 0
+		for _, k := range wl.keys {
+			switch how {
+			case "remove-worker":
+				removed += tr.RemoveWorker(k.Worker)
+			case "cleared":
+				removed += mustApply(t, tr, &wire.Event{Worker: k, Kind: wire.KindCleared}).Removed
+			case "remove-dp":
+				removed += tr.RemoveDpRank(k)
+			}
+		}
+		if how == "removed-roots" { // name each worker's first block of every family
+			for i := range wl.build {
+				if ev := &wl.build[i]; !ev.HasParent {
+					rm := wire.Event{Worker: ev.Worker, Kind: wire.KindRemoved, Blocks: ev.Blocks[:1]}
+					removed += mustApply(t, tr, &rm).Removed
+				}
+			}
+		}
+		if removed != wl.blocks {
+			t.Errorf("%s: removed %d entries, built %d", how, removed, wl.blocks)
+		}
+		st := tr.Stats()
+		if st.Nodes != 0 || st.Entries != 0 || st.Workers != 0 || st.Blocks != 0 {
+			t.Errorf("%s: %+v after removing everything", how, st)
+		}
+		if st.Bytes != baseline {
+			t.Errorf("%s: %d bytes after removing everything, empty tree %d", how, st.Bytes, baseline)
+		}
+		if len(tr.nodes) != int(rootID)+1 || len(tr.blocks) != 1 || tr.liveNodes != 1 {
+			t.Errorf("%s: arenas not back to empty: %d nodes, %d blocks", how, len(tr.nodes), len(tr.blocks))
+		}
+		if err := tr.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		// Reused: rebuilding gives the same tree as building fresh.
+		for i := range wl.build {
+			mustApply(t, tr, &wl.build[i])
+		}
+		if a, b := treeString(tr), treeString(wl.tree(t, 0)); a != b {
+			t.Errorf("%s: rebuilt tree differs from a fresh build", how)
+		}
+	}
+}
+
+// TestChurnBounded: a periodic store/remove schedule returns the tree to the
+// same state every period, and no arena or table grows after the first one:
+// freed nodes, blocks and chunks are reused.
+func TestChurnBounded(t *testing.T) {
+	wl := newWorkload(smallParams, 12)
+	sc := wl.schedule()
+	tr := wl.tree(t, 0)
+	for i := range sc.warm {
+		mustApply(t, tr, &sc.warm[i])
+	}
+	period := func() {
+		for i := range sc.events {
+			mustApply(t, tr, &sc.events[i])
+		}
+	}
+	period()
+	st0, shape0, lens0 := tr.Stats(), treeString(tr), arenaLens(tr)
+	for range 5 {
+		period()
+	}
+	if st := tr.Stats(); st != st0 {
+		t.Errorf("stats drifted over 5 periods: %+v → %+v", st0, st)
+	}
+	if treeString(tr) != shape0 {
+		t.Error("tree shape drifted over 5 periods")
+	}
+	if lens := arenaLens(tr); lens != lens0 {
+		t.Errorf("arenas grew under churn: %+v → %+v", lens0, lens)
+	}
+	if err := tr.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type arenaSizes struct {
+	nodes, blocks, chunks, children, engine int
+}
+
+func arenaLens(tr *Tree) arenaSizes {
+	a := arenaSizes{nodes: len(tr.nodes), blocks: len(tr.blocks), children: len(tr.children.e)}
+	for c := range numClasses {
+		a.chunks += len(tr.runs.loc[c])
+	}
+	for i := range tr.slots {
+		a.engine += len(tr.slots[i].eng.e)
+	}
+	return a
+}
+
+func mustApply(t testing.TB, tr *Tree, ev *wire.Event) Result {
+	t.Helper()
+	res, err := tr.Apply(ev)
+	if err != nil {
+		t.Fatalf("%s: %v", fmtEvent(*ev), err)
+	}
+	return res
+}

@@ -443,3 +443,31 @@ func TestDumpRebuild(t *testing.T) {
 		compareTree(t, re, m, g.probes())
 	}
 }
+
+// TestManyWorkers runs the differential test with 150 worker keys, so worker
+// sets widen from one 64-bit word to four while the tree is live.
+func TestManyWorkers(t *testing.T) {
+	seed := testSeed(t)
+	tr, m := New(), newModel()
+	g := newGen(seed, m)
+	g.keys = g.keys[:0]
+	for w := uint64(1); w <= 75; w++ {
+		g.keys = append(g.keys, wire.WorkerKey{Worker: w}, wire.WorkerKey{Worker: w, Dp: 1})
+	}
+	g.remove, g.leafPct = 20, 80
+	steps := 1500
+	if testing.Short() {
+		steps = 500
+	}
+	for step := range steps {
+		ev := g.next()
+		applyBoth(t, tr, m, &ev)
+		if step%50 == 0 || step == steps-1 {
+			compareTree(t, tr, m, g.probes())
+		}
+	}
+	if tr.w < 2 {
+		t.Fatalf("worker sets never widened (%d words, %d workers)", tr.w, len(m.held))
+	}
+	t.Logf("final %+v, %d words per set", tr.Stats(), tr.w)
+}

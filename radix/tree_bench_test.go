@@ -249,3 +249,69 @@ func BenchmarkBuild(b *testing.B) {
 		b.ReportMetric(float64(heap)/float64(entries), "heapB/entry")
 	})
 }
+
+// BenchmarkEngineTable compares the per-worker engine-hash tables with Go
+// maps per worker at the benchmark fleet's scale (64 workers × 20k blocks):
+// one op stores 64 new engine hashes in one worker's table and deletes them.
+func BenchmarkEngineTable(b *testing.B) {
+	const workers, perWorker = 64, 20000
+	key := func(w, i int) wire.EngineHash { return wire.EngineHash(splitmix(uint64(w)<<32 | uint64(i))) }
+	batch := make([]wire.Block, 64)
+	b.Run("table", func(b *testing.B) {
+		heap, tabs := heapGrowth(func() []engineTable {
+			tabs := make([]engineTable, workers)
+			for w := range tabs {
+				for i := range perWorker {
+					tabs[w].insertNew(key(w, i), uint32(i+1))
+				}
+			}
+			return tabs
+		})
+		n := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			tab := &tabs[n%workers]
+			for i := range batch {
+				batch[i].Engine = key(n%workers, perWorker+i+n&1023)
+			}
+			tab.touch(batch)
+			for i := range batch {
+				tab.insertNew(batch[i].Engine, 1)
+			}
+			tab.touch(batch)
+			for i := range batch {
+				tab.del(batch[i].Engine)
+			}
+			n++
+		}
+		b.ReportMetric(float64(heap)/(workers*perWorker), "heapB/entry")
+	})
+	b.Run("gomap", func(b *testing.B) {
+		heap, maps := heapGrowth(func() []map[wire.EngineHash]uint32 {
+			maps := make([]map[wire.EngineHash]uint32, workers)
+			for w := range maps {
+				maps[w] = map[wire.EngineHash]uint32{}
+				for i := range perWorker {
+					maps[w][key(w, i)] = uint32(i + 1)
+				}
+			}
+			return maps
+		})
+		n := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			m := maps[n%workers]
+			for i := range batch {
+				batch[i].Engine = key(n%workers, perWorker+i+n&1023)
+			}
+			for i := range batch {
+				m[batch[i].Engine] = 1
+			}
+			for i := range batch {
+				delete(m, batch[i].Engine)
+			}
+			n++
+		}
+		b.ReportMetric(float64(heap)/(workers*perWorker), "heapB/entry")
+	})
+}

@@ -148,6 +148,20 @@ func BenchmarkIndexMatch(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(ov)), "workers/match")
 		})
+		b.Run(fmt.Sprintf("shards=%d/single-unlocked", shards), func(b *testing.B) {
+			ix := newTestIndex(b, Config{Shards: shards, NoLockOSThread: true})
+			for _, batch := range load.batches {
+				_ = ix.Apply(batch)
+			}
+			_ = ix.Flush()
+			b.ReportAllocs()
+			var ov []radix.Overlap
+			i := 0
+			for b.Loop() {
+				ov, _ = ix.Match(ov[:0], load.probes[i%len(load.probes)])
+				i++
+			}
+		})
 		b.Run(fmt.Sprintf("shards=%d/batch=32", shards), func(b *testing.B) {
 			ix := loadedIndex(b, shards, load)
 			b.ReportAllocs()
@@ -265,9 +279,16 @@ func BenchmarkMatchUnderLoad(b *testing.B) {
 		lat.report(b)
 		b.ReportMetric(float64(writes.Load())/b.Elapsed().Seconds(), "events/s")
 	}
-	for _, c := range []struct{ shards, step int }{{1, 64}, {1, 256}, {1, 1024}, {2, 256}} {
-		b.Run(fmt.Sprintf("index/shards=%d/step=%d", c.shards, c.step), func(b *testing.B) {
-			ix := newTestIndex(b, Config{Shards: c.shards, StepBlocks: c.step})
+	for _, c := range []struct {
+		shards, step int
+		unlocked     bool
+	}{{1, 64, false}, {1, 256, false}, {1, 1024, false}, {1, 256, true}, {2, 256, false}} {
+		name := fmt.Sprintf("index/shards=%d/step=%d", c.shards, c.step)
+		if c.unlocked {
+			name += "/unlocked"
+		}
+		b.Run(name, func(b *testing.B) {
+			ix := newTestIndex(b, Config{Shards: c.shards, StepBlocks: c.step, NoLockOSThread: c.unlocked})
 			run(b, func(evs []wire.Event) {
 				if err := ix.Apply(evs); err != nil {
 					panic(err)

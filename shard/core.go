@@ -37,7 +37,8 @@ func (o Outcome) String() string {
 // KindCleared.
 const NumKinds = int(wire.KindCleared) + 1
 
-// Counters are one shard's monotonically increasing event and lookup counts.
+// Counters are one shard's monotonically increasing event and lookup counts,
+// a plain value (the zero value is all zeros).
 // They are plain fields owned by the shard's goroutine; Index.Stats copies
 // them on that goroutine, so reading a copy needs no synchronization.
 type Counters struct {
@@ -84,7 +85,7 @@ func (c *Counters) Add(o *Counters) {
 	c.BlocksPruned += o.BlocksPruned
 }
 
-// Gap reports a Stored event dropped because its parent block was unknown to
+// Gap (a plain value) reports a Stored event dropped because its parent block was unknown to
 // the worker's tree: the router's view of that worker has a hole from here on
 // and the caller should recover it (re-sync the worker or wait for its blocks
 // to be evicted).
@@ -107,8 +108,8 @@ const (
 )
 
 // ApproxConfig configures approximate mode, in which the router records its
-// own routing decisions instead of consuming KV events. Zero fields take the
-// defaults.
+// own routing decisions instead of consuming KV events. It is a plain value;
+// zero fields take the defaults, so the zero value is valid.
 type ApproxConfig struct {
 	// TTL of a recorded block, refreshed whenever a decision routes the
 	// block to the same worker again. Default DefaultTTL (120 s).
@@ -136,7 +137,7 @@ func (c ApproxConfig) withDefaults() ApproxConfig {
 	return c
 }
 
-// CoreConfig configures a Core. The zero value is valid.
+// CoreConfig configures a Core. It is a plain value; the zero value is valid.
 type CoreConfig struct {
 	Approx ApproxConfig
 	// MaxGaps bounds the gap outbox; further gaps are counted in

@@ -17,6 +17,8 @@
 // applied in steps of at most RunnerConfig.StepBlocks blocks and the lookup
 // queue is drained between steps, so a lookup waits for at most one step
 // however long the write queue is (BenchmarkMatchUnderLoad measures it).
+// Locking to a thread makes waking an idle shard an OS thread hand-off;
+// RunnerConfig.NoLockOSThread trades it away when no pinning is wanted.
 //
 // Index assigns each worker id, on first sight (an event or a recorded
 // decision), to the shard with the fewest assigned worker ids, records it,

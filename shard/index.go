@@ -20,8 +20,9 @@ import (
 // on its own when Config.TickInterval is zero.
 const DefaultTickInterval = time.Second
 
-// Config configures an Index. The zero value is valid: one unpinned shard
-// with default queues and approximate-mode settings.
+// Config configures an Index. It is a plain value that NewIndex copies; the
+// zero value is valid: one unpinned shard with default queues and
+// approximate-mode settings.
 type Config struct {
 	// Shards is the number of shards (goroutines, each owning one tree and
 	// locked to an OS thread). Default 1. Keep it below GOMAXPROCS: a shard
@@ -34,9 +35,10 @@ type Config struct {
 	// internal/cpuset.Parse for the "0-3,8" list syntax). Where pinning is
 	// not permitted the shards run unpinned and one warning is logged.
 	CPUs []int
-	// QueueSize, LookupQueueSize and StepBlocks configure every shard's
-	// Runner (see RunnerConfig).
+	// QueueSize, LookupQueueSize, StepBlocks and NoLockOSThread configure
+	// every shard's Runner (see RunnerConfig).
 	QueueSize, LookupQueueSize, StepBlocks int
+	NoLockOSThread                         bool
 	// Core configures every shard's Core. Approx.MaxBlocks is the cap for
 	// the whole index and is split evenly across shards.
 	Core CoreConfig
@@ -44,18 +46,23 @@ type Config struct {
 	// by itself (calling Tick with the current time). Zero means
 	// DefaultTickInterval; negative disables it (call Tick yourself).
 	TickInterval time.Duration
-	// Logger receives the pinning warning. Default slog.Default().
+	// Logger receives NewIndex's warnings (pinning failed, shards >=
+	// GOMAXPROCS). Default slog.Default().
 	Logger *slog.Logger
 }
 
 // MatchRequest is one request of a MatchBatch: the local block hashes of the
-// request's prompt and the overlaps found, appended to Overlaps.
+// request's prompt and the overlaps found, appended to Overlaps. Both slices
+// are the caller's: Hashes is read by the shards only while MatchBatch runs,
+// and Overlaps is appended to, never retained. The zero value is an empty
+// request (it matches nothing).
 type MatchRequest struct {
 	Hashes   []wire.BlockHash
 	Overlaps []radix.Overlap
 }
 
-// ShardStats is one shard's state and counters.
+// ShardStats is one shard's state and counters: a plain value copied out of
+// the shard (CPUs is a fresh slice), safe to keep and share.
 type ShardStats struct {
 	Shard int
 	// CPUs the shard's thread is pinned to; nil when unpinned.
@@ -183,6 +190,7 @@ func NewIndex(cfg Config) (*Index, error) {
 			QueueSize:       cfg.QueueSize,
 			LookupQueueSize: cfg.LookupQueueSize,
 			StepBlocks:      cfg.StepBlocks,
+			NoLockOSThread:  cfg.NoLockOSThread,
 			id:              i,
 			works:           ix.works,
 		}

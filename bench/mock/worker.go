@@ -1,6 +1,7 @@
 package mock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -147,6 +148,11 @@ type Worker struct {
 		dup     float64
 	}
 
+	conns struct {
+		sync.Mutex
+		m map[net.Conn]struct{}
+	}
+
 	// loop-goroutine state
 	out      outbox
 	rng      *rand.Rand
@@ -213,13 +219,27 @@ func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
 	w.srv = &fasthttp.Server{
 		Handler: w.handle, Name: "kvroute-mock", NoDefaultDate: true,
 		ReadTimeout: time.Minute, IdleTimeout: time.Minute, CloseOnShutdown: true,
-		Logger: quietLogger{},
+		Logger: quietLogger{}, ConnState: w.trackConn,
 	}
 	go w.srv.Serve(ln) //nolint:errcheck // Serve returns when the listener closes
 	w.publishRegistration(w.cfg.Subjects.Heartbeat)
 	go w.heartbeat()
 	go w.loop()
 	return w, nil
+}
+
+func (w *Worker) trackConn(c net.Conn, st fasthttp.ConnState) {
+	w.conns.Lock()
+	defer w.conns.Unlock()
+	switch st {
+	case fasthttp.StateNew:
+		if w.conns.m == nil {
+			w.conns.m = map[net.Conn]struct{}{}
+		}
+		w.conns.m[c] = struct{}{}
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		delete(w.conns.m, c)
+	}
 }
 
 type quietLogger struct{}
@@ -358,7 +378,19 @@ func (w *Worker) Close() error {
 		w.mu.closed = true
 		w.failAllLocked(ErrClosed)
 		w.mu.Unlock()
-		err = w.srv.Shutdown()
+		// Connections a client opened but never used (StateNew) are not
+		// closed by fasthttp's shutdown; close what is left after a grace
+		// period for the failed requests' answers.
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		if err = w.srv.ShutdownWithContext(ctx); errors.Is(err, context.DeadlineExceeded) {
+			err = nil
+			w.conns.Lock()
+			for c := range w.conns.m {
+				c.Close()
+			}
+			w.conns.Unlock()
+		}
+		cancel()
 		if w.pub != nil {
 			if e := w.pub.Close(); err == nil {
 				err = e

@@ -19,6 +19,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"bench", "benchmarks against real traces (bench index)", runBench},
+		{"mock", "run a simulated vLLM-like fleet", runMock},
 	}
 }
 

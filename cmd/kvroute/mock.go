@@ -1,0 +1,138 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvroute/kvroute/bench/mock"
+	"github.com/kvroute/kvroute/internal/natsembed"
+	"github.com/kvroute/kvroute/wire/plane"
+)
+
+func runMock(args []string) error {
+	fs := flag.NewFlagSet("kvroute mock", flag.ContinueOnError)
+	var (
+		workers   = fs.Int("workers", 8, "simulated workers")
+		ids       = fs.String("worker-ids", "", "comma-separated worker ids, one per worker (default 1..workers)")
+		host      = fs.String("host", "127.0.0.1", "listen host for HTTP and ZMQ")
+		port      = fs.Int("port", 9100, "worker i serves HTTP on port+i (0: random ports)")
+		natsURL   = fs.String("nats", "", "NATS URL; empty embeds a nats-server and prints its URL")
+		natsPort  = fs.Int("nats-port", 0, "port of the embedded nats-server (0: random)")
+		dataDir   = fs.String("data-dir", "", "JetStream store of the embedded nats-server (default: a temporary directory)")
+		blockSize = fs.Int("block-size", 16, "engine KV block size in tokens")
+		kvBlocks  = fs.Int("kv-blocks", 16384, "KV cache blocks per worker")
+		maxSeqs   = fs.Int("max-num-seqs", 256, "running requests per worker at most (vLLM max_num_seqs)")
+		maxBatch  = fs.Int("max-batched-tokens", 8192, "tokens per engine step at most (vLLM max_num_batched_tokens)")
+		speedup   = fs.Float64("speedup", 1, "divide every step time by this factor")
+		model     = fs.String("model", "mock", "model name (ZMQ topic kv@<worker>@<model>, default response model)")
+		transport = fs.String("event-transport", plane.TransportDynamo, "KV events: dynamo (msgpack on NATS), native (kvroute binary on NATS), zmq (vLLM PUB + replay) or none")
+		zmqPort   = fs.Int("zmq-port", 5557, "with zmq: worker i publishes on zmq-port+2i and replays on zmq-port+2i+1 (0: random)")
+		ns        = fs.String("namespace", "kvroute", "NATS subject namespace")
+		comp      = fs.String("component", "backend", "NATS subject component")
+		heartbeat = fs.Duration("heartbeat", time.Second, "registration heartbeat interval")
+		loadIvl   = fs.Duration("load-interval", 50*time.Millisecond, "minimum gap between a worker's load-metric messages")
+		drop      = fs.Float64("drop-events", 0, "fault: fraction of KV event messages dropped (zmq: left to the replay socket)")
+		dup       = fs.Float64("duplicate-events", 0, "fault: fraction of KV event messages sent twice")
+		seed      = fs.Uint64("seed", 1, "seed of the fault switches")
+		verbose   = fs.Bool("v", false, "log warnings to stderr")
+	)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg := mock.Config{
+		Workers: *workers, Host: *host, Port: *port, BlockSize: *blockSize, KVBlocks: *kvBlocks,
+		MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *maxBatch, Speedup: *speedup, Namespace: *ns, Component: *comp,
+		Transport: *transport, ZMQPort: *zmqPort, Model: *model, Heartbeat: *heartbeat, LoadInterval: *loadIvl,
+		DropFraction: *drop, DupFraction: *dup, Seed: *seed,
+	}
+	if *verbose {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if *ids != "" {
+		for _, s := range strings.Split(*ids, ",") {
+			id, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				return fmt.Errorf("--worker-ids: %q is not a worker id: %v", s, err)
+			}
+			cfg.WorkerIDs = append(cfg.WorkerIDs, id)
+		}
+	}
+	if *speedup <= 0 {
+		return fmt.Errorf("--speedup must be > 0 (got %g)", *speedup)
+	}
+	if *natsPort < 0 || *natsPort > 65535 {
+		return fmt.Errorf("--nats-port %d out of range", *natsPort)
+	}
+	for name, v := range map[string]int{"block-size": *blockSize, "kv-blocks": *kvBlocks, "max-num-seqs": *maxSeqs, "max-batched-tokens": *maxBatch} {
+		if v <= 0 {
+			return fmt.Errorf("--%s must be > 0 (got %d)", name, v)
+		}
+	}
+	if *heartbeat <= 0 || *loadIvl <= 0 {
+		return fmt.Errorf("--heartbeat and --load-interval must be > 0 (got %v, %v)", *heartbeat, *loadIvl)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	url := *natsURL
+	if url == "" {
+		dir := *dataDir
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "kvroute-mock-nats-")
+			if err != nil {
+				return fmt.Errorf("--data-dir: %w", err)
+			}
+			defer os.RemoveAll(tmp)
+			dir = tmp
+		}
+		s, err := natsembed.Start(natsembed.Config{Host: *host, Port: *natsPort, StoreDir: dir})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}()
+		url = s.ClientURL()
+		fmt.Printf("nats %s (embedded, store %s)\n", url, dir)
+	}
+	nc, err := nats.Connect(url, nats.Name("kvroute-mock"), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("--nats %s: %w", url, err)
+	}
+	defer nc.Close()
+
+	f, err := mock.Start(cfg, nc)
+	if err != nil {
+		return err
+	}
+	for _, w := range f.Workers() {
+		line := fmt.Sprintf("worker %d %s", w.ID(), w.URL())
+		if e := w.ZMQEndpoint(); e != "" {
+			line += fmt.Sprintf(" zmq %s replay %s topic %s", e, w.ZMQReplay(), w.Topic())
+		}
+		fmt.Println(line)
+	}
+	fmt.Printf("ready: %d workers, events %s on namespace.%s.component.%s\n", len(f.Workers()), *transport, *ns, *comp)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	<-sig
+	signal.Stop(sig)
+	fmt.Println("shutting down")
+	err = f.Close()
+	if ferr := nc.Flush(); err == nil {
+		err = ferr
+	}
+	return err
+}

@@ -15,11 +15,15 @@ type outbox struct {
 	vb   wire.VLLMBatch
 	toks []uint32
 	offs []int
+	hs   []wire.EngineHash
 	drop float64 // fault switches for this step's messages
 	dup  float64
 }
 
 type span struct{ from, to int }
+
+// dynamoTopic is the topic field of Dynamo event-plane envelopes.
+var dynamoTopic = []byte("kv-events")
 
 // encode encodes evs in the worker's transport format. Called with w.mu held
 // (evs are views into the engine's outbox).
@@ -31,7 +35,7 @@ func (o *outbox) encode(w *Worker, evs []wire.Event) {
 	}
 	switch w.cfg.Transport {
 	case plane.TransportDynamo:
-		h := wire.DynamoHeader{PublisherID: w.cfg.ID, PublishedAt: uint64(time.Now().UnixMilli()), Topic: []byte("kv-events")}
+		h := wire.DynamoHeader{PublisherID: w.cfg.ID, PublishedAt: uint64(time.Now().UnixMilli()), Topic: dynamoTopic}
 		for i := range evs {
 			w.seq++
 			h.Sequence = w.seq
@@ -66,17 +70,21 @@ func (o *outbox) encodeVLLM(w *Worker, evs []wire.Event) {
 	}
 	o.vb.TS = float64(time.Now().UnixNano()) / 1e9
 	o.vb.HasDPRank, o.vb.DPRank = true, 0
+	o.hs = o.hs[:0]
+	for i := range evs {
+		for _, b := range evs[i].Blocks {
+			o.hs = append(o.hs, b.Engine)
+		}
+	}
 	o.vb.Events = o.vb.Events[:0]
+	at := 0
 	for i := range evs {
 		ev := &evs[i]
 		ve := wire.VLLMEvent{Kind: ev.Kind, Medium: "GPU"}
 		if ev.Kind != wire.KindCleared {
-			hs := make([]wire.EngineHash, len(ev.Blocks))
-			for j, b := range ev.Blocks {
-				hs[j] = b.Engine
-			}
-			ve.BlockHashes = hs
+			ve.BlockHashes = o.hs[at : at+len(ev.Blocks)]
 		}
+		at += len(ev.Blocks)
 		if ev.Kind == wire.KindStored {
 			ve.HasParent, ve.Parent, ve.BlockSize = ev.HasParent, ev.Parent, bs
 			ve.Tokens = o.toks[o.offs[i] : o.offs[i]+len(ev.Blocks)*bs]

@@ -849,3 +849,79 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultSwitchesOverNATS: with the duplicate switch on, every Dynamo
+// event arrives twice (same id) and a consumer that skips ids it has seen
+// still reproduces the cache; with the drop switch on, the consumer sees
+// gaps in the event ids.
+func TestFaultSwitchesOverNATS(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Connect(t, s)
+	sub := natstest.Connect(t, s)
+	subj, _ := plane.SubjectsFor("kvroute", "backend")
+	var (
+		mu         sync.Mutex
+		seen       = map[uint64]int{}
+		last       uint64
+		gaps, dups int
+	)
+	m := newMirror(false)
+	var batch wire.Batch
+	if _, err := sub.Subscribe(subj.KVEvents, func(msg *nats.Msg) {
+		batch.Reset()
+		if _, err := wire.DecodeDynamo(&batch, msg.Data); err != nil {
+			m.fail(err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range batch.Events {
+			seen[ev.ID]++
+			switch {
+			case ev.ID <= last:
+				dups++
+				continue
+			case ev.ID > last+1:
+				gaps++
+			}
+			last = ev.ID
+			m.apply([]wire.Event{ev})
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := smallCache(plane.TransportDynamo)
+	cfg.DupFraction = 1
+	w := startFleet(t, cfg, nc).Workers()[0]
+	workload(t, w.URL(), 7, 20, cfg.BlockSize)
+	waitReproduced(t, m, w, nil)
+	mu.Lock()
+	for id, n := range seen {
+		if n != 2 {
+			t.Errorf("event %d arrived %d times, want 2", id, n)
+		}
+	}
+	if dups == 0 || gaps != 0 {
+		t.Fatalf("%d duplicates, %d gaps", dups, gaps)
+	}
+	mu.Unlock()
+
+	w.SetFaults(0.3, 0)
+	workload(t, w.URL(), 8, 20, cfg.BlockSize)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		g := gaps
+		mu.Unlock()
+		if g > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("dropping 30% of the events left no gap in the ids")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

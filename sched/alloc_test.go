@@ -1,6 +1,9 @@
-//go:build !race
+//go:build !race && !invariants
 
 package sched
+
+// The allocation gates are off under -race (instrumentation allocates) and
+// under -tags invariants (the checks after every mutation allocate).
 
 import (
 	"testing"

@@ -9,7 +9,8 @@ import (
 
 // Policy is how a worker is chosen among the candidates (the non-busy,
 // eligible dp ranks). Every policy books the request's load on the chosen
-// rank and obeys busy detection and the waiting queue.
+// rank and obeys busy detection and the waiting queue. The zero value is
+// PolicyKV.
 type Policy uint8
 
 // Selection policies.
@@ -45,7 +46,8 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("sched: unknown policy %q (want kv, round-robin, random or least-loaded)", s)
 }
 
-// QueuePolicy orders the requests waiting while every eligible worker is busy.
+// QueuePolicy orders the requests waiting while every eligible worker is
+// busy. The zero value is QueueFCFS.
 type QueuePolicy uint8
 
 // Queue policies.

@@ -102,7 +102,6 @@ func (q *queue) cancel(id uint64) bool {
 	return true
 }
 
-// appendWaiting appends the waiting requests' ids in admission order.
 func (q *queue) appendWaiting(dst []uint64) []uint64 {
 	for _, e := range q.order {
 		dst = append(dst, q.ents[e].req.ID)

@@ -461,7 +461,9 @@ func (s *Scheduler) latch(at int64) {
 }
 
 // Drain appends the pending effects to dst, in the order they happened, and
-// empties the outbox.
+// empties the outbox. The outbox is unbounded: drain it after every call
+// that can produce effects (Decide, Free, MarkPrefillCompleted, Tick,
+// ReportLoad, RemoveRank).
 func (s *Scheduler) Drain(dst []Effect) []Effect {
 	dst = append(dst, s.outbox...)
 	s.outbox = s.outbox[:0]
@@ -484,6 +486,10 @@ func (s *Scheduler) emit(e Effect) {
 	}
 	s.outbox = append(s.outbox, e)
 }
+
+// AppendWaiting appends the ids of the waiting requests to dst, in the order
+// they will be admitted.
+func (s *Scheduler) AppendWaiting(dst []uint64) []uint64 { return s.q.appendWaiting(dst) }
 
 // Stats returns the counters.
 func (s *Scheduler) Stats() Stats {

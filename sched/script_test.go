@@ -470,7 +470,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			b.WriteString("\n")
 		}
 		var names []string
-		for _, id := range h.s.q.appendWaiting(nil) {
+		for _, id := range h.s.AppendWaiting(nil) {
 			names = append(names, h.name(id))
 		}
 		fmt.Fprintf(&b, "queue: [%s]\n", strings.Join(names, " "))

@@ -10,7 +10,7 @@ import (
 // how many of the request's leading blocks it holds per tier, and the size of
 // its cached tree. A worker in the table but absent from a request's overlaps
 // has overlap 0 and the tree size last given to SetTreeSize (0 if never).
-// A plain value; the zero value means "no overlap".
+// A plain value, safe to copy; the zero value is "no overlap".
 type Overlap struct {
 	Worker wire.WorkerKey
 	// Device is the number of leading blocks matched in the device (GPU)
@@ -24,8 +24,8 @@ type Overlap struct {
 	TreeSize uint32
 }
 
-// Override holds per-request settings that replace the Config's. Its zero
-// value overrides nothing.
+// Override holds per-request settings that replace the Config's. A plain
+// value; its zero value overrides nothing. Allowed is read during the call.
 type Override struct {
 	// Weight replaces Config.Weight (or Config.PrefillLoadScale in the
 	// credit form) when WeightSet.
@@ -44,7 +44,8 @@ type Override struct {
 	Allowed []wire.WorkerKey
 }
 
-// Request is one request to route.
+// Request is one request to route. A plain value; the zero value is an
+// empty prompt with id 0.
 //
 // Blocks and Override.Allowed are read during the call only; a request that
 // has to wait is copied into scheduler-owned storage.
@@ -70,12 +71,13 @@ type Request struct {
 // caller: InitialEffectiveTokens = ISL − overlap × block size (clamped at 0)
 // and the optional expected prefill duration (0 = unknown). The sequence core
 // applies it as is. A zero InitialEffectiveTokens adds no prefill load.
+// A plain value; the zero value adds nothing.
 type PrefillLoadHint struct {
 	InitialEffectiveTokens uint32
 	ExpectedDuration       time.Duration
 }
 
-// Outcome is what became of a request in Decide.
+// Outcome is what became of a request in Decide (0: none).
 type Outcome uint8
 
 // Outcomes.
@@ -101,7 +103,7 @@ func (o Outcome) String() string {
 	return "none"
 }
 
-// Reason says why a request was rejected.
+// Reason says why a request was rejected (ReasonNone otherwise).
 type Reason uint8
 
 // Rejection reasons.
@@ -129,7 +131,8 @@ func (r Reason) String() string {
 	return "none"
 }
 
-// Decision is the outcome of routing one request. A plain value.
+// Decision is the outcome of routing one request. A plain, pointer-free
+// value, safe to copy and keep.
 type Decision struct {
 	ID      uint64
 	Outcome Outcome
@@ -143,7 +146,8 @@ type Decision struct {
 	PrefillTokens uint32
 }
 
-// Exclusion says why a worker was not a candidate in an explanation.
+// Exclusion says why a worker was not a candidate in an explanation
+// (NotExcluded: it was one).
 type Exclusion uint8
 
 // Exclusions.
@@ -166,7 +170,8 @@ func (e Exclusion) String() string {
 	return "candidate"
 }
 
-// Candidate explains one dp rank's terms in a decision (DecideExplained).
+// Candidate explains one dp rank's terms in a decision (DecideExplained). A
+// plain value, safe to keep.
 // PrefillBlocks and DecodeBlocks are the cost's terms for this request
 // (prefill_blocks is the raw one in the credit form); Cost is what the policy
 // minimizes. Busy says the rank itself is over a busy threshold (it stays a
@@ -222,7 +227,8 @@ func (k EffectKind) String() string {
 }
 
 // Effect is one output of the scheduler for the caller to act on, in the
-// order they happened. A tagged, pointer-free value.
+// order they happened. A tagged, pointer-free value, safe to keep and to hand
+// to another goroutine.
 type Effect struct {
 	Kind       EffectKind
 	ID         uint64         // Admitted, Rejected, Expired
@@ -234,20 +240,23 @@ type Effect struct {
 	At         int64          // when it happened (the call's now)
 }
 
-// Capacity is a dp rank's static size, from the engine's runtime config.
-// Zero fields are unknown (and the busy checks that need them never fire).
+// Capacity is a dp rank's static size, from the engine's runtime config. A
+// plain value; zero fields are unknown (and the busy checks that need them
+// never fire).
 type Capacity struct {
 	TotalBlocks      uint64
 	MaxBatchedTokens uint64
 }
 
-// Load is what an engine reports about a dp rank (its load metrics).
+// Load is what an engine reports about a dp rank (its load metrics). A plain
+// value; the zero value is an idle rank.
 type Load struct {
 	UsedBlocks uint64
 	Waiting    uint64
 }
 
-// WorkerLoad is the read model of one dp rank (AppendLoads).
+// WorkerLoad is the read model of one dp rank (AppendLoads). A plain value,
+// a snapshot: it does not change with the scheduler.
 type WorkerLoad struct {
 	Worker wire.WorkerKey
 	Capacity
@@ -267,8 +276,8 @@ type WorkerLoad struct {
 	TreeSize              uint32
 }
 
-// Stats are the scheduler's counters. Totals only grow; QueueDepth and Active
-// are current values.
+// Stats are the scheduler's counters, a snapshot returned by value. Totals
+// only grow; QueueDepth and Active are current values.
 type Stats struct {
 	Decisions         uint64 // requests routed (directly or from the queue)
 	Admitted          uint64 // of which from the queue

@@ -1,0 +1,108 @@
+// Package sched provides kvroute's deterministic scheduler core: it decides
+// which worker (dp rank) each request goes to, weighing the KV cache the
+// index reports against the load already booked, and what happens when every
+// worker is busy (DESIGN.md §4.4-4.5).
+//
+// A Scheduler is a synchronous, single-owner state machine in the style of
+// etcd raft's RawNode: no goroutines, no locks, no clock, no global
+// randomness. Time is an argument (now, nanoseconds since an epoch the caller
+// chooses), randomness comes from the seed given to New, and outputs that are
+// not return values (admissions from the waiting queue, rejections, expiries,
+// AllWorkersBusy events) are appended to an outbox the caller empties with
+// Drain. Given the same seed and the same calls, it makes the same decisions.
+//
+// # Active sequences
+//
+// Every routed request is booked on its rank until Free: its blocks (the
+// sequence hashes of the prompt's full blocks) become active there, counted
+// once per rank however many active requests share them (reference counting
+// by hash), and its effective prefill tokens join the rank's prefill load
+// until MarkPrefillCompleted. The caller of AddRequest supplies the
+// PrefillLoadHint (effective tokens = ISL − overlap × block size, and an
+// optional expected duration); Decide computes it the same way for the rank
+// it chooses. With Config.AssumeKVReuse off, a booking's blocks get fresh
+// random hashes (from the seeded RNG), so nothing is shared. The prefill load
+// of a rank is the sum of its requests' effective tokens, except that the
+// oldest request in prefill, if it has an expected duration, decays linearly
+// from when it became the oldest; when it completes the next oldest takes
+// over. Requests older than Config.Expiry are force-freed on Tick and
+// reported as EffectExpired.
+//
+// # Cost
+//
+// For each candidate rank, with B the block size:
+//
+//	prefill_blocks = (active prefill tokens + max(0, ISL − overlap × B)) / B
+//	decode_blocks  = active blocks + blocks of the request not active there
+//	cost           = w × prefill_blocks + decode_blocks
+//
+// where overlap is the device-tier overlap from the index and w is
+// Config.Weight (or the request's override). With Config.CreditCost:
+//
+//	raw_prefill_blocks = (active prefill tokens + ISL) / B
+//	credit = OverlapCredit × device + HostHitWeight × host + DiskHitWeight × disk
+//	cost   = PrefillLoadScale × max(0, raw_prefill_blocks − credit) + decode_blocks
+//
+// At temperature 0 the lowest cost wins; ties go to the rank with the
+// smallest tree (Overlap.TreeSize, else SetTreeSize), then to a seeded random
+// pick among them. At temperature T > 0 a rank is sampled with probability
+// proportional to exp(−(cost − min) / (max − min) / T) (uniform when all
+// costs are equal). Config.Policy can replace the cost with round-robin,
+// uniform random or least-loaded (active blocks + active prefill blocks),
+// which still book load and obey busy detection and the queue. Per request,
+// Override replaces the weight or temperature and restricts the candidates
+// to one pinned rank or an allowed set. DecideExplained reports every rank's
+// terms.
+//
+// Decide takes a batch and decides it one request at a time, booking each
+// before deciding the next, so siblings arriving together spread out.
+//
+// # Busy workers, the waiting queue and the rejection latch
+//
+// A dp rank is busy when max(active blocks, the engine's reported used
+// blocks) > BusyDecodeFrac × its total KV blocks, or its active prefill
+// tokens exceed BusyPrefillTokens or BusyPrefillFrac × its max batched
+// tokens (each check only when configured and the capacity is known). A
+// worker is busy when all its ranks are; ranks of busy workers are not
+// candidates (a busy rank of a worker with a free rank still is).
+//
+// When every eligible rank is busy, the request waits in a queue bounded by
+// Config.QueueDepth and ordered by Config.QueuePolicy: fcfs, lcfs, or wspt
+// (fewest uncached prompt tokens first). Waiting requests are admitted, in
+// that order, whenever load may have freed: on MarkPrefillCompleted, Free,
+// Tick, ReportLoad, RemoveRank and at the start of each Decide; each comes
+// out as an EffectAdmitted carrying its Decision (or EffectRejected if no
+// rank it may use exists any more). A request that finds the queue full is
+// rejected with ReasonQueueFull and an EffectAllWorkersBusy{QueueDepth, At}
+// is emitted (consecutive ones merge, with a Count) for the service to
+// publish; it also opens the rejection window: Throttled(now) is true until
+// At + Config.RejectionWindow, each new event (local, or remote through
+// ObserveAllWorkersBusy) extending it. The HTTP layer answers 429 with
+// Retry-After while Throttled. Every rejection is counted in Stats.
+//
+// # Cost of a decision
+//
+// A decision is O(ranks + holders of the request's active blocks) and
+// allocates nothing once the tables have grown to the working set (guarded by
+// AllocsPerRun tests). Ranks are dense slots; the common rank (live, not
+// busy, not decaying, the only rank of its worker, untouched by the request)
+// is costed from a 12-byte mirror so a 7,000-rank scan stays in L2. Active
+// blocks are indexed by hash, each with the list of ranks holding it, so a
+// request's blocks are looked up once each (BenchmarkHeldCount compares this
+// with a set per rank). Requests sharing a prefix that is active on many
+// ranks cost a visit per (block, holding rank) until the first block no rank
+// holds.
+//
+// # API
+//
+//	New(cfg, seed) (*Scheduler, error); DefaultConfig(); Config.Validate()
+//	Workers:   AddWorker, RemoveWorker, RemoveRank, ReportLoad, SetTreeSize
+//	Routing:   Decide, DecideExplained
+//	Sequences: AddRequest, MarkPrefillCompleted, Free, Tick
+//	Outputs:   Drain, Pending, Throttled, RejectUntil, ObserveAllWorkersBusy
+//	Reading:   AppendLoads, AppendWaiting, Stats, Workers, CheckInvariants
+//
+// Slices passed in (Request.Blocks, overlaps, Override.Allowed) are read
+// during the call only; the scheduler copies what it keeps. Slices it
+// returns are the caller's dst, appended to.
+package sched

@@ -196,7 +196,7 @@ func testModel(t *testing.T, seed uint64, steps int) {
 					t.Fatalf("seed %d: admitted %d was not waiting", seed, e.ID)
 				}
 				delete(m.queued, e.ID)
-				m.reqs[e.ID] = &modelReq{worker: e.Decision.Worker, pf: int64(e.Decision.PrefillTokens), start: now}
+				m.reqs[e.ID] = &modelReq{worker: e.Decision.Worker, pf: int64(e.Decision.PrefillTokens), start: e.At}
 				m.reqs[e.ID].blocks = m.qblocks[e.ID]
 			case EffectRejected:
 				delete(m.queued, e.ID)

@@ -192,11 +192,14 @@ var ErrUnknownWorker = errors.New("sched: unknown worker")
 var ErrDuplicate = errors.New("sched: duplicate request id")
 
 // AddWorker adds a dp rank to the worker table, or updates its capacity if it
-// is there. Control plane: it may allocate.
+// is there, and admits waiting requests that can now be routed (at the latest
+// time seen). Control plane: it may allocate.
 func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 	if i, ok := s.slotOf[key]; ok {
 		s.slots[i].capacity = c
 		s.setLimits(i)
+		s.drain(s.now)
+		s.checkInvariants()
 		return
 	}
 	w, ok := s.workerOf[key.Worker]
@@ -241,6 +244,7 @@ func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 		s.ties = make([]uint32, 0, 2*n)
 		s.touched = make([]uint32, 0, 2*n)
 	}
+	s.drain(s.now)
 	s.checkInvariants()
 }
 

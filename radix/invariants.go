@@ -230,6 +230,9 @@ func (t *Tree) checkSlots(held []int) error {
 		if int(sl.eng.count) != held[s] {
 			return fmt.Errorf("slot %d (%v): table holds %d, nodes %d", s, sl.key, sl.eng.count, held[s])
 		}
+		if err := sl.eng.check(); err != nil {
+			return fmt.Errorf("slot %d: %v", s, err)
+		}
 		n := 0
 		for i := range sl.eng.e {
 			id := sl.eng.e[i].val
@@ -255,6 +258,31 @@ func (t *Tree) checkSlots(held []int) error {
 	}
 	if liveSlots != len(t.slotOf) {
 		return fmt.Errorf("%d live slots, slot map holds %d", liveSlots, len(t.slotOf))
+	}
+	return nil
+}
+
+// check verifies the control bytes against the entries and the mirror.
+func (m *engineTable) check() error {
+	n := len(m.e)
+	if len(m.ctrl) != n+groupLen {
+		return fmt.Errorf("%d control bytes for %d slots", len(m.ctrl), n)
+	}
+	for i := range m.e {
+		c := m.ctrl[i]
+		if (c == 0) != (m.e[i].val == 0) {
+			return fmt.Errorf("slot %d: control %#x, value %d", i, c, m.e[i].val)
+		}
+		if c != 0 {
+			if _, fp := probe(m.e[i].key(), n); c != fp {
+				return fmt.Errorf("slot %d: control %#x, fingerprint %#x", i, c, fp)
+			}
+		}
+	}
+	for i := range groupLen {
+		if m.ctrl[n+i] != m.ctrl[i] {
+			return fmt.Errorf("mirror byte %d differs", i)
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"encoding/binary"
 	"math/bits"
 
 	"github.com/kvroute/kvroute/wire"
@@ -43,19 +44,29 @@ func movable(h, i, j int) bool {
 	return h <= i && h > j
 }
 
-// engineTable maps one worker's engine hashes to block ids. Entries are 12
-// bytes (the key split in two 32-bit halves next to the value), so a probe
-// touches one cache line and the table costs 12 bytes a slot; a single table
-// for every worker would need the slot in each entry (16 bytes) to stay exact.
+// engineTable maps one worker's engine hashes to block ids: linear probing
+// over 12-byte entries (the key in two 32-bit halves next to the value), with
+// a control byte per slot (0 = empty, else 0x80 | 7 bits of the hash) that a
+// probe scans eight at a time (SWAR), so a lookup compares keys only on a
+// fingerprint match and finds the end of its cluster without a branch per
+// slot. 13 bytes a slot; see doc.go for the measurements against plain
+// linear probing and Go maps.
 type engineTable struct {
+	ctrl  []uint8 // len(e) + groupLen: the first groupLen bytes are mirrored at the end
 	e     []engEntry
 	count uint32
 }
 
 type engEntry struct {
 	lo, hi uint32 // engine hash
-	val    uint32 // block id; 0 = empty slot
+	val    uint32 // block id
 }
+
+const (
+	groupLen = 8
+	lsbs     = 0x0101010101010101
+	msbs     = 0x8080808080808080
+)
 
 func (e *engEntry) key() wire.EngineHash { return wire.EngineHash(uint64(e.hi)<<32 | uint64(e.lo)) }
 
@@ -63,29 +74,75 @@ func (e *engEntry) is(k wire.EngineHash) bool {
 	return e.lo == uint32(k) && e.hi == uint32(k>>32)
 }
 
-func (m *engineTable) get(k wire.EngineHash) uint32 {
-	n := len(m.e)
-	if n == 0 {
-		return 0
+// probe returns k's home slot and control byte.
+func probe(k wire.EngineHash, n int) (int, uint8) {
+	h := mix(uint64(k))
+	hi, _ := bits.Mul64(h, uint64(n))
+	return int(hi), uint8(h>>24) | 0x80
+}
+
+// group loads the eight control bytes from slot i on.
+func (m *engineTable) group(i int) uint64 {
+	return binary.LittleEndian.Uint64(m.ctrl[i : i+groupLen])
+}
+
+func (m *engineTable) setCtrl(i int, c uint8) {
+	m.ctrl[i] = c
+	if i < groupLen {
+		m.ctrl[len(m.e)+i] = c
 	}
-	i := home(uint64(k), n)
+}
+
+// find returns k's slot, or -1 and the first empty slot of its probe
+// sequence.
+func (m *engineTable) find(k wire.EngineHash) (int, int) {
+	n := len(m.e)
+	i, fp := probe(k, n)
+	pat := lsbs * uint64(fp)
 	for {
-		e := &m.e[i]
-		if e.val == 0 {
-			return 0
+		w := m.group(i)
+		x := w ^ pat
+		match := (x - lsbs) &^ x & msbs // may flag a byte after a real match: keys are checked
+		empty := ^w & msbs
+		if empty != 0 {
+			match &= (empty & -empty) - 1 // only slots before the first empty
 		}
-		if e.is(k) {
-			return e.val
+		for ; match != 0; match &= match - 1 {
+			j := i + bits.TrailingZeros64(match)>>3
+			if j >= n {
+				j -= n
+			}
+			if m.e[j].is(k) {
+				return j, -1
+			}
 		}
-		if i++; i == n {
-			i = 0
+		if empty != 0 {
+			j := i + bits.TrailingZeros64(empty)>>3
+			if j >= n {
+				j -= n
+			}
+			return -1, j
+		}
+		if i += groupLen; i >= n {
+			i -= n
 		}
 	}
 }
 
-// touch loads the home slot of every key and returns a value the caller must
-// keep (so the loads stay): the loads are independent, so the CPU overlaps
-// their cache misses, and the probes that follow find the lines in cache.
+func (m *engineTable) get(k wire.EngineHash) uint32 {
+	if len(m.e) == 0 {
+		return 0
+	}
+	if j, _ := m.find(k); j >= 0 {
+		return m.e[j].val
+	}
+	return 0
+}
+
+// touch loads the control group and entry of every key's home slot and
+// returns a value the caller must keep (so the loads stay): the loads are
+// independent, so the CPU overlaps their cache misses, and the probes that
+// follow find the lines in cache.
 func (m *engineTable) touch(blks []wire.Block) uint32 {
 	n := len(m.e)
 	if n == 0 {
@@ -93,7 +150,8 @@ func (m *engineTable) touch(blks []wire.Block) uint32 {
 	}
 	var sum uint32
 	for i := range blks {
-		sum += m.e[home(uint64(blks[i].Engine), n)].val
+		j, _ := probe(blks[i].Engine, n)
+		sum += uint32(m.ctrl[j]) + m.e[j].val
 	}
 	return sum
 }
@@ -103,46 +161,30 @@ func (m *engineTable) insertNew(k wire.EngineHash, v uint32) bool {
 	if (int(m.count)+1)*maxLoadDen > len(m.e)*maxLoadNum {
 		m.resize(growCap(int(m.count) + 1))
 	}
-	n := len(m.e)
-	i := home(uint64(k), n)
-	for {
-		e := &m.e[i]
-		if e.val == 0 {
-			*e = engEntry{lo: uint32(k), hi: uint32(k >> 32), val: v}
-			m.count++
-			return true
-		}
-		if e.is(k) {
-			return false
-		}
-		if i++; i == n {
-			i = 0
-		}
+	j, free := m.find(k)
+	if j >= 0 {
+		return false
 	}
+	_, fp := probe(k, len(m.e))
+	m.e[free] = engEntry{lo: uint32(k), hi: uint32(k >> 32), val: v}
+	m.setCtrl(free, fp)
+	m.count++
+	return true
 }
 
 // del removes k and returns its value, or 0 if k is absent.
 func (m *engineTable) del(k wire.EngineHash) uint32 {
-	n := len(m.e)
-	if n == 0 {
+	if len(m.e) == 0 {
 		return 0
 	}
-	i := home(uint64(k), n)
-	for {
-		e := &m.e[i]
-		if e.val == 0 {
-			return 0
-		}
-		if e.is(k) {
-			v := e.val
-			m.delAt(i)
-			m.maybeShrink()
-			return v
-		}
-		if i++; i == n {
-			i = 0
-		}
+	j, _ := m.find(k)
+	if j < 0 {
+		return 0
 	}
+	v := m.e[j].val
+	m.delAt(j)
+	m.maybeShrink()
+	return v
 }
 
 // delAt empties slot i and shifts the rest of its cluster back.
@@ -153,15 +195,18 @@ func (m *engineTable) delAt(i int) {
 		if j++; j == n {
 			j = 0
 		}
-		if m.e[j].val == 0 {
+		c := m.ctrl[j]
+		if c == 0 {
 			break
 		}
-		if movable(home(uint64(m.e[j].key()), n), i, j) {
+		if h, _ := probe(m.e[j].key(), n); movable(h, i, j) {
 			m.e[i] = m.e[j]
+			m.setCtrl(i, c)
 			i = j
 		}
 	}
 	m.e[i] = engEntry{}
+	m.setCtrl(i, 0)
 	m.count--
 }
 
@@ -177,7 +222,7 @@ func (m *engineTable) maybeShrink() {
 func (m *engineTable) filter(keep func(wire.EngineHash, uint32) bool) int {
 	deleted := 0
 	for i := 0; i < len(m.e); {
-		if e := &m.e[i]; e.val != 0 && !keep(e.key(), e.val) {
+		if m.ctrl[i] != 0 && !keep(m.e[i].key(), m.e[i].val) {
 			m.delAt(i)
 			deleted++
 			continue
@@ -188,24 +233,31 @@ func (m *engineTable) filter(keep func(wire.EngineHash, uint32) bool) int {
 	return deleted
 }
 
-func (m *engineTable) resize(n int) {
-	old := m.e
-	m.e = make([]engEntry, n)
-	for _, e := range old {
-		if e.val == 0 {
-			continue
+// each calls f for every entry.
+func (m *engineTable) each(f func(wire.EngineHash, uint32)) {
+	for i := range m.e {
+		if m.ctrl[i] != 0 {
+			f(m.e[i].key(), m.e[i].val)
 		}
-		j := home(uint64(e.key()), n)
-		for m.e[j].val != 0 {
-			if j++; j == n {
-				j = 0
-			}
-		}
-		m.e[j] = e
 	}
 }
 
-func (m *engineTable) bytes() int64 { return int64(cap(m.e)) * 12 }
+func (m *engineTable) resize(n int) {
+	oldC, oldE := m.ctrl, m.e
+	m.e = make([]engEntry, n)
+	m.ctrl = make([]uint8, n+groupLen)
+	for i, c := range oldC[:len(oldE)] {
+		if c == 0 {
+			continue
+		}
+		k := oldE[i].key()
+		_, free := m.find(k)
+		m.e[free] = oldE[i]
+		m.setCtrl(free, c)
+	}
+}
+
+func (m *engineTable) bytes() int64 { return int64(cap(m.e))*12 + int64(cap(m.ctrl)) }
 
 // growCap is the capacity a table takes when count entries no longer fit:
 // 1.5× the count, so the load after growing is 2/3.

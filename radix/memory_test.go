@@ -119,3 +119,20 @@ func mustApply(t testing.TB, tr *Tree, ev *wire.Event) Result {
 	}
 	return res
 }
+
+// TestZeroValue: a zero Tree works without New.
+func TestZeroValue(t *testing.T) {
+	var tr Tree
+	if got := tr.Match(nil, []wire.BlockHash{1}); len(got) != 0 || tr.Stats().Entries != 0 || tr.RemoveWorker(1) != 0 ||
+		tr.RemoveDpRank(wire.WorkerKey{}) != 0 || len(tr.Dump(nil)) != 0 || len(tr.Workers(nil)) != 0 || tr.CheckInvariants() != nil {
+		t.Fatal("zero tree is not empty")
+	}
+	k := wire.WorkerKey{Worker: 1}
+	mustApply(t, &tr, &wire.Event{Worker: k, Kind: wire.KindStored, Blocks: []wire.Block{{Engine: 1, Local: 10}, {Engine: 2, Local: 20}}})
+	if got := tr.Match(nil, []wire.BlockHash{10, 20, 30}); len(got) != 1 || got[0] != (Overlap{Worker: k, Blocks: 2, TreeSize: 2}) {
+		t.Fatalf("Match = %v", got)
+	}
+	if err := tr.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -233,15 +233,6 @@ func (m *engineTable) filter(keep func(wire.EngineHash, uint32) bool) int {
 	return deleted
 }
 
-// each calls f for every entry.
-func (m *engineTable) each(f func(wire.EngineHash, uint32)) {
-	for i := range m.e {
-		if m.ctrl[i] != 0 {
-			f(m.e[i].key(), m.e[i].val)
-		}
-	}
-}
-
 func (m *engineTable) resize(n int) {
 	oldC, oldE := m.ctrl, m.e
 	m.e = make([]engEntry, n)

@@ -25,14 +25,14 @@ var (
 	ErrConflict = fmt.Errorf("%w: engine hash conflicts with a block the worker holds", ErrBadEvent)
 )
 
-// Overlap is one worker key's match against a request.
+// Overlap is one worker key's match against a request (a plain value).
 type Overlap struct {
 	Worker   wire.WorkerKey
 	Blocks   uint32 // matched leading blocks
 	TreeSize uint32 // blocks this worker key holds in this tree
 }
 
-// Result counts what Apply did.
+// Result counts what Apply did (a plain value).
 type Result struct {
 	Stored    int // (block, worker) entries newly stored; a block the worker already held counts 0
 	Removed   int // (block, worker) entries removed, including descendants of removed blocks
@@ -40,7 +40,7 @@ type Result struct {
 	Conflicts int // Stored blocks dropped by ErrConflict
 }
 
-// Stats describes a tree's size.
+// Stats describes a tree's size (a plain value, a snapshot).
 type Stats struct {
 	Nodes   int   // live nodes (runs), not counting the root
 	Entries int   // (block, worker) pairs
@@ -141,7 +141,7 @@ func (t *Tree) Apply(ev *wire.Event) (Result, error) {
 }
 
 func (t *Tree) afterMutation() {
-	if t.liveNodes == 1 && len(t.nodes) > int(rootID)+1 {
+	if t.liveNodes == 1 && (len(t.nodes) > int(rootID)+1 || cap(t.slots) > 0) {
 		t.init() // empty: return every arena to the baseline
 	}
 	if invariants {

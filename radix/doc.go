@@ -1,0 +1,128 @@
+// Package radix provides Tree, kvroute's index of every worker's KV cache: a
+// radix tree over local block hashes that answers, for a request's blocks,
+// how many leading blocks each worker key already holds (Match), and that
+// applies engines' Stored/Removed/Cleared events as they arrive (Apply).
+//
+// A Tree is a deterministic, single-owner core (DESIGN.md §4.2, §4.5): no
+// goroutines, locks, clocks or randomness; one shard goroutine owns it.
+//
+// # Semantics (DESIGN.md §5)
+//
+//   - Stored with no parent starts at the root; with a parent, the parent
+//     engine hash must be held by that worker key, else nothing is applied
+//     and Apply returns ErrParentMissing (the caller's gap signal). Blocks
+//     extend the path one by one; a block the worker already holds under the
+//     same engine hash is idempotent (Result.Stored counts only new entries).
+//   - A Stored block that contradicts what the worker holds (its engine hash
+//     held at another position, or the position held under another engine
+//     hash, e.g. a repeated hash inside one event) stops the event there: the
+//     blocks before it stay applied and Apply returns ErrConflict (which
+//     wraps ErrBadEvent) with Result.Conflicts = the blocks dropped.
+//   - Removed: the worker leaves each named block and everything it holds
+//     below it (an engine never holds a child without its parent). Names it
+//     does not hold are counted in Result.Unknown and skipped.
+//   - Cleared removes every dp rank of the event's worker id (RemoveWorker);
+//     RemoveDpRank removes one worker key.
+//   - LoRA needs nothing here: adapters change the local hash seed, so their
+//     blocks are different paths.
+//
+// # Layout
+//
+// Everything lives in typed slices of pointer-free structs linked by uint32
+// indices (0 = nil) with free lists, so the GC scans none of it (TestNoPointers,
+// TestSizes):
+//
+//   - node (40 bytes): a run of blocks that every worker in the node's set
+//     holds in full and inside which the tree does not branch. The tree is
+//     kept canonical: a run ends only where the tree branches or the worker
+//     set changes (a node whose only child has its set is merged with it).
+//     A worker holding a node holds its parent, so sets shrink going down and
+//     Match never revisits a worker once it drops out.
+//   - runs: each node's local hashes (8 bytes) and block ids (4 bytes) sit
+//     contiguously in a chunk of a power-of-two size class, so matching a
+//     long shared prefix is a linear compare of consecutive hashes.
+//   - blocks (8 bytes): a stable block id → (node, offset). Splitting,
+//     merging or moving a run rewrites only these records, never the engine
+//     tables.
+//   - worker sets: bitsets over dense per-tree slots (one uint64 per node for
+//     up to 64 worker keys, widened on demand); a worker key's slot is freed
+//     when it holds nothing.
+//   - engine tables: per worker key, engine hash → block id, for parents and
+//     removals. Open addressing with linear probing and backward-shift
+//     deletion (no tombstones), capacity grown 1.5× at 4/5 load, 12-byte
+//     entries plus a control byte per slot that probes scan eight at a time.
+//   - edges: one per-tree open-addressing table (parent, first local hash) →
+//     child, consulted only at nodes with two or more children (an only child
+//     is checked directly).
+//
+// A node with no workers is freed at once with its blocks and chunk. When the
+// last node goes, every arena is released: an emptied tree is back to New's
+// footprint (TestReclaimAll, TestHeapMatchesStats); under churn freed slots
+// are reused and nothing grows (TestChurnBounded).
+//
+// Costs: Match is O(request blocks + nodes on the path × set words). Apply is
+// O(event blocks) plus, for a split or merge, O(run length) copying. Removing
+// a block whose subtree holds blocks the event did not name also sweeps that
+// worker's engine table once (O(its size)): the tables have no reverse index
+// (it would cost 12+ bytes per entry). Within an event, named blocks are
+// removed shallowest offset first, so a tail-first eviction of a run costs one
+// split, not one per block. RemoveWorker is O(the worker's nodes); Dump and
+// CheckInvariants are O(tree) and allocate.
+//
+// # Measurements
+//
+// The benchmark fleet (tree_bench_test.go, workload_test.go): 64 worker keys,
+// 16 prompt families of 32–256 blocks, 32 conversations of 64–512 blocks per
+// family, each worker holding 10 families × 8 conversations cut at ¼–1 of
+// their length plus a private tail of ≤128 blocks: 1,305,197 (block, worker)
+// entries over 465,797 distinct blocks, 6,730 nodes. Requests are 512 blocks
+// (a family, one of its conversations in full, then new blocks); the Apply
+// schedule stores a 64-block turn per step and removes, tail first, the turn
+// that worker stored eight rounds before. AMD EPYC (Zen 5), one core, the
+// other core busy with other work; medians of -count=10 (see the report in
+// the commit that last changed these lines for the raw lines):
+//
+//	                         runs (shipped)   one block per node   flat map baseline
+//	Match, 512 blocks        0.31–0.58 µs     3.2–6.5 µs           5.2–19.7 µs
+//	Apply (steady state)     23–28 M blocks/s  8 M blocks/s        24–39 M blocks/s
+//	Build from empty         12 M blocks/s    6.6 M blocks/s       18.6 M blocks/s
+//	bytes per entry          29.2 (29.4 heap) 54.4                 12.1 (heap)
+//
+// The ranges are quiet-machine vs contended runs (other helpers shared the
+// two cores); the ratios between columns were stable. The flat map is
+// map[sequence hash]worker bitmask given precomputed sequence hashes (hashing
+// them costs a caller ≈5 ns a block more); it cannot remove by engine hash,
+// has no parent check and caps workers at 64, so it is a floor, not an
+// alternative.
+//
+// Decisions, each from those numbers:
+//
+//   - Runs, not one block per node (the brief's "decide by measurement"):
+//     the same Tree capped at one block per node (maxRun 1) matches 10× slower
+//     (a hash probe and a node per block instead of a compare per block),
+//     applies 3× slower and needs 54 bytes per entry instead of 29.
+//   - Per-worker engine tables, not one table keyed by engine hash mixed with
+//     the slot: a mixed 64-bit key is not injective (two workers' hashes can
+//     collide), and an exact shared entry needs the slot too (16 bytes, not
+//     12). Removing a worker drops its table whole. Against a Go
+//     map[EngineHash]uint32 per worker (BenchmarkEngineTable, 64 × 20k
+//     entries): 18.6 vs 29.6 heap bytes per entry at equal or better speed.
+//     The control bytes cost 1.4 bytes per entry over plain linear probing
+//     (17.2) and made Apply ≈15% faster (23–27 vs 20–23.6 M blocks/s).
+//   - At 1.3M entries the bytes split as engine tables 18.0 per entry (load
+//     0.72), runs 7.5 per entry (466k blocks × 12 bytes, 1.6× in power-of-two
+//     chunks and slice growth), block records 3.3, nodes, sets and edges 0.4.
+//   - A touch pass loads every key's home slot before an event's probes, so
+//     their cache misses overlap instead of queueing (Apply went from ≈4.7 to
+//     ≈5.5 M blocks/s on a contended machine with it).
+//   - Tables shrink at 1/5 load but never below 256 slots, so a worker whose
+//     size swings by a few hundred blocks does not reallocate (TestAllocs*).
+//
+// Targets (issue 2): Match of 512 blocks ≤ 2 µs median — met (0.3–0.6 µs);
+// Apply ≥ 10 M blocks/s — met on a quiet core (23–28 M), and 5.6–7.6 M was
+// measured while another process kept the shared L3 and memory busy (the
+// engine tables, 23 MB here, miss in cache; the flat-map baseline slowed the
+// same way); ≤ 32 bytes per entry — met (29.2, confirmed by heap growth
+// 29.4); no allocations in steady-state Apply and Match — met
+// (TestAllocsApply, TestAllocsApplyInner, TestAllocsMatch).
+package radix

@@ -64,6 +64,7 @@ type Scheduler struct {
 	costs    []float64
 	deferred []uint32
 	ties     []uint32
+	weights  []float64 // softmax
 	vecCache []uint32 // block vectors found by countHeld, by block position
 	vecN     int      // how many of vecCache are valid for the current decision
 }
@@ -243,6 +244,7 @@ func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 		s.deferred = make([]uint32, 0, 2*n)
 		s.ties = make([]uint32, 0, 2*n)
 		s.touched = make([]uint32, 0, 2*n)
+		s.weights = make([]float64, 0, 2*n)
 	}
 	s.drain(s.now)
 	s.checkInvariants()

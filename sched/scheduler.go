@@ -65,8 +65,8 @@ type Scheduler struct {
 	deferred []uint32
 	ties     []uint32
 	weights  []float64 // softmax
-	vecCache []uint32 // block vectors found by countHeld, by block position
-	vecN     int      // how many of vecCache are valid for the current decision
+	vecCache []uint32  // block vectors found by countHeld, by block position
+	vecN     int       // how many of vecCache are valid for the current decision
 }
 
 // slotScan mirrors the little of a dp rank that the common decision reads

@@ -78,51 +78,51 @@
 // entries over 465,797 distinct blocks, 6,730 nodes. Requests are 512 blocks
 // (a family, one of its conversations in full, then new blocks); the Apply
 // schedule stores a 64-block turn per step and removes, tail first, the turn
-// that worker stored eight rounds before. AMD EPYC (Zen 5), one core, the
-// other core busy with other work; medians of -count=10 (see the report in
-// the commit that last changed these lines for the raw lines):
+// that worker stored eight rounds before. AMD EPYC (Zen 5), one core,
+// medians of go test -bench . -count=10 (benchstat):
 //
-//	                         runs (shipped)   one block per node   flat map baseline
-//	Match, 512 blocks        0.31–0.58 µs     3.2–6.5 µs           5.2–19.7 µs
-//	Apply (steady state)     23–28 M blocks/s  8 M blocks/s        24–39 M blocks/s
-//	Build from empty         12 M blocks/s    6.6 M blocks/s       18.6 M blocks/s
-//	bytes per entry          29.2 (29.4 heap) 54.4                 12.1 (heap)
+//	                      runs (shipped)   one block per node   flat map baseline
+//	Match, 512 blocks     314 ns           2.9 µs               4.8 µs
+//	Apply, steady state   28.8 M blocks/s  7.4 M blocks/s       39.3 M blocks/s
+//	Build from empty      12.2 M blocks/s  6.8 M blocks/s       24.2 M blocks/s
+//	bytes per entry       29.2 (heap 29.4) 54.4                 12.1 (heap)
 //
-// The ranges are quiet-machine vs contended runs (other helpers shared the
-// two cores); the ratios between columns were stable. The flat map is
-// map[sequence hash]worker bitmask given precomputed sequence hashes (hashing
-// them costs a caller ≈5 ns a block more); it cannot remove by engine hash,
-// has no parent check and caps workers at 64, so it is a floor, not an
-// alternative.
+// The two cores are shared with other work: runs while another process kept
+// the L3 and memory busy measured Match 0.5–0.6 µs and Apply 5.6–7.6 M
+// blocks/s, once 2.5 M (the flat map slowed alike), so read the ratios
+// between columns, which held, before the absolute numbers. The flat map is map[sequence
+// hash]worker bitmask given precomputed sequence hashes (hashing them costs a
+// caller ≈5 ns a block more); it cannot remove by engine hash, has no parent
+// check and caps workers at 64, so it is a floor, not an alternative.
 //
 // Decisions, each from those numbers:
 //
 //   - Runs, not one block per node (the brief's "decide by measurement"):
-//     the same Tree capped at one block per node (maxRun 1) matches 10× slower
-//     (a hash probe and a node per block instead of a compare per block),
-//     applies 3× slower and needs 54 bytes per entry instead of 29.
+//     the same Tree capped at one block per node (maxRun 1) matches 9× slower
+//     (a node and, at branches, a hash probe per block instead of a compare
+//     per block), applies 4× slower and needs 54 bytes per entry instead of 29.
 //   - Per-worker engine tables, not one table keyed by engine hash mixed with
 //     the slot: a mixed 64-bit key is not injective (two workers' hashes can
 //     collide), and an exact shared entry needs the slot too (16 bytes, not
 //     12). Removing a worker drops its table whole. Against a Go
 //     map[EngineHash]uint32 per worker (BenchmarkEngineTable, 64 × 20k
-//     entries): 18.6 vs 29.6 heap bytes per entry at equal or better speed.
-//     The control bytes cost 1.4 bytes per entry over plain linear probing
-//     (17.2) and made Apply ≈15% faster (23–27 vs 20–23.6 M blocks/s).
+//     entries, 64 inserts and 64 deletes per op): 18.6 vs 29.6 heap bytes
+//     per entry, 3.0 vs 3.4 µs per op. The control bytes cost 1.4 bytes per
+//     entry over plain linear probing (17.2) and made Apply ≈15% faster
+//     (23–27 vs 20–23.6 M blocks/s, same machine, alternating runs).
 //   - At 1.3M entries the bytes split as engine tables 18.0 per entry (load
 //     0.72), runs 7.5 per entry (466k blocks × 12 bytes, 1.6× in power-of-two
 //     chunks and slice growth), block records 3.3, nodes, sets and edges 0.4.
 //   - A touch pass loads every key's home slot before an event's probes, so
-//     their cache misses overlap instead of queueing (Apply went from ≈4.7 to
-//     ≈5.5 M blocks/s on a contended machine with it).
+//     their cache misses overlap instead of queueing: Apply ≈7% faster (28.5
+//     vs 26.8 M blocks/s, alternating runs).
 //   - Tables shrink at 1/5 load but never below 256 slots, so a worker whose
 //     size swings by a few hundred blocks does not reallocate (TestAllocs*).
 //
-// Targets (issue 2): Match of 512 blocks ≤ 2 µs median — met (0.3–0.6 µs);
-// Apply ≥ 10 M blocks/s — met on a quiet core (23–28 M), and 5.6–7.6 M was
-// measured while another process kept the shared L3 and memory busy (the
-// engine tables, 23 MB here, miss in cache; the flat-map baseline slowed the
-// same way); ≤ 32 bytes per entry — met (29.2, confirmed by heap growth
-// 29.4); no allocations in steady-state Apply and Match — met
+// Targets (issue 2), met on the quiet-machine medians: Match of 512 blocks ≤ 2 µs median (314 ns;
+// 0.6 µs at worst under contention); Apply ≥ 10 M blocks/s (28.8 M; under
+// contention 2.5–7.6 M was seen, below target, with the engine tables — 23 MB
+// here — missing in a shared L3); ≤ 32 bytes per entry (29.2 by Stats, 29.4
+// by heap growth); no allocations in steady-state Apply and Match
 // (TestAllocsApply, TestAllocsApplyInner, TestAllocsMatch).
 package radix

@@ -31,7 +31,7 @@ test-race:
 
 # One pass with invariant checks after every mutation of the index.
 test-invariants:
-	$(GO) test -tags invariants -count=1 -timeout 10m ./radix/... ./shard/... ./bench/...
+	$(GO) test -tags invariants -count=1 -timeout 10m ./radix/... ./shard/... ./sched/... ./bench/...
 
 # Microbenchmarks, -count=$(COUNT), compared with the committed baseline.
 bench:

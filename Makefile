@@ -5,7 +5,7 @@ PKGS      ?= ./...
 # Benchmarks run by `make bench` (regexp) and their settings.
 BENCH     ?= .
 BENCHPKGS ?= ./wire/... ./radix/... ./sched/... ./shard/... ./bench/...
-BENCHTIME ?= 200ms
+BENCHTIME ?= 100ms
 COUNT     ?= 10
 FUZZTIME  ?= 10s
 BASE      ?= HEAD
@@ -51,8 +51,12 @@ bench-compare:
 fuzz:
 	perf/fuzz-all.sh '$(FUZZTIME)'
 
+# Until `kvroute serve` lands (the router service issue), `make run` starts the
+# simulated fleet with an embedded NATS server: 4 OpenAI-compatible workers on
+# 127.0.0.1:9100-9103 publishing Dynamo-format KV events.
 run: build
-	$(BIN)/kvroute
+	@echo 'try: curl -s localhost:9100/v1/completions -d '"'"'{"prompt":"hello, a prompt longer than one block","max_tokens":8}'"'"''
+	$(BIN)/kvroute mock --workers 4 --host 127.0.0.1 --port 9100
 
 clean:
 	rm -rf $(BIN) out

@@ -120,7 +120,7 @@ func BenchmarkCoreApply(b *testing.B) {
 }
 
 func loadedIndex(b *testing.B, shards int, load *benchLoad) *Index {
-	ix := newTestIndex(b, Config{Shards: shards})
+	ix := newTestIndex(b, Config{Shards: shards, LockOSThread: true})
 	for _, batch := range load.batches {
 		if err := ix.Apply(batch); err != nil {
 			b.Fatal(err)
@@ -137,7 +137,7 @@ func loadedIndex(b *testing.B, shards int, load *benchLoad) *Index {
 func BenchmarkIndexMatch(b *testing.B) {
 	load := makeLoad(32, 1024, 64)
 	for _, shards := range []int{1, 2} {
-		b.Run(fmt.Sprintf("shards=%d/single", shards), func(b *testing.B) {
+		b.Run(fmt.Sprintf("shards=%d/single-locked", shards), func(b *testing.B) {
 			ix := loadedIndex(b, shards, load)
 			b.ReportAllocs()
 			var ov []radix.Overlap
@@ -149,7 +149,7 @@ func BenchmarkIndexMatch(b *testing.B) {
 			b.ReportMetric(float64(len(ov)), "workers/match")
 		})
 		b.Run(fmt.Sprintf("shards=%d/single-unlocked", shards), func(b *testing.B) {
-			ix := newTestIndex(b, Config{Shards: shards, NoLockOSThread: true})
+			ix := newTestIndex(b, Config{Shards: shards})
 			for _, batch := range load.batches {
 				_ = ix.Apply(batch)
 			}
@@ -288,7 +288,7 @@ func BenchmarkMatchUnderLoad(b *testing.B) {
 			name += "/unlocked"
 		}
 		b.Run(name, func(b *testing.B) {
-			ix := newTestIndex(b, Config{Shards: c.shards, StepBlocks: c.step, NoLockOSThread: c.unlocked})
+			ix := newTestIndex(b, Config{Shards: c.shards, StepBlocks: c.step, LockOSThread: !c.unlocked})
 			run(b, func(evs []wire.Event) {
 				if err := ix.Apply(evs); err != nil {
 					panic(err)

@@ -9,16 +9,18 @@
 // Core is the thread-unsafe state machine: Apply (event batches), Match,
 // RecordDecision and Tick (approximate mode; time is an argument), worker
 // removal, Dump, Counters and a gap outbox. Runner is a thin loop around a
-// Core: one goroutine, locked to its OS thread and optionally pinned to CPUs
-// with sched_setaffinity (falling back to unpinned, with PinError set, where
+// Core: one goroutine, optionally pinned to CPUs (then locked to its OS
+// thread) with sched_setaffinity (falling back to unpinned, with PinError set, where
 // that is not permitted). It has two bounded lock-free MPSC queues, one for
 // writes (event batches, decisions, ticks, removals) and one for lookups,
 // and a one-slot doorbell it parks on when both are empty. Writes are
 // applied in steps of at most RunnerConfig.StepBlocks blocks and the lookup
 // queue is drained between steps, so a lookup waits for at most one step
 // however long the write queue is (BenchmarkMatchUnderLoad measures it).
-// Locking to a thread makes waking an idle shard an OS thread hand-off;
-// RunnerConfig.NoLockOSThread trades it away when no pinning is wanted.
+// Locking to a thread makes waking an idle shard an OS thread hand-off, so
+// unpinned shards are not locked unless RunnerConfig.LockOSThread asks: on a
+// 2-vCPU VM the trace replay (W=256, B=512) ran at 13.7M block ops/s and
+// Match p50 1.9 µs unlocked against 2.0M and 27 µs locked.
 //
 // Index assigns each worker id, on first sight (an event or a recorded
 // decision), to the shard with the fewest assigned worker ids, records it,

@@ -35,10 +35,10 @@ type Config struct {
 	// internal/cpuset.Parse for the "0-3,8" list syntax). Where pinning is
 	// not permitted the shards run unpinned and one warning is logged.
 	CPUs []int
-	// QueueSize, LookupQueueSize, StepBlocks and NoLockOSThread configure
+	// QueueSize, LookupQueueSize, StepBlocks and LockOSThread configure
 	// every shard's Runner (see RunnerConfig).
 	QueueSize, LookupQueueSize, StepBlocks int
-	NoLockOSThread                         bool
+	LockOSThread                           bool
 	// Core configures every shard's Core. Approx.MaxBlocks is the cap for
 	// the whole index and is split evenly across shards.
 	Core CoreConfig
@@ -190,7 +190,7 @@ func NewIndex(cfg Config) (*Index, error) {
 			QueueSize:       cfg.QueueSize,
 			LookupQueueSize: cfg.LookupQueueSize,
 			StepBlocks:      cfg.StepBlocks,
-			NoLockOSThread:  cfg.NoLockOSThread,
+			LockOSThread:    cfg.LockOSThread,
 			id:              i,
 			works:           ix.works,
 		}

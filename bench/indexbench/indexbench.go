@@ -19,9 +19,9 @@ type Config struct {
 	// MaxEventBatch caps how many consecutive events go into one Apply call
 	// (default 256): the batching a NATS or ZMQ receiver would do.
 	MaxEventBatch int
-	// NoLockOSThread runs the shard goroutines unlocked from their OS
-	// threads (see shard.RunnerConfig); ignored when CPUs are pinned.
-	NoLockOSThread bool
+	// LockOSThread locks unpinned shard goroutines to their OS threads
+	// (see shard.RunnerConfig).
+	LockOSThread bool
 	// Repeat replays the stream this many times into fresh indexes and keeps
 	// the fastest run (default 1).
 	Repeat int
@@ -80,7 +80,7 @@ func Run(s *tracestream.Stream, cfg Config) (Result, error) {
 }
 
 func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
-	ix, err := shard.NewIndex(shard.Config{Shards: cfg.Shards, CPUs: cfg.CPUs, TickInterval: -1, NoLockOSThread: cfg.NoLockOSThread})
+	ix, err := shard.NewIndex(shard.Config{Shards: cfg.Shards, CPUs: cfg.CPUs, TickInterval: -1, LockOSThread: cfg.LockOSThread})
 	if err != nil {
 		return Result{}, err
 	}

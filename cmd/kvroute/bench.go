@@ -37,7 +37,7 @@ func runBenchIndex(args []string) error {
 		batch     = fs.Int("event-batch", 256, "max consecutive events per Apply call")
 		repeat    = fs.Int("repeat", 3, "replays (fresh index each); the fastest is reported")
 		asJSON    = fs.Bool("json", false, "print one JSON object instead of a table and benchmark line")
-		noLock    = fs.Bool("no-lock-os-thread", false, "run unpinned shard goroutines without runtime.LockOSThread (faster handoffs on small VMs)")
+		lockOS    = fs.Bool("lock-os-thread", false, "lock unpinned shard goroutines to OS threads (slower hand-offs; pinned shards are always locked)")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -75,7 +75,7 @@ func runBenchIndex(args []string) error {
 		return err
 	}
 	prep := time.Since(t0)
-	res, err := indexbench.Run(s, indexbench.Config{Shards: *shards, CPUs: cpuList, MaxEventBatch: *batch, Repeat: *repeat, NoLockOSThread: *noLock})
+	res, err := indexbench.Run(s, indexbench.Config{Shards: *shards, CPUs: cpuList, MaxEventBatch: *batch, Repeat: *repeat, LockOSThread: *lockOS})
 	if err != nil {
 		return err
 	}

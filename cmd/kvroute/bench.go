@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ func runBenchIndex(args []string) error {
 		holdTok   = fs.Duration("hold-per-output-token", 0, "a request keeps its blocks active for output_length × this (0: freed at once)")
 		batch     = fs.Int("event-batch", 256, "max consecutive events per Apply call")
 		repeat    = fs.Int("repeat", 3, "replays (fresh index each); the fastest is reported")
+		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the replays to this file (go tool pprof)")
 		asJSON    = fs.Bool("json", false, "print one JSON object instead of a table and benchmark line")
 		lockOS    = fs.Bool("lock-os-thread", false, "lock unpinned shard goroutines to OS threads (slower hand-offs; pinned shards are always locked)")
 	)
@@ -75,6 +77,17 @@ func runBenchIndex(args []string) error {
 		return err
 	}
 	prep := time.Since(t0)
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := indexbench.Run(s, indexbench.Config{Shards: *shards, CPUs: cpuList, MaxEventBatch: *batch, Repeat: *repeat, LockOSThread: *lockOS})
 	if err != nil {
 		return err

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvroute/kvroute/bench/mock"
+	"github.com/kvroute/kvroute/internal/cpuset"
+	"github.com/kvroute/kvroute/sched"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire/ingest"
+	"github.com/kvroute/kvroute/wire/openai"
+	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/router"
+)
+
+// serveOptions are `kvroute serve`'s flags that do not map one to one onto
+// the service's configuration.
+type serveOptions struct {
+	demoFleet     int
+	demoTransport string
+	demoSpeedup   float64
+	demoKVBlocks  int
+	logLevel      string
+	namespace     string
+	component     string
+}
+
+// serveConfig parses `kvroute serve` flags into a ServiceConfig, checking
+// every field and the rules across them; errors name the flags.
+func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
+	fs := flag.NewFlagSet("kvroute serve", flag.ContinueOnError)
+	def := sched.DefaultConfig()
+	var (
+		httpAddr   = fs.String("http-addr", "127.0.0.1:8000", "API listen address (OpenAI proxy and decision API)")
+		blockSize  = fs.Int("block-size", 16, "the engines' KV block size in tokens; registrations and events with another size are rejected")
+		natsURL    = fs.String("nats", "", "NATS URL; empty embeds a nats-server (JetStream on)")
+		natsCreds  = fs.String("nats-creds", "", "NATS credentials file (with --nats)")
+		natsCA     = fs.String("nats-tls-ca", "", "CA certificate for NATS TLS (with --nats)")
+		natsCert   = fs.String("nats-tls-cert", "", "client certificate for NATS TLS (with --nats-tls-key)")
+		natsKey    = fs.String("nats-tls-key", "", "client key for NATS TLS (with --nats-tls-cert)")
+		dataDir    = fs.String("data-dir", "", "JetStream store of the embedded nats-server (default: a temporary directory)")
+		natsPort   = fs.Int("nats-port", 0, "port of the embedded nats-server on 127.0.0.1 (0: random)")
+		ns         = fs.String("namespace", "kvroute", "NATS subject namespace")
+		comp       = fs.String("component", "backend", "NATS subject component")
+		mode       = fs.String("router-mode", "kv", "worker selection: kv, round-robin, random or least-loaded")
+		noEvents   = fs.Bool("no-kv-events", false, "approximate mode: no KV events; the router records its own decisions in the index with a TTL")
+		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "approximate mode: how long a routed prefix is assumed cached (refreshed on reuse)")
+		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "approximate mode: blocks recorded per shard before the oldest are pruned")
+		weight     = fs.Float64("kv-overlap-score-weight", def.Weight, "w in cost = w × prefill_blocks + decode_blocks (0 ignores prefill load)")
+		temp       = fs.Float64("router-temperature", def.Temperature, "0 picks the lowest cost; > 0 samples a softmax over normalized costs")
+		reuse      = fs.Bool("router-assume-kv-reuse", def.AssumeKVReuse, "count blocks shared by active requests on a worker once")
+		credit     = fs.Bool("router-credit-cost", false, "use the credit form of the cost (overlap credited against raw prefill)")
+		prefScale  = fs.Float64("prefill-load-scale", def.PrefillLoadScale, "credit cost: scale of the prefill term")
+		ovCredit   = fs.Float64("overlap-credit", def.OverlapCredit, "credit cost: credit per device-tier cached block")
+		hostW      = fs.Float64("host-hit-weight", def.HostHitWeight, "credit cost: credit per host-tier cached block")
+		diskW      = fs.Float64("disk-hit-weight", def.DiskHitWeight, "credit cost: credit per disk-tier cached block")
+		busyDecode = fs.Float64("busy-decode-frac", def.BusyDecodeFrac, "a rank is busy above this fraction of its KV blocks in use (<= 0: off)")
+		busyPTok   = fs.Int64("busy-prefill-tokens", def.BusyPrefillTokens, "a rank is busy above this many active prefill tokens (0: off)")
+		busyPFrac  = fs.Float64("busy-prefill-frac", def.BusyPrefillFrac, "a rank is busy above this multiple of its max batched tokens in prefill (0: off)")
+		qPolicy    = fs.String("queue-policy", def.QueuePolicy.String(), "order of requests waiting while all workers are busy: fcfs, lcfs or wspt")
+		qDepth     = fs.Int("queue-depth", def.QueueDepth, "requests that may wait while all workers are busy; beyond it: 429 and all-workers-busy")
+		rejWindow  = fs.Duration("rejection-window", def.RejectionWindow, "how long new requests get 429 after an all-workers-busy event")
+		expiry     = fs.Duration("request-expiry", def.Expiry, "force-free requests booked longer than this (0: never)")
+		qTimeout   = fs.Duration("queue-timeout", 30*time.Second, "a request waiting for a free worker longer than this gets 503")
+		seed       = fs.Uint64("seed", 0, "seed of the scheduler's random choices")
+		tokenizer  = fs.String("tokenizer", "bytes", "tokenizer for text prompts: bytes (one token per UTF-8 byte, as the simulated fleet)")
+		shards     = fs.Int("shards", 1, "index shards")
+		cpus       = fs.String("cpus", "", "pin index shards to these CPUs, e.g. 0-3,8 (empty: no pinning)")
+		maxBody    = fs.Int("max-body-bytes", 16<<20, "largest request body accepted (413 beyond)")
+		readTO     = fs.Duration("http-read-timeout", 30*time.Second, "time to read a request")
+		grace      = fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, time in-flight requests get to finish")
+		pprofOn    = fs.Bool("pprof", false, "serve /debug/pprof/* and /metrics on --admin-addr")
+		adminAddr  = fs.String("admin-addr", "127.0.0.1:6060", "admin listener (with --pprof)")
+		routerID   = fs.String("router-id", "", "this replica's name in all-workers-busy messages (default: kvroute-<pid>-<random>)")
+		staticKV   = fs.Int("worker-kv-blocks", 0, "KV blocks per rank of --worker engines, for busy detection (0: unknown)")
+		staticMBT  = fs.Int("worker-max-batched-tokens", 0, "max batched tokens of --worker engines, for --busy-prefill-frac (0: unknown)")
+		workers    stringList
+		zmqWorkers stringList
+		o          serveOptions
+	)
+	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3] that does not register (repeatable)")
+	fs.Var(&zmqWorkers, "zmq-worker", "subscribe to a vLLM/SGLang engine's ZMQ KV events: ID[:DP]=tcp://host:port[,model=NAME][,replay=tcp://host:port] (repeatable)")
+	fs.IntVar(&o.demoFleet, "demo-fleet", 0, "also run this many simulated workers in the process (evaluation without GPUs)")
+	fs.StringVar(&o.demoTransport, "demo-transport", plane.TransportDynamo, "KV events of the demo fleet: dynamo, native or zmq")
+	fs.Float64Var(&o.demoSpeedup, "demo-speedup", 1, "divide the demo fleet's step times by this factor")
+	fs.IntVar(&o.demoKVBlocks, "demo-kv-blocks", 16384, "KV blocks per demo worker")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	var cfg router.ServiceConfig
+	if err := parseFlags(fs, args); err != nil {
+		return cfg, o, err
+	}
+	o.namespace, o.component = *ns, *comp
+	if fs.NArg() > 0 {
+		return cfg, o, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+
+	sc := def
+	sc.BlockSize = *blockSize
+	var err error
+	if sc.Policy, err = sched.ParsePolicy(*mode); err != nil {
+		return cfg, o, fmt.Errorf("--router-mode: %w", err)
+	}
+	if sc.QueuePolicy, err = sched.ParseQueuePolicy(*qPolicy); err != nil {
+		return cfg, o, fmt.Errorf("--queue-policy: %w", err)
+	}
+	sc.Weight, sc.Temperature, sc.AssumeKVReuse = *weight, *temp, *reuse
+	sc.CreditCost, sc.PrefillLoadScale, sc.OverlapCredit, sc.HostHitWeight, sc.DiskHitWeight = *credit, *prefScale, *ovCredit, *hostW, *diskW
+	sc.BusyDecodeFrac, sc.BusyPrefillTokens, sc.BusyPrefillFrac = *busyDecode, *busyPTok, *busyPFrac
+	sc.QueueDepth, sc.RejectionWindow, sc.Expiry = *qDepth, *rejWindow, *expiry
+	for name, v := range map[string]int{"block-size": *blockSize, "shards": *shards, "max-body-bytes": *maxBody, "approx-max-blocks": *approxMax} {
+		if v <= 0 {
+			return cfg, o, fmt.Errorf("--%s must be > 0 (got %d)", name, v)
+		}
+	}
+	for name, v := range map[string]float64{"kv-overlap-score-weight": *weight, "router-temperature": *temp, "demo-speedup": o.demoSpeedup} {
+		if v < 0 || v != v {
+			return cfg, o, fmt.Errorf("--%s must be >= 0 (got %g)", name, v)
+		}
+	}
+	if o.demoSpeedup == 0 {
+		return cfg, o, errors.New("--demo-speedup must be > 0")
+	}
+	if *qDepth < 0 {
+		return cfg, o, fmt.Errorf("--queue-depth must be >= 0 (got %d)", *qDepth)
+	}
+	if *rejWindow < 0 || *qTimeout <= 0 || *readTO <= 0 || *grace <= 0 || *approxTTL <= 0 {
+		return cfg, o, errors.New("--rejection-window must be >= 0; --queue-timeout, --http-read-timeout, --shutdown-grace and --approx-ttl must be > 0")
+	}
+	if *busyPFrac > 0 && *staticMBT == 0 && len(workers) > 0 {
+		fmt.Fprintln(os.Stderr, "kvroute serve: warning: --busy-prefill-frac cannot apply to --worker engines without --worker-max-batched-tokens")
+	}
+	if !*credit && (*prefScale != def.PrefillLoadScale || *ovCredit != def.OverlapCredit || *hostW != def.HostHitWeight || *diskW != def.DiskHitWeight) {
+		return cfg, o, errors.New("--prefill-load-scale, --overlap-credit, --host-hit-weight and --disk-hit-weight need --router-credit-cost")
+	}
+	if err := sc.Validate(); err != nil {
+		return cfg, o, err
+	}
+	subjects, err := plane.SubjectsFor(*ns, *comp)
+	if err != nil {
+		return cfg, o, fmt.Errorf("--namespace/--component: %w", err)
+	}
+	tok, err := openai.NewTokenizer(*tokenizer)
+	if err != nil {
+		return cfg, o, fmt.Errorf("--tokenizer: %w", err)
+	}
+
+	// NATS: external or embedded, not both.
+	if *natsURL != "" && (*dataDir != "" || *natsPort != 0) {
+		return cfg, o, errors.New("--data-dir and --nats-port configure the embedded NATS server; they cannot be used with --nats")
+	}
+	if *natsURL == "" && (*natsCreds != "" || *natsCA != "" || *natsCert != "" || *natsKey != "") {
+		return cfg, o, errors.New("--nats-creds and --nats-tls-* need --nats (the embedded server needs no credentials)")
+	}
+	if (*natsCert == "") != (*natsKey == "") {
+		return cfg, o, errors.New("--nats-tls-cert and --nats-tls-key go together")
+	}
+	if *natsPort < 0 || *natsPort > 65535 {
+		return cfg, o, fmt.Errorf("--nats-port %d out of range", *natsPort)
+	}
+
+	rc := router.Config{Sched: sc, Seed: *seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
+		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, ReadTimeout: *readTO}
+	for _, w := range workers {
+		sw, err := parseStaticWorker(w)
+		if err != nil {
+			return cfg, o, err
+		}
+		sw.Capacity = sched.Capacity{TotalBlocks: uint64(max(*staticKV, 0)), MaxBatchedTokens: uint64(max(*staticMBT, 0))}
+		rc.Workers = append(rc.Workers, sw)
+	}
+	var zs []ingest.ZMQWorker
+	for _, z := range zmqWorkers {
+		zw, err := ingest.ParseZMQWorker(z)
+		if err != nil {
+			return cfg, o, err
+		}
+		zs = append(zs, zw)
+	}
+	if *noEvents && len(zs) > 0 {
+		return cfg, o, errors.New("--zmq-worker subscribes to KV events; it cannot be used with --no-kv-events")
+	}
+	if o.demoFleet < 0 {
+		return cfg, o, fmt.Errorf("--demo-fleet must be >= 0 (got %d)", o.demoFleet)
+	}
+	switch o.demoTransport {
+	case plane.TransportDynamo, plane.TransportNative, plane.TransportZMQ:
+	default:
+		return cfg, o, fmt.Errorf("--demo-transport must be dynamo, native or zmq (got %q)", o.demoTransport)
+	}
+	ic := shard.Config{Shards: *shards}
+	if *cpus != "" {
+		if ic.CPUs, err = cpuset.Parse(*cpus); err != nil {
+			return cfg, o, fmt.Errorf("--cpus: %w", err)
+		}
+	}
+	if *noEvents {
+		ic.Core.Approx = shard.ApproxConfig{TTL: *approxTTL, MaxBlocks: *approxMax}
+	}
+	if err := rc.Validate(); err != nil {
+		return cfg, o, err
+	}
+	cfg = router.ServiceConfig{
+		Router: rc, Index: ic, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn,
+		NATSURL: *natsURL, NATSCreds: *natsCreds, NATSCA: *natsCA, NATSCert: *natsCert, NATSKey: *natsKey,
+		DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs, ShutdownGrace: *grace,
+	}
+	return cfg, o, nil
+}
+
+// parseStaticWorker parses --worker ID=http://host:port[,ranks=0-3].
+func parseStaticWorker(s string) (router.StaticWorker, error) {
+	var w router.StaticWorker
+	idStr, rest, ok := strings.Cut(s, "=")
+	if !ok {
+		return w, fmt.Errorf("--worker %q: want ID=http://host:port", s)
+	}
+	id, err := strconv.ParseUint(strings.TrimSpace(idStr), 10, 64)
+	if err != nil {
+		return w, fmt.Errorf("--worker %q: %q is not a worker id", s, idStr)
+	}
+	w.ID = id
+	parts := strings.Split(rest, ",")
+	w.URL = strings.TrimRight(parts[0], "/")
+	if !strings.HasPrefix(w.URL, "http://") && !strings.HasPrefix(w.URL, "https://") {
+		return w, fmt.Errorf("--worker %q: the URL must start with http:// or https://", s)
+	}
+	for _, p := range parts[1:] {
+		k, v, _ := strings.Cut(p, "=")
+		if k != "ranks" {
+			return w, fmt.Errorf("--worker %q: unknown option %q (supported: ranks=0-3)", s, k)
+		}
+		list, err := cpuset.Parse(v)
+		if err != nil {
+			return w, fmt.Errorf("--worker %q: ranks: %v", s, err)
+		}
+		for _, r := range list {
+			w.DpRanks = append(w.DpRanks, uint32(r))
+		}
+	}
+	return w, nil
+}
+
+func runServe(args []string) error {
+	cfg, o, err := serveConfig(args)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %v", err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	svc, err := router.StartService(cfg)
+	if err != nil {
+		return err
+	}
+	var fleet *mock.Fleet
+	if o.demoFleet > 0 {
+		transport := o.demoTransport
+		if cfg.Router.Approx {
+			transport = plane.TransportNone
+		}
+		fleet, err = mock.Start(mock.Config{
+			Workers: o.demoFleet, Port: 0, BlockSize: cfg.Router.Sched.BlockSize, KVBlocks: o.demoKVBlocks,
+			Speedup: o.demoSpeedup, Transport: transport, ZMQPort: 0,
+			Namespace: o.namespace, Component: o.component, Logger: cfg.Logger,
+		}, svc.NC)
+		if err != nil {
+			_ = svc.Close()
+			return fmt.Errorf("--demo-fleet: %w", err)
+		}
+		for _, w := range fleet.Workers() {
+			fmt.Printf("demo worker %d %s\n", w.ID(), w.URL())
+		}
+	}
+	fmt.Printf("kvroute serving on http://%s (NATS %s)\n", svc.Addr(), svc.NATSURL)
+	if a := svc.AdminAddr(); a != "" {
+		fmt.Printf("admin (pprof, metrics) on http://%s\n", a)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	<-sig
+	signal.Stop(sig)
+	fmt.Println("shutting down")
+	err = svc.Close()
+	if fleet != nil {
+		// The service's NATS connection is closed by now: the fleet's leave
+		// messages have nowhere to go, which is expected.
+		_ = fleet.Close()
+	}
+	return err
+}

@@ -1,0 +1,121 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kvroute/kvroute/sched"
+	"github.com/kvroute/kvroute/wire/openai"
+	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/proxy"
+)
+
+// StaticWorker is a worker that does not register itself (--worker ID=URL).
+type StaticWorker struct {
+	ID  uint64
+	URL string // http://host:port
+	// DpRanks the worker serves; nil means rank 0 only.
+	DpRanks []uint32
+	// Capacity of each rank, if known (zero fields are unknown).
+	Capacity sched.Capacity
+}
+
+// Config configures a Router. It is plain data, copied by New; zero fields
+// take the defaults noted.
+type Config struct {
+	// Sched is the scheduler's configuration; Sched.BlockSize is the engines'
+	// KV block size (--block-size): a registration with another block size
+	// is rejected and counted.
+	Sched sched.Config
+	// Seed seeds the scheduler's RNG (--seed). Default 0 (a fixed seed).
+	Seed uint64
+	// Approx records decisions in the index (approximate mode,
+	// --no-kv-events) instead of relying on the engines' KV events.
+	Approx bool
+	// Tokenizer turns text prompts into tokens (--tokenizer). Default bytes.
+	Tokenizer openai.Tokenizer
+	// Workers are static workers, known from the start.
+	Workers []StaticWorker
+	// Subjects are the control-plane subjects (registrations, load metrics,
+	// all-workers-busy) of the namespace and component served.
+	Subjects plane.Subjects
+	// ID names this replica in the AllWorkersBusy messages it publishes; a
+	// replica ignores its own. Default "kvroute-<pid>-<random>".
+	ID string
+
+	// BatchMax is the largest batch of requests decided at once. Default 256.
+	BatchMax int
+	// QueueSize is the capacity of the handler → batcher queue. Default 4096.
+	QueueSize int
+	// QueueTimeout bounds how long a request may wait for a worker when
+	// every worker is busy (--queue-timeout); it is then answered 503.
+	// Default 30 s.
+	QueueTimeout time.Duration
+	// TickInterval is the period of the scheduler's Tick, registration expiry
+	// and tree-size refresh. Default 100 ms.
+	TickInterval time.Duration
+
+	// MaxBodyBytes limits a request body (--max-body-bytes). Default 16 MiB.
+	MaxBodyBytes int
+	// ReadTimeout bounds reading a request (--http-read-timeout). Default 30 s.
+	ReadTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections. Default 2 min.
+	IdleTimeout time.Duration
+	// Proxy configures the client that forwards requests to workers.
+	Proxy proxy.Config
+
+	Logger *slog.Logger
+}
+
+func (c *Config) fill() {
+	if c.Tokenizer == nil {
+		c.Tokenizer = openai.BytesTokenizer{}
+	}
+	if c.BatchMax <= 0 {
+		c.BatchMax = 256
+	}
+	if c.QueueSize <= 0 {
+		c.QueueSize = 4096
+	}
+	if c.QueueTimeout <= 0 {
+		c.QueueTimeout = 30 * time.Second
+	}
+	if c.TickInterval <= 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 16 << 20
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the configuration; errors name the flag.
+func (c *Config) Validate() error {
+	if err := c.Sched.Validate(); err != nil {
+		return err
+	}
+	seen := map[uint64]bool{}
+	for _, w := range c.Workers {
+		if seen[w.ID] {
+			return fmt.Errorf("--worker: worker %d given twice", w.ID)
+		}
+		seen[w.ID] = true
+		if w.URL == "" {
+			return fmt.Errorf("--worker: worker %d has no URL", w.ID)
+		}
+	}
+	if c.Subjects.Heartbeat == "" {
+		return errors.New("router: Subjects not set (use plane.SubjectsFor with --namespace and --component)")
+	}
+	return nil
+}

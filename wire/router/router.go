@@ -1,0 +1,564 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v4"
+
+	"github.com/kvroute/kvroute/radix"
+	"github.com/kvroute/kvroute/sched"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/proxy"
+)
+
+// Errors a decision can end with besides the scheduler's reasons.
+var (
+	ErrClosed       = errors.New("router: closed")
+	ErrQueueFull    = errors.New("router: decision queue full")
+	ErrQueueTimeout = errors.New("router: timed out waiting for a free worker")
+	ErrNoWorkers    = errors.New("router: no workers")
+	ErrAllBusy      = errors.New("router: all workers busy")
+	ErrWorkerGone   = errors.New("router: worker left")
+)
+
+// Publisher publishes a control-plane message (a NATS connection's Publish).
+type Publisher func(subject string, data []byte) error
+
+// Hooks let the service around the Router react to worker changes. They are
+// called on the batcher goroutine and must not block for long.
+type Hooks struct {
+	// WorkerJoined is called when a registered worker joins or changes its
+	// registration (e.g. to subscribe to its ZMQ events).
+	WorkerJoined func(reg plane.Registration)
+	// WorkerLeft is called when a registered worker leaves or expires.
+	WorkerLeft func(id uint64)
+	// IngestRunning reports whether KV-event ingest runs (for /ready). Nil
+	// means it does (approximate mode needs none).
+	IngestRunning func() bool
+	// Publish sends AllWorkersBusy messages to the other replicas. Nil:
+	// nothing is published.
+	Publish Publisher
+	// Metrics are extra writers appended to /metrics (e.g. the ingest's).
+	Metrics []func(w io.Writer)
+}
+
+// Router is kvroute's router service: a batcher goroutine that owns the
+// scheduler, looks requests up in the index in batches and decides them one
+// by one, the worker table fed by static configuration and NATS
+// registrations, and the HTTP handlers (Handler) that hash requests, wait
+// for decisions and proxy to workers.
+//
+// All methods are goroutine-safe. The zero value is not usable; use New and
+// Close it when done.
+type Router struct {
+	cfg   Config
+	ix    *shard.Index
+	s     *sched.Scheduler // owned by the batcher goroutine
+	hooks Hooks
+	proxy *proxy.Proxy
+	epoch time.Time
+	m     *metricSet
+
+	in   chan *pending // handler → batcher
+	ops  chan op       // prefill done, free
+	ctl  chan func()   // control plane, run on the batcher
+	stop chan struct{}
+	done chan struct{}
+
+	closed    atomic.Bool
+	throttled atomic.Int64 // end of the rejection window (router clock), 0 if never
+	nworkers  atomic.Int32 // dp ranks in the scheduler
+	table     atomic.Pointer[workerTable]
+	nextID    atomic.Uint64
+	routeIDs  *xsync.Map[string, uint64] // /route request id → scheduler id
+
+	pool sync.Pool // *pending
+
+	// Batcher-owned state.
+	b batcherState
+}
+
+type batcherState struct {
+	batch    []*pending
+	mrs      []shard.MatchRequest
+	reqs     []sched.Request
+	ovs      [][]sched.Overlap
+	decs     []sched.Decision
+	cands    []sched.Candidate
+	effects  []sched.Effect
+	waiting  map[uint64]*pending // queued in the scheduler
+	routeOf  map[uint64]string   // /route bookings: scheduler id → request id
+	registry *plane.Registry
+	changes  []plane.Change
+	workers  map[uint64]*workerInfo // mutable table; snapshots are published
+	treeBuf  []radix.Overlap
+}
+
+// op is a request lifecycle notification from a handler or a stream.
+type op struct {
+	kind opKind
+	id   uint64
+}
+
+type opKind uint8
+
+const (
+	opPrefillDone opKind = iota + 1
+	opFree
+)
+
+// pending is one request on its way through the batcher. Handlers fill the
+// input half, the batcher the output half, then signals done.
+type pending struct {
+	// input
+	id       uint64
+	routeID  string
+	isl      uint32
+	local    []wire.BlockHash
+	seq      []wire.SeqHash
+	override sched.Override
+	allowed  []wire.WorkerKey
+	explain  bool
+	enq      int64
+	deadline int64
+
+	// output
+	over  []radix.Overlap
+	ovs   []sched.Overlap
+	best  uint32
+	dec   sched.Decision
+	err   error
+	cands []sched.Candidate
+	done  chan struct{}
+	lost  bool   // abandoned at shutdown: never pooled again
+	buf   []byte // response scratch
+}
+
+// New builds a Router over ix (which it does not own: close it after the
+// Router). Start it with Start.
+func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ID == "" {
+		cfg.ID = fmt.Sprintf("kvroute-%d-%08x", os.Getpid(), rand.Uint32())
+	}
+	s, err := sched.New(cfg.Sched, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{
+		cfg:      cfg,
+		ix:       ix,
+		s:        s,
+		hooks:    hooks,
+		proxy:    proxy.New(cfg.Proxy),
+		epoch:    time.Now(),
+		in:       make(chan *pending, cfg.QueueSize),
+		ops:      make(chan op, cfg.QueueSize),
+		ctl:      make(chan func(), 256),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		routeIDs: xsync.NewMap[string, uint64](),
+	}
+	r.m = newMetricSet(r)
+	r.pool.New = func() any { return &pending{done: make(chan struct{}, 1)} }
+	r.b.waiting = map[uint64]*pending{}
+	r.b.routeOf = map[uint64]string{}
+	r.b.registry = plane.NewRegistry()
+	r.b.workers = map[uint64]*workerInfo{}
+	for _, w := range cfg.Workers {
+		r.addStatic(w)
+	}
+	r.publishTable()
+	return r, nil
+}
+
+// Start starts the batcher goroutine.
+func (r *Router) Start() { go r.loop() }
+
+// Close stops the batcher: requests waiting for a decision are answered
+// with ErrClosed and the load of every active request is dropped. It does
+// not close the index or any HTTP server. Idempotent.
+func (r *Router) Close() error {
+	if r.closed.Swap(true) {
+		<-r.done
+		return nil
+	}
+	close(r.stop)
+	<-r.done
+	return nil
+}
+
+// now is the router's clock: nanoseconds since New (monotonic).
+func (r *Router) now() int64 { return int64(time.Since(r.epoch)) }
+
+func (r *Router) acquire() *pending {
+	p := r.pool.Get().(*pending)
+	p.id = r.nextID.Add(1)
+	return p
+}
+
+func (r *Router) release(p *pending) {
+	if p.lost {
+		return
+	}
+	p.routeID = ""
+	p.local = p.local[:0]
+	p.seq = p.seq[:0]
+	p.override = sched.Override{}
+	p.allowed = p.allowed[:0]
+	p.explain = false
+	p.over = p.over[:0]
+	p.ovs = p.ovs[:0]
+	p.best = 0
+	p.dec = sched.Decision{}
+	p.err = nil
+	p.cands = p.cands[:0]
+	r.pool.Put(p)
+}
+
+// submit queues p for a decision and waits for it; p.err is set when p was
+// not routed (queue full, router closed, rejected, timed out).
+func (r *Router) submit(p *pending) {
+	if r.closed.Load() {
+		p.err = ErrClosed
+		return
+	}
+	p.enq = r.now()
+	p.deadline = p.enq + int64(r.cfg.QueueTimeout)
+	select {
+	case r.in <- p:
+	default:
+		p.err = ErrQueueFull
+		return
+	}
+	select {
+	case <-p.done:
+	case <-r.done:
+		// The batcher stopped; it may or may not have seen p, so p's done
+		// channel cannot be trusted again: drop p instead of pooling it.
+		p.err = ErrClosed
+		p.lost = true
+	}
+}
+
+// notify sends a lifecycle op to the batcher. It blocks if the op queue is
+// full (ops must not be lost: a lost free leaks load until expiry).
+func (r *Router) notify(kind opKind, id uint64) {
+	select {
+	case r.ops <- op{kind, id}:
+	case <-r.stop:
+	}
+}
+
+// call runs f on the batcher goroutine and waits for it, at most timeout.
+func (r *Router) call(f func(), timeout time.Duration) error {
+	done := make(chan struct{})
+	select {
+	case r.ctl <- func() { f(); close(done) }:
+	case <-r.stop:
+		return ErrClosed
+	case <-time.After(timeout):
+		return errors.New("router: batcher busy")
+	}
+	select {
+	case <-done:
+		return nil
+	case <-r.stop:
+		return ErrClosed
+	case <-time.After(timeout):
+		return errors.New("router: batcher busy")
+	}
+}
+
+// post runs f on the batcher goroutine without waiting.
+func (r *Router) post(f func()) {
+	select {
+	case r.ctl <- f:
+	case <-r.stop:
+	}
+}
+
+// Throttled reports whether the all-workers-busy window is open and, if so,
+// how long it stays open.
+func (r *Router) Throttled() (bool, time.Duration) {
+	until := r.throttled.Load()
+	now := r.now()
+	if until == 0 || now >= until {
+		return false, 0
+	}
+	return true, time.Duration(until - now)
+}
+
+func (r *Router) loop() {
+	defer close(r.done)
+	tick := time.NewTicker(r.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.stop:
+			r.shutdown()
+			return
+		case p := <-r.in:
+			r.drainOps()
+			b := append(r.b.batch[:0], p)
+		more:
+			for len(b) < r.cfg.BatchMax {
+				select {
+				case p := <-r.in:
+					b = append(b, p)
+				default:
+					break more
+				}
+			}
+			r.b.batch = b
+			r.decide(b)
+		case o := <-r.ops:
+			r.applyOp(o)
+			r.drainOps()
+		case f := <-r.ctl:
+			f()
+		case <-tick.C:
+			r.tick()
+		}
+		r.drainEffects()
+	}
+}
+
+func (r *Router) drainOps() {
+	for {
+		select {
+		case o := <-r.ops:
+			r.applyOp(o)
+		default:
+			return
+		}
+	}
+}
+
+func (r *Router) applyOp(o op) {
+	now := r.now()
+	switch o.kind {
+	case opPrefillDone:
+		r.s.MarkPrefillCompleted(o.id, now)
+	case opFree:
+		r.s.Free(o.id, now)
+		if rid, ok := r.b.routeOf[o.id]; ok {
+			delete(r.b.routeOf, o.id)
+			r.forgetRoute(rid, o.id)
+		}
+	}
+}
+
+// forgetRoute removes a /route booking's id unless it was reused since.
+func (r *Router) forgetRoute(rid string, id uint64) {
+	r.routeIDs.Compute(rid, func(old uint64, loaded bool) (uint64, xsync.ComputeOp) {
+		if loaded && old == id {
+			return 0, xsync.DeleteOp
+		}
+		return old, xsync.CancelOp
+	})
+}
+
+// decide looks the batch up in the index, then decides it in order.
+func (r *Router) decide(batch []*pending) {
+	now := r.now()
+	mrs := r.b.mrs[:0]
+	for _, p := range batch {
+		mrs = append(mrs, shard.MatchRequest{Hashes: p.local, Overlaps: p.over[:0]})
+	}
+	r.b.mrs = mrs
+	if err := r.ix.MatchBatch(mrs); err != nil {
+		for i := range mrs {
+			mrs[i].Overlaps = mrs[i].Overlaps[:0]
+		}
+	}
+	for i, p := range batch {
+		p.over = mrs[i].Overlaps
+		p.ovs = p.ovs[:0]
+		p.best = 0
+		for _, o := range p.over {
+			p.ovs = append(p.ovs, sched.Overlap{Worker: o.Worker, Device: o.Blocks, TreeSize: o.TreeSize})
+			if o.Blocks > p.best {
+				p.best = o.Blocks
+			}
+		}
+	}
+	r.m.batchSize.Update(float64(len(batch)))
+	// Runs of plain requests go to Decide together; explained ones alone.
+	for i := 0; i < len(batch); {
+		if batch[i].explain {
+			p := batch[i]
+			req := r.request(p)
+			var d sched.Decision
+			d, p.cands = r.s.DecideExplained(p.cands[:0], &req, p.ovs, now)
+			r.outcome(p, d)
+			i++
+			continue
+		}
+		j := i
+		reqs, ovs := r.b.reqs[:0], r.b.ovs[:0]
+		for ; j < len(batch) && !batch[j].explain; j++ {
+			reqs = append(reqs, r.request(batch[j]))
+			ovs = append(ovs, batch[j].ovs)
+		}
+		r.b.reqs, r.b.ovs = reqs, ovs
+		r.b.decs = r.s.Decide(r.b.decs[:0], reqs, ovs, now)
+		for k, d := range r.b.decs {
+			r.outcome(batch[i+k], d)
+		}
+		clear(ovs)
+		i = j
+	}
+}
+
+func (r *Router) request(p *pending) sched.Request {
+	o := p.override
+	if len(p.allowed) > 0 {
+		o.Allowed = p.allowed
+	}
+	return sched.Request{ID: p.id, ISL: p.isl, Blocks: p.seq, Override: o}
+}
+
+// outcome acts on a decision made for p.
+func (r *Router) outcome(p *pending, d sched.Decision) {
+	switch d.Outcome {
+	case sched.Routed:
+		r.routed(p, d)
+	case sched.Queued:
+		r.b.waiting[p.id] = p
+		r.m.queued.Inc()
+	default:
+		switch d.Reason {
+		case sched.ReasonQueueFull:
+			p.err = ErrAllBusy
+		case sched.ReasonDuplicate:
+			p.err = fmt.Errorf("router: duplicate request id")
+		default:
+			p.err = ErrNoWorkers
+		}
+		r.m.rejected(d.Reason).Inc()
+		p.dec = d
+		p.done <- struct{}{}
+	}
+}
+
+func (r *Router) routed(p *pending, d sched.Decision) {
+	p.dec = d
+	if p.routeID != "" {
+		r.b.routeOf[p.id] = p.routeID
+	}
+	if r.cfg.Approx && len(p.local) > 0 {
+		_ = r.ix.RecordDecision(d.Worker, p.local, p.seq)
+	}
+	r.m.decided(p, d, r.now())
+	p.done <- struct{}{}
+}
+
+func (r *Router) drainEffects() {
+	if r.s.Pending() > 0 {
+		r.b.effects = r.s.Drain(r.b.effects[:0])
+		for _, e := range r.b.effects {
+			r.effect(e)
+		}
+	}
+	r.throttled.Store(r.s.RejectUntil())
+	r.nworkers.Store(int32(r.s.Workers()))
+}
+
+func (r *Router) effect(e sched.Effect) {
+	switch e.Kind {
+	case sched.EffectAdmitted:
+		if p, ok := r.b.waiting[e.ID]; ok {
+			delete(r.b.waiting, e.ID)
+			r.m.admitted.Inc()
+			r.routed(p, e.Decision)
+		}
+	case sched.EffectRejected:
+		if p, ok := r.b.waiting[e.ID]; ok {
+			delete(r.b.waiting, e.ID)
+			p.err = ErrNoWorkers
+			r.m.rejected(e.Reason).Inc()
+			p.done <- struct{}{}
+		}
+	case sched.EffectAllWorkersBusy:
+		r.m.allBusy.Inc()
+		if r.hooks.Publish != nil {
+			msg := plane.Encode(plane.AllWorkersBusy{Router: r.cfg.ID, QueueDepth: e.QueueDepth, AtUnixNano: time.Now().UnixNano()})
+			if err := r.hooks.Publish(r.cfg.Subjects.AllBusy, msg); err != nil {
+				r.m.publishErrors.Inc()
+			}
+		}
+	case sched.EffectExpired:
+		r.m.expired.Inc()
+		if rid, ok := r.b.routeOf[e.ID]; ok {
+			delete(r.b.routeOf, e.ID)
+			r.forgetRoute(rid, e.ID)
+		}
+	}
+}
+
+func (r *Router) tick() {
+	now := r.now()
+	r.s.Tick(now)
+	// Requests that waited too long give up.
+	for id, p := range r.b.waiting {
+		if now >= p.deadline {
+			delete(r.b.waiting, id)
+			r.s.Free(id, now)
+			p.err = ErrQueueTimeout
+			r.m.queueTimeouts.Inc()
+			p.done <- struct{}{}
+		}
+	}
+	wall := time.Now()
+	r.b.changes = r.b.registry.Tick(wall, r.b.changes[:0])
+	r.applyChanges()
+	if r.cfg.Approx {
+		_, _ = r.ix.Tick(wall)
+	}
+	r.refreshTreeSizes()
+}
+
+// refreshTreeSizes copies the index's per-worker tree sizes into the
+// scheduler, the tie-break for workers a request does not overlap.
+func (r *Router) refreshTreeSizes() {
+	ws, err := r.ix.Workers(r.b.treeBuf[:0])
+	if err != nil {
+		return
+	}
+	r.b.treeBuf = ws
+	for _, w := range ws {
+		_ = r.s.SetTreeSize(w.Worker, w.TreeSize)
+	}
+}
+
+func (r *Router) shutdown() {
+	for id, p := range r.b.waiting {
+		delete(r.b.waiting, id)
+		p.err = ErrClosed
+		p.done <- struct{}{}
+	}
+	for {
+		select {
+		case p := <-r.in:
+			p.err = ErrClosed
+			p.done <- struct{}{}
+		case f := <-r.ctl:
+			f()
+		default:
+			return
+		}
+	}
+}

@@ -51,12 +51,11 @@ bench-compare:
 fuzz:
 	perf/fuzz-all.sh '$(FUZZTIME)'
 
-# Until `kvroute serve` lands (the router service issue), `make run` starts the
-# simulated fleet with an embedded NATS server: 4 OpenAI-compatible workers on
-# 127.0.0.1:9100-9103 publishing Dynamo-format KV events.
+# The router with an embedded NATS server and a simulated fleet of 4 workers
+# (Dynamo-format KV events over NATS), serving on 127.0.0.1:8000.
 run: build
-	@echo 'try: curl -s localhost:9100/v1/completions -d '"'"'{"prompt":"hello, a prompt longer than one block","max_tokens":8}'"'"''
-	$(BIN)/kvroute mock --workers 4 --host 127.0.0.1 --port 9100
+	@echo 'try: curl -s localhost:8000/v1/completions -d '"'"'{"prompt":"Tell me about KV caches, then tell me again.","max_tokens":8}'"'"' -D -'
+	$(BIN)/kvroute serve --demo-fleet 4 --http-addr 127.0.0.1:8000
 
 clean:
 	rm -rf $(BIN) out

@@ -254,6 +254,20 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	stop := make(chan struct{})
+	go func() {
+		<-sig
+		close(stop)
+	}()
+	return serve(cfg, o, stop, nil)
+}
+
+// serve runs the router (and the demo fleet) until stop is closed; ready,
+// if set, is called with the API address once it serves.
+func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready func(addr string)) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %v", err)
@@ -286,16 +300,16 @@ func runServe(args []string) error {
 	if a := svc.AdminAddr(); a != "" {
 		fmt.Printf("admin (pprof, metrics) on http://%s\n", a)
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	<-sig
-	signal.Stop(sig)
-	fmt.Println("shutting down")
-	err = svc.Close()
-	if fleet != nil {
-		// The service's NATS connection is closed by now: the fleet's leave
-		// messages have nowhere to go, which is expected.
-		_ = fleet.Close()
+	if ready != nil {
+		ready(svc.Addr())
 	}
-	return err
+	<-stop
+	fmt.Println("shutting down")
+	// Stop taking requests and let in-flight ones finish first, then stop
+	// the demo fleet while NATS still carries its leave messages.
+	err = svc.Drain()
+	if fleet != nil {
+		err = errors.Join(err, fleet.Close())
+	}
+	return errors.Join(err, svc.Close())
 }

@@ -77,6 +77,7 @@ type Service struct {
 	admin    *http.Server
 	adminLn  net.Listener
 	served   chan error
+	drained  bool
 }
 
 // StartService starts a router process. On error everything started so far
@@ -278,15 +279,26 @@ func (s *Service) Close() error {
 	return s.stop()
 }
 
+// Drain stops the API listener and waits, at most ShutdownGrace, for
+// in-flight requests and streams to finish; those still running then are
+// cut (their connections closed, which frees their load). The rest of the
+// service keeps running until Close. Idempotent.
+func (s *Service) Drain() error {
+	if s.http == nil || s.drained {
+		return nil
+	}
+	s.drained = true
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancel()
+	if err := s.http.ShutdownWithContext(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
 func (s *Service) stop() error {
 	var errs []error
-	if s.http != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
-		if err := s.http.ShutdownWithContext(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			errs = append(errs, err)
-		}
-		cancel()
-	}
+	errs = append(errs, s.Drain())
 	if s.admin != nil {
 		_ = s.admin.Close()
 	}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/sched"
+)
+
+func TestServeConfigRejects(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--router-mode", "fastest"}, "--router-mode"},
+		{[]string{"--queue-policy", "sjf"}, "--queue-policy"},
+		{[]string{"--block-size", "0"}, "--block-size"},
+		{[]string{"--shards", "-1"}, "--shards"},
+		{[]string{"--router-temperature", "-0.5"}, "--router-temperature"},
+		{[]string{"--queue-depth", "-1"}, "--queue-depth"},
+		{[]string{"--nats", "nats://x:4222", "--data-dir", "/tmp/x"}, "--data-dir"},
+		{[]string{"--nats-creds", "/x.creds"}, "--nats-creds"},
+		{[]string{"--nats", "nats://x:4222", "--nats-tls-cert", "c.pem"}, "--nats-tls-key"},
+		{[]string{"--no-kv-events", "--zmq-worker", "1=tcp://127.0.0.1:5557"}, "--no-kv-events"},
+		{[]string{"--zmq-worker", "x=tcp://127.0.0.1:5557"}, "--zmq-worker"},
+		{[]string{"--worker", "1"}, "--worker"},
+		{[]string{"--worker", "1=localhost:8000"}, "http://"},
+		{[]string{"--worker", "1=http://a:1", "--worker", "1=http://b:1"}, "given twice"},
+		{[]string{"--overlap-credit", "2"}, "--router-credit-cost"},
+		{[]string{"--demo-transport", "carrier-pigeon"}, "--demo-transport"},
+		{[]string{"--demo-speedup", "0"}, "--demo-speedup"},
+		{[]string{"--namespace", "a.b"}, "--namespace"},
+		{[]string{"--tokenizer", "tiktoken"}, "--tokenizer"},
+		{[]string{"extra"}, "unexpected argument"},
+	}
+	for _, c := range cases {
+		_, _, err := serveConfig(c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err %v, want one naming %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestServeConfigMapsFlags(t *testing.T) {
+	t.Setenv("KVROUTE_ROUTER_MODE", "least-loaded")
+	cfg, o, err := serveConfig([]string{
+		"--block-size", "64", "--kv-overlap-score-weight", "2.5", "--queue-policy", "wspt", "--queue-depth", "7",
+		"--rejection-window", "2s", "--worker", "5=http://10.0.0.5:8000/,ranks=0-1", "--worker-kv-blocks", "1000",
+		"--zmq-worker", "9:1=tcp://10.0.0.9:5557,model=m", "--no-kv-events=false", "--demo-fleet", "3",
+		"--shards", "2", "--pprof", "--admin-addr", "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Router.Sched
+	if s.BlockSize != 64 || s.Weight != 2.5 || s.QueuePolicy != sched.QueueWSPT || s.QueueDepth != 7 ||
+		s.RejectionWindow != 2*time.Second || s.Policy != sched.PolicyLeastLoaded {
+		t.Errorf("sched config %+v", s)
+	}
+	if len(cfg.Router.Workers) != 1 || cfg.Router.Workers[0].URL != "http://10.0.0.5:8000" ||
+		len(cfg.Router.Workers[0].DpRanks) != 2 || cfg.Router.Workers[0].Capacity.TotalBlocks != 1000 {
+		t.Errorf("static workers %+v", cfg.Router.Workers)
+	}
+	if len(cfg.ZMQWorkers) != 1 || cfg.ZMQWorkers[0].Worker != 9 || cfg.ZMQWorkers[0].DpRank != 1 {
+		t.Errorf("zmq workers %+v", cfg.ZMQWorkers)
+	}
+	if o.demoFleet != 3 || cfg.Index.Shards != 2 || !cfg.Pprof {
+		t.Errorf("options %+v, index %+v, pprof %v", o, cfg.Index, cfg.Pprof)
+	}
+}
+
+// What `make run` does: the router with an embedded NATS server and an
+// in-process demo fleet answers a completion, routes the repeat to the
+// worker that cached it, and shuts down cleanly.
+func TestServeDemoFleet(t *testing.T) {
+	cfg, o, err := serveConfig([]string{"--http-addr", "127.0.0.1:0", "--demo-fleet", "2", "--demo-speedup", "20",
+		"--data-dir", t.TempDir(), "--log-level", "error", "--pprof", "--admin-addr", "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	addrc := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- serve(cfg, o, stop, func(a string) { addrc <- a }) }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-errc:
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _ := get("/ready"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	prompt := `{"prompt":"` + strings.Repeat("kv cache ", 20) + `","max_tokens":4}`
+	post := func() (string, string) {
+		resp, err := http.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(prompt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Choices []struct{ Text string } `json:"choices"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 200 || len(body.Choices) != 1 {
+			t.Fatalf("completion: %d %v %+v", resp.StatusCode, err, body)
+		}
+		return resp.Header.Get("X-Kvroute-Worker"), resp.Header.Get("X-Kvroute-Cached-Blocks")
+	}
+	w1, _ := post()
+	var w2, cached string
+	for time.Now().Before(deadline) {
+		if w2, cached = post(); cached != "0" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if w2 != w1 || cached == "0" {
+		t.Errorf("repeat went to %s with %s cached blocks; first went to %s", w2, cached, w1)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "kvroute_decisions_total") || !strings.Contains(body, "kvroute_ingest_") {
+		t.Errorf("/metrics: %d %.300s", code, body)
+	}
+	close(stop)
+	if err := <-errc; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+}

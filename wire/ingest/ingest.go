@@ -1,0 +1,400 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/zmq"
+)
+
+// Sink receives decoded events; *shard.Index satisfies it. Apply must not
+// retain events or the slices they point to (shard.Index.Apply copies the
+// blocks), so the batch is reused as soon as Apply returns. It is called from
+// several goroutines (one per NATS subscription and ZMQ subscriber) and must
+// be goroutine-safe.
+type Sink interface {
+	Apply(events []wire.Event) error
+}
+
+// Defaults of Config's zero fields.
+const (
+	// DefaultPendingMsgs and DefaultPendingBytes are the NATS pending limits
+	// per subscription (the client-side queue between the connection's
+	// reader and the subscription's callback). At the ~230k events/s the
+	// handler sustains into a one-shard index on a 2-vCPU VM
+	// (BenchmarkNATSIngest), 64Ki messages are ~0.3 s of backlog: enough to
+	// ride out a burst or a slow shard, small enough that a router that
+	// cannot keep up learns it (dropped messages are counted) instead of
+	// buffering without bound. nats.go's defaults are 500k messages / 64 MiB.
+	DefaultPendingMsgs  = 1 << 16
+	DefaultPendingBytes = 64 << 20
+	// DefaultLogInterval is how often one kind of problem (a gap, a block
+	// size mismatch, malformed messages, ...) is logged per worker and
+	// source; the occurrences in between are counted and reported with the
+	// next log line.
+	DefaultLogInterval = time.Minute
+	// GapRing is the number of recent gaps Gaps returns.
+	GapRing = 256
+)
+
+// ErrClosed is returned by calls made after Close.
+var ErrClosed = errors.New("ingest: closed")
+
+// Config configures an Ingest. It is a plain value that New copies.
+type Config struct {
+	// BlockSize is the engines' KV block size in tokens (> 0). vLLM/SGLang
+	// events (ZMQ) whose block size differs are rejected, counted and logged
+	// with both sizes. (Dynamo and native events carry precomputed local
+	// hashes and no block size: their publishers must use the same size.)
+	BlockSize int
+	// Subjects are the NATS subjects (plane.SubjectsFor); needed only by
+	// SubscribeNATS.
+	Subjects plane.Subjects
+	// Logger receives the rate-limited problem reports; nil: slog.Default().
+	Logger *slog.Logger
+	// PendingMsgs and PendingBytes are the NATS pending limits set on each
+	// subscription (SetPendingLimits); zero: DefaultPendingMsgs,
+	// DefaultPendingBytes; negative: unlimited (not recommended).
+	PendingMsgs, PendingBytes int
+	// LogInterval rate-limits problem logs per kind, worker and source;
+	// zero: DefaultLogInterval.
+	LogInterval time.Duration
+	// ZMQRetryInterval is how often a ZMQ subscriber re-dials an engine that
+	// is not up; zero: wire/zmq's default (500 ms).
+	ZMQRetryInterval time.Duration
+}
+
+// Source is where events came from: a NATS subject's format or ZMQ.
+type Source uint8
+
+// Sources.
+const (
+	SourceNATSDynamo Source = iota // Dynamo msgpack on Subjects.KVEvents
+	SourceNATSNative               // kvroute native on Subjects.KVEventsNative
+	SourceZMQ                      // vLLM/SGLang ZMQ PUB sockets
+	NumSources
+)
+
+var sourceNames = [NumSources]string{"nats-dynamo", "nats-native", "zmq"}
+
+// String returns the source's metric label: nats-dynamo, nats-native or zmq.
+func (s Source) String() string {
+	if s < NumSources {
+		return sourceNames[s]
+	}
+	return fmt.Sprintf("source(%d)", uint8(s))
+}
+
+// Gap is one detected hole in a worker's event stream (a plain value): the
+// events with ids Expected..Got-1 of Worker, from Source, never arrived or,
+// with Batches (ZMQ), the batches with those sequence numbers were lost
+// (not recovered from the replay socket, or malformed).
+type Gap struct {
+	Worker   wire.WorkerKey
+	Source   Source
+	Expected uint64 // the id (sequence number) that should have come next
+	Got      uint64 // the one that came; Got-Expected are missing
+	Batches  bool   // Expected and Got are ZMQ sequence numbers
+	At       time.Time
+}
+
+// Ingest consumes KV events from NATS subjects and ZMQ engines, decodes them
+// on the receiving goroutine, tracks event ids per (worker, dp rank) and
+// source, and hands the events to a Sink. Its methods are goroutine-safe. The
+// zero value is not usable; create one with New and Close it when done.
+type Ingest struct {
+	cfg   Config
+	sink  Sink
+	log   *slog.Logger
+	lim   limiter
+	src   [NumSources]counters
+	start time.Time
+
+	running atomic.Bool
+
+	// zmqOps serializes AddZMQ, RemoveZMQ and Close's ZMQ part, which stop
+	// subscribers (and wait for them) outside mu.
+	zmqOps sync.Mutex
+
+	gaps struct {
+		sync.Mutex
+		ring [GapRing]Gap
+		n    uint64 // gaps recorded ever; ring[(n-1)%GapRing] is the newest
+	}
+
+	mu struct {
+		sync.Mutex
+		closed           bool
+		nc               *nats.Conn
+		dynSub, natSub   *nats.Subscription
+		dynPipe, natPipe *pipe
+		zmq              map[wire.WorkerKey]*zmqSub
+	}
+}
+
+// New returns an Ingest that hands events to sink. It starts nothing:
+// call SubscribeNATS and AddZMQ.
+func New(cfg Config, sink Sink) (*Ingest, error) {
+	if cfg.BlockSize <= 0 {
+		return nil, fmt.Errorf("ingest: block size must be > 0 (--block-size), got %d", cfg.BlockSize)
+	}
+	if sink == nil {
+		return nil, errors.New("ingest: nil sink")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.PendingMsgs == 0 {
+		cfg.PendingMsgs = DefaultPendingMsgs
+	}
+	if cfg.PendingBytes == 0 {
+		cfg.PendingBytes = DefaultPendingBytes
+	}
+	if cfg.LogInterval <= 0 {
+		cfg.LogInterval = DefaultLogInterval
+	}
+	in := &Ingest{cfg: cfg, sink: sink, log: cfg.Logger, start: time.Now()}
+	in.lim.init(cfg.LogInterval)
+	in.mu.zmq = make(map[wire.WorkerKey]*zmqSub)
+	return in, nil
+}
+
+// SubscribeNATS subscribes to Subjects.KVEvents (Dynamo msgpack,
+// wire.DecodeDynamo) and Subjects.KVEventsNative (wire.DecodeNative). Each
+// subscription's callback runs on its own goroutine (nats.go's async
+// subscriptions) and decodes into its own reused wire.Batch before calling
+// sink.Apply. The pending limits of Config are set on both subscriptions, and
+// the connection is flushed so that, when connected, the subscriptions are
+// live at the server when SubscribeNATS returns. Call it once; Close
+// unsubscribes.
+func (in *Ingest) SubscribeNATS(nc *nats.Conn) error {
+	if nc == nil {
+		return errors.New("ingest: nil NATS connection")
+	}
+	if in.cfg.Subjects.KVEvents == "" || in.cfg.Subjects.KVEventsNative == "" {
+		return errors.New("ingest: no KV event subjects configured (plane.SubjectsFor)")
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	switch {
+	case in.mu.closed:
+		return ErrClosed
+	case in.mu.nc != nil:
+		return errors.New("ingest: SubscribeNATS called twice")
+	}
+	dp, np := newPipe(in, SourceNATSDynamo), newPipe(in, SourceNATSNative)
+	ds, err := in.subscribe(nc, in.cfg.Subjects.KVEvents, dp.onDynamo)
+	if err != nil {
+		return err
+	}
+	ns, err := in.subscribe(nc, in.cfg.Subjects.KVEventsNative, np.onNative)
+	if err != nil {
+		ds.Unsubscribe()
+		return err
+	}
+	_ = nc.Flush() // best effort: a disconnected client subscribes on reconnect
+	in.mu.nc, in.mu.dynSub, in.mu.natSub, in.mu.dynPipe, in.mu.natPipe = nc, ds, ns, dp, np
+	in.running.Store(true)
+	return nil
+}
+
+func (in *Ingest) subscribe(nc *nats.Conn, subject string, cb nats.MsgHandler) (*nats.Subscription, error) {
+	s, err := nc.Subscribe(subject, cb)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: subscribe %s: %w", subject, err)
+	}
+	if err := s.SetPendingLimits(in.cfg.PendingMsgs, in.cfg.PendingBytes); err != nil {
+		s.Unsubscribe()
+		return nil, fmt.Errorf("ingest: pending limits on %s: %w", subject, err)
+	}
+	return s, nil
+}
+
+// Running reports whether ingest is running: true once SubscribeNATS
+// succeeded or a ZMQ worker was added, until Close.
+func (in *Ingest) Running() bool { return in.running.Load() }
+
+// Forget drops the event-id tracking of every dp rank of worker on the NATS
+// sources, so that its next event is taken as a first sighting (no gap, no
+// duplicate). Call it when a worker leaves the fleet; a worker that restarts
+// (its ids start over at 1) is recognized without it. ZMQ tracking ends with
+// RemoveZMQ.
+func (in *Ingest) Forget(worker uint64) {
+	in.mu.Lock()
+	pipes := [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
+	in.mu.Unlock()
+	for _, p := range pipes {
+		if p != nil {
+			p.mu.Lock()
+			p.tr.forget(worker)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// Gaps returns the most recent gaps (at most GapRing), oldest first, newest
+// last. The slice is the caller's.
+func (in *Ingest) Gaps() []Gap {
+	in.gaps.Lock()
+	defer in.gaps.Unlock()
+	n := min(in.gaps.n, GapRing)
+	out := make([]Gap, 0, n)
+	for i := in.gaps.n - n; i < in.gaps.n; i++ {
+		out = append(out, in.gaps.ring[i%GapRing])
+	}
+	return out
+}
+
+func (in *Ingest) recordGap(g Gap) {
+	in.gaps.Lock()
+	in.gaps.ring[in.gaps.n%GapRing] = g
+	in.gaps.n++
+	in.gaps.Unlock()
+}
+
+// Close unsubscribes from NATS, stops every ZMQ subscriber and waits until
+// no handler runs any more: after Close returns the sink is not called again.
+// Close is idempotent.
+func (in *Ingest) Close() error {
+	in.mu.Lock()
+	if in.mu.closed {
+		in.mu.Unlock()
+		return nil
+	}
+	in.mu.closed = true
+	in.running.Store(false)
+	var errs []error
+	for _, s := range [...]*nats.Subscription{in.mu.dynSub, in.mu.natSub} {
+		if s != nil {
+			if err := s.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+				errs = append(errs, fmt.Errorf("ingest: unsubscribe %s: %w", s.Subject, err))
+			}
+		}
+	}
+	pipes := [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
+	in.mu.Unlock()
+	for _, p := range pipes {
+		if p != nil {
+			p.close() // waits for a callback in progress
+		}
+	}
+	in.zmqOps.Lock() // waits for an AddZMQ or RemoveZMQ in progress
+	defer in.zmqOps.Unlock()
+	in.mu.Lock()
+	subs := make([]*zmqSub, 0, len(in.mu.zmq))
+	for k, z := range in.mu.zmq {
+		subs = append(subs, z)
+		delete(in.mu.zmq, k)
+	}
+	in.mu.Unlock()
+	for _, z := range subs {
+		z.close()
+	}
+	return errors.Join(errs...)
+}
+
+// Stats is a plain-data snapshot of an Ingest's counters.
+type Stats struct {
+	Running bool
+	Sources [NumSources]SourceStats
+	// ZMQ lists the ZMQ subscriptions by worker and dp rank.
+	ZMQ []ZMQStats
+}
+
+// SourceStats are one source's counters (monotonic since New, except the
+// gauges Pending and PendingHighWater).
+type SourceStats struct {
+	Source Source
+	// Messages received (NATS messages, ZMQ batches), and the events and
+	// blocks in them handed to the sink (after dropping duplicates).
+	Messages, Events, Blocks uint64
+	// Malformed messages (dropped whole); events rejected by the decoder
+	// (vLLM: an invalid event of a well-formed batch) of which
+	// SizeMismatches had the wrong block size; Ignored events of kinds
+	// kvroute does not know.
+	Malformed, Rejected, SizeMismatches, Ignored uint64
+	// Duplicates are events dropped because their id was not above the last
+	// seen (NATS); Gaps the jumps forward in the event ids (NATS) or the
+	// sequence numbers of well-formed batches (ZMQ), MissingEvents and
+	// MissingBatches what they skipped; Restarts the workers seen starting
+	// over at id 1 (NATS) or at a lower sequence number (ZMQ).
+	Duplicates, Gaps, MissingEvents, MissingBatches, Restarts uint64
+	// SinkErrors counts Apply calls that failed (their events are lost).
+	SinkErrors uint64
+	// Dropped: NATS messages the client dropped because the subscription's
+	// pending limits were reached (slow consumer); ZMQ batches lost and not
+	// recovered from the engine's replay socket.
+	Dropped uint64
+	// Pending and PendingHighWater: NATS messages queued for the callback
+	// now and at most (0 for ZMQ).
+	Pending, PendingHighWater int
+	// Dispatch time: handler calls, their total and longest duration, and a
+	// histogram over DispatchBuckets (Buckets[i] counts calls of at most
+	// DispatchBuckets[i]; the last counts the rest).
+	DispatchCount uint64
+	DispatchSum   time.Duration
+	DispatchMax   time.Duration
+	Buckets       [len(DispatchBuckets) + 1]uint64
+}
+
+// ZMQStats describes one ZMQ subscription.
+type ZMQStats struct {
+	ZMQWorker
+	Connected bool
+	zmq.SubscriberStats
+}
+
+// Stats returns a snapshot of the counters.
+func (in *Ingest) Stats() Stats {
+	var st Stats
+	st.Running = in.Running()
+	for s := range NumSources {
+		in.src[s].snapshot(&st.Sources[s])
+		st.Sources[s].Source = s
+	}
+	in.mu.Lock()
+	subs := [...]*nats.Subscription{in.mu.dynSub, in.mu.natSub}
+	zs := make([]*zmqSub, 0, len(in.mu.zmq))
+	for _, z := range in.mu.zmq {
+		zs = append(zs, z)
+	}
+	in.mu.Unlock()
+	for i, s := range subs {
+		if s == nil {
+			continue
+		}
+		ss := &st.Sources[i]
+		if d, err := s.Dropped(); err == nil {
+			ss.Dropped = uint64(d)
+		}
+		if p, _, err := s.Pending(); err == nil {
+			ss.Pending = p
+		}
+		if p, _, err := s.MaxPending(); err == nil {
+			ss.PendingHighWater = p
+		}
+	}
+	for _, z := range zs {
+		zst := ZMQStats{ZMQWorker: z.w, Connected: z.sub.Connected(), SubscriberStats: z.sub.Stats()}
+		st.ZMQ = append(st.ZMQ, zst)
+		st.Sources[SourceZMQ].Dropped += zst.Lost
+	}
+	st.Sources[SourceZMQ].Dropped += in.src[SourceZMQ].lostGone.Load()
+	sort.Slice(st.ZMQ, func(i, j int) bool {
+		a, b := st.ZMQ[i], st.ZMQ[j]
+		if a.Worker != b.Worker {
+			return a.Worker < b.Worker
+		}
+		return a.DpRank < b.DpRank
+	})
+	return st
+}

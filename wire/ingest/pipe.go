@@ -1,0 +1,218 @@
+package ingest
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// DispatchBuckets are the upper bounds of the dispatch-time histogram: the
+// time one handler call (decode, id tracking, sink.Apply) takes.
+var DispatchBuckets = [...]time.Duration{
+	time.Microsecond, 4 * time.Microsecond, 16 * time.Microsecond, 64 * time.Microsecond,
+	256 * time.Microsecond, time.Millisecond, 4 * time.Millisecond, 16 * time.Millisecond,
+	64 * time.Millisecond, 256 * time.Millisecond,
+}
+
+// counters are one source's counters: atomics added once per message (not
+// per event or block), read at scrape time. Padded so that two sources'
+// handler goroutines do not share a cache line.
+type counters struct {
+	messages, events, blocks                      atomic.Uint64
+	malformed, rejected, sizeMismatches, ignored  atomic.Uint64
+	duplicates, gaps, missing, restarts, sinkErrs atomic.Uint64
+	missingBatches                                atomic.Uint64
+	lostGone                                      atomic.Uint64 // ZMQ: Lost of removed subscribers
+	dispatchNanos, dispatchMax                    atomic.Uint64
+	buckets                                       [len(DispatchBuckets) + 1]atomic.Uint64
+	_                                             [64]byte
+}
+
+func (c *counters) snapshot(s *SourceStats) {
+	s.Messages, s.Events, s.Blocks = c.messages.Load(), c.events.Load(), c.blocks.Load()
+	s.Malformed, s.Rejected = c.malformed.Load(), c.rejected.Load()
+	s.SizeMismatches, s.Ignored = c.sizeMismatches.Load(), c.ignored.Load()
+	s.Duplicates, s.Gaps, s.MissingEvents = c.duplicates.Load(), c.gaps.Load(), c.missing.Load()
+	s.MissingBatches = c.missingBatches.Load()
+	s.Restarts, s.SinkErrors = c.restarts.Load(), c.sinkErrs.Load()
+	s.DispatchSum, s.DispatchMax = time.Duration(c.dispatchNanos.Load()), time.Duration(c.dispatchMax.Load())
+	for i := range c.buckets {
+		s.Buckets[i] = c.buckets[i].Load()
+		s.DispatchCount += s.Buckets[i]
+	}
+}
+
+// observe records one handler call of duration d.
+func (c *counters) observe(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	i := 0
+	for i < len(DispatchBuckets) && d > DispatchBuckets[i] {
+		i++
+	}
+	c.buckets[i].Add(1)
+	c.dispatchNanos.Add(uint64(d))
+	for {
+		m := c.dispatchMax.Load()
+		if uint64(d) <= m || c.dispatchMax.CompareAndSwap(m, uint64(d)) {
+			return
+		}
+	}
+}
+
+// pipe is one receiving goroutine's state: a NATS subscription's or a ZMQ
+// subscriber's. mu is held for the whole handler call, so that Close and
+// Forget (rare, from other goroutines) wait for a call in progress; the
+// handler goroutine is its only regular user, so it is uncontended.
+type pipe struct {
+	in  *Ingest
+	src Source
+	c   *counters
+
+	mu       sync.Mutex
+	closed   bool
+	trackIDs bool // NATS: check event ids; ZMQ checks sequence numbers instead
+	tr       tracker
+	batch    wire.Batch
+
+	// ZMQ only.
+	zw      ZMQWorker
+	dec     *wire.VLLMDecoder
+	haveSeq bool   // lastSeq is set
+	lastSeq uint64 // sequence number of the last well-formed batch
+}
+
+func newPipe(in *Ingest, src Source) *pipe {
+	return &pipe{in: in, src: src, c: &in.src[src], tr: newTracker(), trackIDs: src != SourceZMQ}
+}
+
+// close marks the pipe closed after waiting for a handler call in progress.
+func (p *pipe) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+}
+
+// onDynamo is the callback of the Dynamo subject.
+func (p *pipe) onDynamo(m *nats.Msg) {
+	start := time.Now()
+	p.mu.Lock()
+	if !p.closed {
+		p.batch.Reset()
+		_, err := wire.DecodeDynamo(&p.batch, m.Data)
+		p.deliver(err)
+	}
+	p.mu.Unlock()
+	p.c.observe(time.Since(start))
+}
+
+// onNative is the callback of the native subject.
+func (p *pipe) onNative(m *nats.Msg) {
+	start := time.Now()
+	p.mu.Lock()
+	if !p.closed {
+		p.batch.Reset()
+		p.deliver(wire.DecodeNative(&p.batch, m.Data))
+	}
+	p.mu.Unlock()
+	p.c.observe(time.Since(start))
+}
+
+// deliver counts a decoded message, filters its events through the id
+// tracker and hands the rest to the sink. err is the decoder's message-level
+// error (the batch is then empty).
+func (p *pipe) deliver(err error) {
+	c := p.c
+	c.messages.Add(1)
+	if err != nil {
+		c.malformed.Add(1)
+		p.in.malformed(p.src, p.zw.key(), err)
+		return
+	}
+	b := &p.batch
+	if b.Rejected > 0 {
+		p.rejected()
+	}
+	if b.Ignored > 0 {
+		c.ignored.Add(uint64(b.Ignored))
+	}
+	evs := b.Events
+	n, blocks := 0, 0
+	var dups, restarts uint64
+	for i := range evs {
+		ev := &evs[i]
+		v, missing := vApply, uint64(0)
+		if p.trackIDs {
+			v, missing = p.tr.check(ev.Worker, ev.ID, ev.Kind)
+		}
+		switch v {
+		case vDuplicate:
+			dups++
+			p.in.duplicate(p.src, ev.Worker, ev.ID, p.tr.lastID(ev.Worker))
+			continue
+		case vGap:
+			p.in.gap(p.src, ev.Worker, ev.ID-missing, ev.ID, false)
+		case vRestart:
+			restarts++
+		}
+		if n != i {
+			evs[n] = evs[i]
+		}
+		n++
+		blocks += len(ev.Blocks)
+	}
+	if dups > 0 {
+		c.duplicates.Add(dups)
+	}
+	if restarts > 0 {
+		c.restarts.Add(restarts)
+	}
+	if n == 0 {
+		return
+	}
+	if err := p.in.sink.Apply(evs[:n]); err != nil {
+		c.sinkErrs.Add(1)
+		p.in.sinkError(p.src, err)
+		return
+	}
+	c.events.Add(uint64(n))
+	c.blocks.Add(uint64(blocks))
+}
+
+// rejected counts and reports the events the decoder rejected (slow path).
+func (p *pipe) rejected() {
+	b := &p.batch
+	p.c.rejected.Add(uint64(b.Rejected))
+	k := p.zw.key()
+	if b.SizeMismatches > 0 {
+		p.c.sizeMismatches.Add(uint64(b.SizeMismatches))
+		if sup, ok := p.in.lim.allow(probSizeMismatch, p.src, k); ok {
+			// b.Err names the engine's size when it is the mismatch.
+			p.in.log.Error("ingest: KV events rejected: the engine's block size differs from --block-size",
+				"source", p.src.String(), "worker", k.Worker, "dp_rank", k.Dp,
+				"configured_block_size", p.in.cfg.BlockSize, "events", b.SizeMismatches,
+				"first_error", errString(b.Err), "suppressed_since_last_log", sup)
+		}
+		if b.Rejected == b.SizeMismatches {
+			return
+		}
+	}
+	if sup, ok := p.in.lim.allow(probRejected, p.src, k); ok {
+		p.in.log.Warn("ingest: invalid KV events dropped",
+			"source", p.src.String(), "worker", k.Worker, "dp_rank", k.Dp,
+			"events", b.Rejected-b.SizeMismatches, "first_error", errString(b.Err),
+			"suppressed_since_last_log", sup)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

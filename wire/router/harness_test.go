@@ -43,6 +43,8 @@ type envOptions struct {
 	heartbeat time.Duration
 	kvBlocks  int
 	maxBatch  int
+	grace     time.Duration
+	pprof     bool
 }
 
 func quietLogger() *slog.Logger {
@@ -60,6 +62,9 @@ func startEnv(t *testing.T, o envOptions) *env {
 	if o.heartbeat == 0 {
 		o.heartbeat = 200 * time.Millisecond
 	}
+	if o.grace == 0 {
+		o.grace = 3 * time.Second
+	}
 	if o.kvBlocks == 0 {
 		o.kvBlocks = 4096
 	}
@@ -76,7 +81,9 @@ func startEnv(t *testing.T, o envOptions) *env {
 	cfg := ServiceConfig{
 		Router:        Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second},
 		HTTPAddr:      "127.0.0.1:0",
-		ShutdownGrace: 3 * time.Second,
+		ShutdownGrace: o.grace,
+		Pprof:         o.pprof,
+		AdminAddr:     "127.0.0.1:0",
 		NATSURL:       ns.ClientURL(),
 		Logger:        quietLogger(),
 	}

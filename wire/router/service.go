@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/puzpuzpuz/xsync/v4"
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/internal/natsembed"
@@ -78,6 +79,7 @@ type Service struct {
 	adminLn  net.Listener
 	served   chan error
 	drained  bool
+	conns    *xsync.Map[net.Conn, struct{}]
 }
 
 // StartService starts a router process. On error everything started so far
@@ -94,7 +96,7 @@ func StartService(cfg ServiceConfig) (s *Service, err error) {
 	}
 	cfg.Router.Logger = cfg.Logger
 	cfg.Index.Logger = cfg.Logger
-	s = &Service{cfg: cfg, served: make(chan error, 1)}
+	s = &Service{cfg: cfg, served: make(chan error, 1), conns: xsync.NewMap[net.Conn, struct{}]()}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -144,6 +146,7 @@ func StartService(cfg ServiceConfig) (s *Service, err error) {
 		return nil, fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
 	}
 	s.http = s.Router.Server()
+	s.http.ConnState = s.trackConn
 	go func() { s.served <- s.http.Serve(s.ln) }()
 
 	if cfg.Pprof {
@@ -290,10 +293,27 @@ func (s *Service) Drain() error {
 	s.drained = true
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
-	if err := s.http.ShutdownWithContext(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
+	err := s.http.ShutdownWithContext(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Cut what is still running: a stream's next write fails, the
+		// proxy closes the worker connection and frees the request's load.
+		s.conns.Range(func(c net.Conn, _ struct{}) bool {
+			_ = c.Close()
+			return true
+		})
+		return nil
 	}
-	return nil
+	return err
+}
+
+// trackConn keeps the set of open API connections, for Drain to cut.
+func (s *Service) trackConn(c net.Conn, st fasthttp.ConnState) {
+	switch st {
+	case fasthttp.StateNew:
+		s.conns.Store(c, struct{}{})
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		s.conns.Delete(c)
+	}
 }
 
 func (s *Service) stop() error {

@@ -85,7 +85,7 @@ func routeBodies(n, families int) [][]byte {
 }
 
 // benchRouter is a Router over a populated index with 16 static workers.
-func benchRouter(b *testing.B, n int) (*Router, *shard.Index) {
+func benchRouter(b testing.TB, n int) (*Router, *shard.Index) {
 	ix, err := shard.NewIndex(shard.Config{Shards: 1})
 	if err != nil {
 		b.Fatal(err)

@@ -1,0 +1,23 @@
+//go:build !race
+
+package router
+
+import "testing"
+
+// The batcher's per-batch work (lookup, decisions, frees) and the handler's
+// hashing allocate nothing once warmed up.
+func TestBatcherAllocs(t *testing.T) {
+	r, ix := benchRouter(t, 2048)
+	defer ix.Close()
+	r.closed.Store(true)
+	batch := benchBatch(t, r, 2048, 16)
+	decideRound(r, batch)
+	if a := testing.AllocsPerRun(50, func() { decideRound(r, batch) }); a != 0 {
+		t.Errorf("decide round: %v allocs, want 0", a)
+	}
+	toks := benchTokens(3, 2048)
+	p := batch[0]
+	if a := testing.AllocsPerRun(50, func() { r.hash(p, toks, []byte("lora-a")) }); a != 0 {
+		t.Errorf("hash: %v allocs, want 0", a)
+	}
+}

@@ -80,6 +80,9 @@ type ShardStats struct {
 	// Queue depth high-water marks (items), and the number of times a
 	// producer found a queue full and waited (backpressure).
 	EventQueueHighWater, LookupQueueHighWater int
+	// EventQueueDepth is the number of event batches queued behind the
+	// shard when the stats were read: its lag, in batches.
+	EventQueueDepth int
 	ProducerStalls                            uint64
 }
 
@@ -100,6 +103,7 @@ func Sum(stats []ShardStats) ShardStats {
 		t.PendingGaps += s.PendingGaps
 		t.EventQueueHighWater = max(t.EventQueueHighWater, s.EventQueueHighWater)
 		t.LookupQueueHighWater = max(t.LookupQueueHighWater, s.LookupQueueHighWater)
+		t.EventQueueDepth += s.EventQueueDepth
 		t.ProducerStalls += s.ProducerStalls
 	}
 	slices.Sort(t.CPUs)
@@ -591,6 +595,7 @@ func (ix *Index) Stats(dst []ShardStats) ([]ShardStats, error) {
 			PendingGaps:          len(c.gaps),
 			EventQueueHighWater:  r.evHW,
 			LookupQueueHighWater: r.lkHW,
+			EventQueueDepth:      r.evq.len(),
 			ProducerStalls:       r.stalls.Load(),
 		}
 	})

@@ -537,6 +537,7 @@ func TestApplyOrderAndGaps(t *testing.T) {
 		`kvroute_shard_blocks_total{shard="0",op="unknown"} 1`,
 		`kvroute_shard_workers{shard="0"} 1`,
 		`kvroute_shard_workers{shard="1"} 0`,
+		`kvroute_shard_event_queue_depth{shard="0"} 0`,
 	} {
 		if !strings.Contains(buf.String(), line+"\n") {
 			t.Errorf("metrics lack %q:\n%s", line, buf.String())

@@ -62,6 +62,7 @@ func writeShardMetrics(w io.Writer, s *ShardStats) {
 	gauge("tree_bytes", uint64(s.Tree.Bytes))
 	gauge("approx_blocks", uint64(s.ApproxBlocks))
 	gauge("pending_gaps", uint64(s.PendingGaps))
+	gauge("event_queue_depth", uint64(s.EventQueueDepth))
 	gauge("event_queue_high_water", uint64(s.EventQueueHighWater))
 	gauge("lookup_queue_high_water", uint64(s.LookupQueueHighWater))
 	pinned := uint64(0)

@@ -273,8 +273,11 @@ func (in *Ingest) Close() error {
 	in.mu.closed = true
 	in.running.Store(false)
 	var errs []error
-	for _, s := range [...]*nats.Subscription{in.mu.dynSub, in.mu.natSub} {
+	for i, s := range [...]*nats.Subscription{in.mu.dynSub, in.mu.natSub} {
 		if s != nil {
+			if d, err := s.Dropped(); err == nil { // keep the count monotonic
+				in.src[i].droppedGone.Add(uint64(d))
+			}
 			if err := s.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
 				errs = append(errs, fmt.Errorf("ingest: unsubscribe %s: %w", s.Subject, err))
 			}
@@ -302,7 +305,8 @@ func (in *Ingest) Close() error {
 	return errors.Join(errs...)
 }
 
-// Stats is a plain-data snapshot of an Ingest's counters.
+// Stats is a plain-data snapshot of an Ingest's counters; its ZMQ slice is
+// the caller's.
 type Stats struct {
 	Running bool
 	Sources [NumSources]SourceStats
@@ -362,6 +366,7 @@ func (in *Ingest) Stats() Stats {
 		st.Sources[s].Source = s
 	}
 	in.mu.Lock()
+	closed := in.mu.closed
 	subs := [...]*nats.Subscription{in.mu.dynSub, in.mu.natSub}
 	zs := make([]*zmqSub, 0, len(in.mu.zmq))
 	for _, z := range in.mu.zmq {
@@ -369,7 +374,7 @@ func (in *Ingest) Stats() Stats {
 	}
 	in.mu.Unlock()
 	for i, s := range subs {
-		if s == nil {
+		if s == nil || closed {
 			continue
 		}
 		ss := &st.Sources[i]
@@ -388,7 +393,9 @@ func (in *Ingest) Stats() Stats {
 		st.ZMQ = append(st.ZMQ, zst)
 		st.Sources[SourceZMQ].Dropped += zst.Lost
 	}
-	st.Sources[SourceZMQ].Dropped += in.src[SourceZMQ].lostGone.Load()
+	for s := range NumSources {
+		st.Sources[s].Dropped += in.src[s].droppedGone.Load()
+	}
 	sort.Slice(st.ZMQ, func(i, j int) bool {
 		a, b := st.ZMQ[i], st.ZMQ[j]
 		if a.Worker != b.Worker {

@@ -225,6 +225,12 @@ func TestSlowConsumerDropsCounted(t *testing.T) {
 	var buf bytes.Buffer
 	in.WriteMetrics(&buf)
 	mustContain(t, buf.String(), fmt.Sprintf(`kvroute_ingest_dropped_messages_total{source="nats-dynamo"} %d`, d.Dropped))
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := in.Stats().Sources[SourceNATSDynamo].Dropped; after != d.Dropped {
+		t.Errorf("dropped %d after Close, %d before", after, d.Dropped)
+	}
 }
 
 // TestSinkErrorsCounted: Apply failing (the index is closed) is counted and

@@ -11,7 +11,7 @@ import (
 )
 
 // DispatchBuckets are the upper bounds of the dispatch-time histogram: the
-// time one handler call (decode, id tracking, sink.Apply) takes.
+// time one handler call (decode, id tracking, sink.Apply) takes. Read only.
 var DispatchBuckets = [...]time.Duration{
 	time.Microsecond, 4 * time.Microsecond, 16 * time.Microsecond, 64 * time.Microsecond,
 	256 * time.Microsecond, time.Millisecond, 4 * time.Millisecond, 16 * time.Millisecond,
@@ -26,7 +26,7 @@ type counters struct {
 	malformed, rejected, sizeMismatches, ignored  atomic.Uint64
 	duplicates, gaps, missing, restarts, sinkErrs atomic.Uint64
 	missingBatches                                atomic.Uint64
-	lostGone                                      atomic.Uint64 // ZMQ: Lost of removed subscribers
+	droppedGone                                   atomic.Uint64 // Dropped of closed subscriptions
 	dispatchNanos, dispatchMax                    atomic.Uint64
 	buckets                                       [len(DispatchBuckets) + 1]atomic.Uint64
 	_                                             [64]byte

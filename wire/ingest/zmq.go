@@ -183,7 +183,7 @@ type zmqSub struct {
 func (z *zmqSub) close() {
 	z.sub.Close()
 	z.p.close()
-	z.p.c.lostGone.Add(z.sub.Stats().Lost)
+	z.p.c.droppedGone.Add(z.sub.Stats().Lost)
 }
 
 // AddZMQ subscribes to a vLLM/SGLang engine's ZMQ PUB socket with

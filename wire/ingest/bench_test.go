@@ -1,0 +1,322 @@
+package ingest
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/plane"
+)
+
+// workload is a closed cycle of KV events for benchmarks: per worker, stored
+// prefixes of 16..64 blocks (no shared blocks between prefixes), each
+// removed four prefixes later, and the last four removed at the end, so the
+// tree is empty again after every cycle and the cycle can repeat forever.
+// Workers are interleaved round robin.
+type workload struct {
+	events []wire.Event // ids are 0: the publisher numbers them
+}
+
+const (
+	benchWorkers  = 16
+	benchPrefixes = 32 // per worker per cycle
+	benchWindow   = 4  // prefixes a worker holds at once
+)
+
+func newWorkload() *workload {
+	wl := &workload{}
+	per := make([][]wire.Event, benchWorkers)
+	for w := range benchWorkers {
+		pre := make([][]wire.Block, benchPrefixes)
+		for j := range benchPrefixes {
+			n := 16 + j*17%49 // 16..64 blocks
+			bl := make([]wire.Block, n)
+			for i := range bl {
+				x := uint64(w+1)<<40 | uint64(j+1)<<20 | uint64(i+1)
+				bl[i] = wire.Block{Engine: wire.EngineHash(x * 0x9e3779b97f4a7c15), Local: wire.BlockHash(x * 0xbf58476d1ce4e5b9)}
+			}
+			pre[j] = bl
+			ev := wire.Event{Worker: wire.WorkerKey{Worker: uint64(w + 1)}, Kind: wire.KindStored, Blocks: bl}
+			per[w] = append(per[w], ev)
+			if j >= benchWindow {
+				per[w] = append(per[w], removed(w, pre[j-benchWindow]))
+			}
+		}
+		for j := benchPrefixes - benchWindow; j < benchPrefixes; j++ {
+			per[w] = append(per[w], removed(w, pre[j]))
+		}
+	}
+	for i := range per[0] {
+		for w := range benchWorkers {
+			wl.events = append(wl.events, per[w][i])
+		}
+	}
+	return wl
+}
+
+func removed(w int, bl []wire.Block) wire.Event {
+	rm := make([]wire.Block, len(bl))
+	for i := range bl {
+		rm[i].Engine = bl[i].Engine
+	}
+	return wire.Event{Worker: wire.WorkerKey{Worker: uint64(w + 1)}, Kind: wire.KindRemoved, Blocks: rm}
+}
+
+// publisher encodes the workload as Dynamo messages with contiguous ids per
+// worker, cycling forever.
+type publisher struct {
+	wl  *workload
+	i   int
+	ids [benchWorkers + 1]uint64
+	buf []byte
+}
+
+func (p *publisher) next() []byte {
+	ev := p.wl.events[p.i]
+	if p.i++; p.i == len(p.wl.events) {
+		p.i = 0
+	}
+	w := ev.Worker.Worker
+	p.ids[w]++
+	ev.ID = p.ids[w]
+	h := wire.DynamoHeader{PublisherID: w, Sequence: ev.ID, PublishedAt: 1, Topic: []byte("kv-events")}
+	p.buf = wire.AppendDynamo(p.buf[:0], &h, &ev)
+	return p.buf
+}
+
+// counter counts delivered messages and rings a doorbell every 256, so that
+// the publisher can keep a bounded window in flight.
+type counter struct {
+	n    atomic.Uint64
+	bell chan struct{}
+}
+
+func newCounter() *counter { return &counter{bell: make(chan struct{}, 1)} }
+
+func (c *counter) add() {
+	if c.n.Add(1)%256 == 0 {
+		select {
+		case c.bell <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// countingSink is the ingest side's delivery counter in front of the index
+// (nil: events are dropped).
+type countingSink struct {
+	ix *shard.Index
+	c  *counter
+}
+
+func (s *countingSink) Apply(evs []wire.Event) error {
+	var err error
+	if s.ix != nil {
+		err = s.ix.Apply(evs)
+	}
+	s.c.add()
+	return err
+}
+
+// benchWindowMsgs bounds the messages in flight between the publisher and the
+// subscriber (far below the pending limit, so nothing is dropped).
+const benchWindowMsgs = 4096
+
+// publishAll publishes b.N messages (one event each) with at most
+// benchWindowMsgs in flight, and waits until all are delivered.
+func publishAll(b *testing.B, nc *nats.Conn, subject string, c *counter) {
+	pub := &publisher{wl: newWorkload()}
+	sent := uint64(0)
+	for b.Loop() {
+		if err := nc.Publish(subject, pub.next()); err != nil {
+			b.Fatal(err)
+		}
+		sent++
+		for sent-c.n.Load() > benchWindowMsgs {
+			<-c.bell
+		}
+	}
+	for c.n.Load() < sent {
+		select {
+		case <-c.bell:
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// BenchmarkNATSIngest measures events/s from a publisher through a real
+// in-process nats-server into Ingest and a one-shard shard.Index (ingest),
+// against a subscriber that only counts the same messages (noop). Messages
+// are Dynamo event-plane messages of one Stored (16..64 blocks) or Removed
+// event each, from 16 workers. The ingest time includes applying every event
+// to the tree (Flush at the end). ingest-discard is the same path into a sink
+// that only counts.
+func BenchmarkNATSIngest(b *testing.B) {
+	s := natstest.Server(b)
+	subj, err := plane.SubjectsFor("bench", "backend")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("ingest", func(b *testing.B) {
+		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+		ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ix.Close()
+		c := newCounter()
+		in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{ix: ix, c: c})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer in.Close()
+		if err := in.SubscribeNATS(nc); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		publishAll(b, pub, subj.KVEvents, c)
+		if err := ix.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		st := in.Stats().Sources[SourceNATSDynamo]
+		if st.Gaps != 0 || st.Duplicates != 0 || st.Dropped != 0 || st.Malformed != 0 || st.SinkErrors != 0 || st.Events != uint64(b.N) {
+			b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		b.ReportMetric(float64(st.DispatchMax.Microseconds()), "max-dispatch-µs")
+	})
+	// The same path into a sink that only counts: what ingest costs without
+	// the tree (the difference to "ingest" is the index's apply rate).
+	b.Run("ingest-discard", func(b *testing.B) {
+		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+		c := newCounter()
+		in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{c: c})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer in.Close()
+		if err := in.SubscribeNATS(nc); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		publishAll(b, pub, subj.KVEvents, c)
+		b.StopTimer()
+		if st := in.Stats().Sources[SourceNATSDynamo]; st.Gaps != 0 || st.Dropped != 0 || st.Events != uint64(b.N) {
+			b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("noop", func(b *testing.B) {
+		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+		c := newCounter()
+		sub, err := nc.Subscribe(subj.KVEvents, func(*nats.Msg) { c.add() })
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		if err := sub.SetPendingLimits(DefaultPendingMsgs, DefaultPendingBytes); err != nil {
+			b.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		publishAll(b, pub, subj.KVEvents, c)
+		b.StopTimer()
+		if d, _ := sub.Dropped(); d != 0 {
+			b.Fatalf("%d dropped", d)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+}
+
+// discardSink counts and drops.
+type discardSink struct{ events int }
+
+func (s *discardSink) Apply(evs []wire.Event) error {
+	s.events += len(evs)
+	return nil
+}
+
+// handlerBench holds one cycle of encoded messages and a Dynamo pipe.
+type handlerBench struct {
+	msgs []*nats.Msg
+	p    *pipe
+	i    int
+}
+
+func newHandlerBench(tb testing.TB, sink Sink) *handlerBench {
+	in, err := New(Config{BlockSize: 16, Logger: quiet}, sink)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := &handlerBench{p: newPipe(in, SourceNATSDynamo)}
+	pub := &publisher{wl: newWorkload()}
+	for range pub.wl.events {
+		h.msgs = append(h.msgs, &nats.Msg{Data: append([]byte(nil), pub.next()...)})
+	}
+	return h
+}
+
+// step handles the next message; at the end of a cycle the ids start over,
+// so the id tracking is reset (the tree is empty again by construction).
+func (h *handlerBench) step() {
+	h.p.onDynamo(h.msgs[h.i])
+	if h.i++; h.i == len(h.msgs) {
+		h.i = 0
+		h.p.tr.reset()
+	}
+}
+
+// BenchmarkHandler measures the per-message path of a NATS callback (Dynamo
+// decode, id tracking, counters, dispatch timing, sink.Apply) without NATS:
+// into a real one-shard index (whose goroutine applies the events
+// concurrently) and into a sink that drops them.
+func BenchmarkHandler(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		sink func(b *testing.B) Sink
+	}{
+		{"index", func(b *testing.B) Sink {
+			ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { ix.Close() })
+			return ix
+		}},
+		{"discard", func(*testing.B) Sink { return &discardSink{} }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			h := newHandlerBench(b, c.sink(b))
+			blocks := 0
+			for _, m := range h.msgs {
+				var bt wire.Batch
+				if _, err := wire.DecodeDynamo(&bt, m.Data); err != nil {
+					b.Fatal(err)
+				}
+				blocks += bt.Blocks()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				h.step()
+			}
+			if ix, ok := h.p.in.sink.(*shard.Index); ok {
+				if err := ix.Flush(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(blocks)/float64(len(h.msgs)), "blocks/event")
+			if st := h.p.c; st.gaps.Load() != 0 || st.duplicates.Load() != 0 || st.malformed.Load() != 0 {
+				b.Fatal("the workload produced gaps, duplicates or malformed messages")
+			}
+		})
+	}
+}

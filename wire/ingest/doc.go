@@ -1,0 +1,110 @@
+// Package ingest provides kvroute's KV-event ingest: it subscribes to the
+// KV events of a fleet on NATS (Dynamo's msgpack event plane and kvroute's
+// native batches) and on engines' ZMQ PUB sockets (vLLM/SGLang), decodes
+// them on the receiving goroutine, checks event ids per (worker, dp rank)
+// and source, and hands the events to a Sink (a *shard.Index), counting and
+// logging everything that goes wrong.
+//
+// # Threading and copies
+//
+// Each NATS subscription (nats.go runs one goroutine per async subscription)
+// and each ZMQ subscriber (wire/zmq, one goroutine per engine rank) owns a
+// pipe: a reused wire.Batch, the id tracker of its source, and a decoder.
+// A message is decoded into the batch, filtered, and passed to Sink.Apply
+// on that goroutine; shard.Index.Apply copies the blocks once into its
+// per-shard batches and returns, so the batch is reused for the next
+// message. Nothing else is copied and, in steady state, the handler allocates
+// nothing (TestHandlerAllocs). Counters are atomics added once per message.
+//
+// The NATS callback blocks only while the index's queue for the worker's
+// shard is full (shard.Index's backpressure: it never drops). The time every callback takes is measured
+// (kvroute_ingest_dispatch_seconds, a histogram, and the maximum). Each
+// subscription's pending limits are set (Config.PendingMsgs/PendingBytes,
+// default 64Ki messages / 64 MiB): a router that cannot keep up has the
+// NATS client drop messages, which are counted (sub.Dropped,
+// kvroute_ingest_dropped_messages_total) and, since their ids never arrive,
+// also show up as gaps.
+//
+// # Gaps, duplicates and restarts
+//
+// NATS (Dynamo and native): publishers number each WorkerKey's events 1, 2, 3,
+// ... (wire.Event.ID). For each source and WorkerKey the last id is kept:
+//
+//   - the first id seen is accepted whatever it is (the router may join a
+//     running fleet);
+//   - last+1 is in order;
+//   - a larger id is a gap: the ids in between are counted as missing,
+//     logged (worker, rank, expected, got), kept in the Gaps ring, and the
+//     event is applied;
+//   - id 1 is a restart (the worker starts over, as bench/mock's Restart
+//     announces with Cleared as event 1): the tracking starts again from 1;
+//     except that a Stored id 1 right after id 1 is a duplicate of it;
+//   - any other id ≤ last is a duplicate: counted, logged and dropped (not
+//     applied again);
+//   - id 0 (a transport without ids) is not tracked.
+//
+// Forget drops a worker's tracking when it leaves the fleet. A Dynamo
+// event of a kind kvroute does not know (counted as ignored) carries an id
+// the tracker never sees, so the worker's next event reports a gap of one.
+//
+// ZMQ (vLLM/SGLang): wire/zmq's Subscriber drops repeated sequence numbers and
+// fills holes from the engine's replay socket when one is configured; what
+// reaches ingest in order needs no id check (the vLLM decoder numbers events
+// itself). A hole that was not filled (or a malformed batch, which is lost
+// too) is a gap of batches: Gap.Batches is set, Expected and Got are sequence
+// numbers, and kvroute_ingest_missing_batches_total counts them. A sequence
+// number that goes backwards comes from a new engine process: its ids start
+// over (a fresh decoder), and if the sink implements DpRankRemover
+// (*shard.Index does) the old process's blocks of that rank are removed,
+// since a restarted vLLM has an empty cache and sends no AllBlocksCleared.
+// Recovering the contents of a gap is left to a later layer; ingest counts,
+// logs and exposes it.
+//
+// # Bad input
+//
+// A malformed message (any decoder error at message level) is counted,
+// logged and dropped; ingest goes on. A vLLM event whose block size differs
+// from Config.BlockSize is rejected by the decoder and counted in
+// kvroute_ingest_block_size_mismatches_total; the log line names the
+// configured size and the event's (error "event block_size 16, configured
+// block size 4"). Other invalid vLLM events are counted as rejected. Problem
+// logs are rate-limited to one line per problem, source and worker key per
+// Config.LogInterval (default one minute), and each line says how many were
+// suppressed since the previous one. A failing Sink.Apply (the index was
+// closed) is counted and logged.
+//
+// # Metrics
+//
+// WriteMetrics writes, at scrape time, with source="nats-dynamo",
+// "nats-native" or "zmq":
+//
+//	kvroute_ingest_running                                  1 while running (gauge)
+//	kvroute_ingest_messages_total{source}                   messages (NATS) or batches (ZMQ) received
+//	kvroute_ingest_events_total{source}                     events handed to the index
+//	kvroute_ingest_blocks_total{source}                     blocks in those events
+//	kvroute_ingest_malformed_messages_total{source}         messages dropped as malformed
+//	kvroute_ingest_rejected_events_total{source}            events rejected by the decoder
+//	kvroute_ingest_block_size_mismatches_total{source}      of which: wrong block size
+//	kvroute_ingest_ignored_events_total{source}             events of unknown kinds
+//	kvroute_ingest_duplicate_events_total{source}           duplicates dropped
+//	kvroute_ingest_gaps_total{source}                       gaps detected
+//	kvroute_ingest_missing_events_total{source}             event ids skipped by gaps (NATS)
+//	kvroute_ingest_missing_batches_total{source}            batches lost (ZMQ)
+//	kvroute_ingest_restarts_total{source}                   workers that started over
+//	kvroute_ingest_sink_errors_total{source}                failed Apply calls
+//	kvroute_ingest_dropped_messages_total{source}           NATS slow-consumer drops; ZMQ batches lost
+//	kvroute_ingest_pending_messages{source}                 NATS messages waiting for the callback (gauge)
+//	kvroute_ingest_pending_messages_high_water{source}      their maximum (gauge)
+//	kvroute_ingest_dispatch_seconds{source}                 callback duration (histogram: _bucket, _sum, _count)
+//	kvroute_ingest_dispatch_max_seconds{source}             longest callback (gauge)
+//	kvroute_ingest_zmq_connected{worker,dp_rank}            1 while the SUB socket is dialed (gauge)
+//	kvroute_ingest_zmq_batches_total{worker,dp_rank,how}    how = live, replayed, lost
+//	kvroute_ingest_zmq_seq_gaps_total{worker,dp_rank}       sequence gaps seen by the subscriber
+//	kvroute_ingest_zmq_restarts_total{worker,dp_rank}       engine restarts seen by the subscriber
+//	kvroute_ingest_zmq_reconnects_total{worker,dp_rank}     re-dials after the first
+//	kvroute_ingest_zmq_malformed_frames_total{worker,dp_rank} messages with bad framing
+//
+// # Measurements
+//
+// FIGURES
+package ingest

@@ -190,6 +190,7 @@ func BenchmarkNATSIngest(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		b.ReportMetric(float64(st.DispatchMax.Microseconds()), "max-dispatch-µs")
+		b.ReportMetric(float64(quantileBound(&st, 0.99).Microseconds()), "p99-dispatch-bound-µs")
 	})
 	// The same path into a sink that only counts: what ingest costs without
 	// the tree (the difference to "ingest" is the index's apply rate).
@@ -234,6 +235,22 @@ func BenchmarkNATSIngest(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
+}
+
+// quantileBound returns the histogram bucket bound below which at least
+// fraction q of the dispatch times fall (-1 µs: beyond the last bound).
+func quantileBound(st *SourceStats, q float64) time.Duration {
+	var cum uint64
+	for i, n := range st.Buckets {
+		cum += n
+		if float64(cum) >= q*float64(st.DispatchCount) {
+			if i == len(DispatchBuckets) {
+				return -time.Microsecond
+			}
+			return DispatchBuckets[i]
+		}
+	}
+	return -time.Microsecond
 }
 
 // discardSink counts and drops.

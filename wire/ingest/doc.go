@@ -106,5 +106,20 @@
 //
 // # Measurements
 //
-// FIGURES
+// On the 2-vCPU VM the project is built on (AMD EPYC, shared with other
+// jobs, so absolute numbers move by ±15% between runs), -benchtime 200ms
+// -count 10, medians. BenchmarkNATSIngest publishes Dynamo messages of one
+// Stored (16..64 blocks, 39 on average) or Removed event each through a real
+// nats-server: a subscriber that only counts them received 588k-669k
+// events/s; Ingest into a sink that only counts, 464k-527k (0.79 of it);
+// Ingest into a one-shard shard.Index, including applying every event to the
+// tree, 255k-411k (0.43-0.61), below the 0.8 target. The difference is CPU on
+// two vCPUs: the counting subscriber leaves about one vCPU idle, and the
+// Dynamo decode (~0.5 µs a message) and the shard's tree work (~1 µs) need
+// more than that; in the CPU profile, ingest's own work (id tracking,
+// counters, timing) is ~3%, the decoder ~13% and the shard ~21%. 99% of
+// the callbacks took at most 4 µs; the longest 1.5-10 ms, waiting for the
+// shard's queue or for a CPU. BenchmarkHandler (no NATS): 650 ns a message
+// into a discarding sink (0 allocations; Dynamo decoding is 76% of it),
+// 945 ns into the index.
 package ingest

@@ -117,7 +117,6 @@ type Ingest struct {
 	log   *slog.Logger
 	lim   limiter
 	src   [NumSources]counters
-	start time.Time
 
 	running atomic.Bool
 
@@ -162,7 +161,7 @@ func New(cfg Config, sink Sink) (*Ingest, error) {
 	if cfg.LogInterval <= 0 {
 		cfg.LogInterval = DefaultLogInterval
 	}
-	in := &Ingest{cfg: cfg, sink: sink, log: cfg.Logger, start: time.Now()}
+	in := &Ingest{cfg: cfg, sink: sink, log: cfg.Logger}
 	in.lim.init(cfg.LogInterval)
 	in.mu.zmq = make(map[wire.WorkerKey]*zmqSub)
 	return in, nil

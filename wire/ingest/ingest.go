@@ -112,11 +112,11 @@ type Gap struct {
 // source, and hands the events to a Sink. Its methods are goroutine-safe. The
 // zero value is not usable; create one with New and Close it when done.
 type Ingest struct {
-	cfg   Config
-	sink  Sink
-	log   *slog.Logger
-	lim   limiter
-	src   [NumSources]counters
+	cfg  Config
+	sink Sink
+	log  *slog.Logger
+	lim  limiter
+	src  [NumSources]counters
 
 	running atomic.Bool
 

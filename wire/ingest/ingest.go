@@ -29,9 +29,9 @@ type Sink interface {
 const (
 	// DefaultPendingMsgs and DefaultPendingBytes are the NATS pending limits
 	// per subscription (the client-side queue between the connection's
-	// reader and the subscription's callback). At the ~230k events/s the
-	// handler sustains into a one-shard index on a 2-vCPU VM
-	// (BenchmarkNATSIngest), 64Ki messages are ~0.3 s of backlog: enough to
+	// reader and the subscription's callback). At the 250k-400k events/s
+	// ingest sustains into a one-shard index on a 2-vCPU VM
+	// (BenchmarkNATSIngest), 64Ki messages are 0.15-0.25 s of backlog: enough to
 	// ride out a burst or a slow shard, small enough that a router that
 	// cannot keep up learns it (dropped messages are counted) instead of
 	// buffering without bound. nats.go's defaults are 500k messages / 64 MiB.

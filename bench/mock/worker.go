@@ -540,8 +540,11 @@ func (w *Worker) loop() {
 			}
 		}
 		w.mu.Lock()
-		w.deliverLocked()
+		// Encode the step's events before delivering its effects: a
+		// request that finishes in this step drops its token map entries,
+		// which a ZMQ event of its prompt blocks still needs.
 		w.out.encode(w, w.mu.eng.Events())
+		w.deliverLocked()
 		w.mu.eng.Reset()
 		load := w.loadLocked()
 		w.mu.Unlock()

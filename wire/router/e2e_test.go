@@ -356,7 +356,7 @@ func TestWorkerDisappears(t *testing.T) {
 func TestZMQIngest(t *testing.T) {
 	e := startEnv(t, envOptions{workers: 2, transport: plane.TransportZMQ})
 	toks := tokens(9, 0, 160, 0)
-	w, _ := e.complete(toks, 2)
+	w, _ := e.complete(toks, 1) // finishes in its prefill step
 	if got := e.indexed(toks, 10); got != w {
 		t.Fatalf("indexed on %d, served by %d", got, w)
 	}

@@ -83,7 +83,7 @@ type ShardStats struct {
 	// EventQueueDepth is the number of event batches queued behind the
 	// shard when the stats were read: its lag, in batches.
 	EventQueueDepth int
-	ProducerStalls                            uint64
+	ProducerStalls  uint64
 }
 
 // Sum returns the field-wise total of stats (Shard is -1, CPUs the union).

@@ -1,0 +1,556 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/kvroute/kvroute/bench/engine"
+	"github.com/kvroute/kvroute/radix"
+	"github.com/kvroute/kvroute/sched"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire"
+)
+
+// ErrStalled is returned when an engine holds requests but cannot schedule
+// any of them (a bug in the engine model or an impossible configuration).
+var ErrStalled = errors.New("replay: engine stalled")
+
+// Simulate replays w through the fleet of cfg with policy p: a deterministic
+// discrete-event simulation on a virtual clock (see the package doc). It
+// returns the Result; the same inputs give the same Result (WallS aside).
+func Simulate(w *Workload, cfg Config, p Policy) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.Fleet.BlockSize != w.BlockSize {
+		return Result{}, fmt.Errorf("%w: workload hashed at block size %d, fleet block size %d", ErrConfig, w.BlockSize, cfg.Fleet.BlockSize)
+	}
+	s, err := newSim(w, cfg, p)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := s.run(); err != nil {
+		return Result{}, err
+	}
+	return s.result(), nil
+}
+
+// Event kinds, in the order simultaneous events are processed.
+const (
+	evStepEnd uint8 = iota + 1
+	evArrival
+)
+
+type event struct {
+	at   time.Duration
+	seq  uint64
+	kind uint8
+	idx  int32 // rank (evStepEnd) or request (evArrival)
+}
+
+func (a *event) less(b *event) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.kind != b.kind {
+		return a.kind < b.kind
+	}
+	return a.seq < b.seq
+}
+
+// eventHeap is a binary min-heap of events.
+type eventHeap []event
+
+func (h *eventHeap) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q[i].less(&q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *eventHeap) pop() event {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && q[l].less(&q[m]) {
+			m = l
+		}
+		if r < n && q[r].less(&q[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
+}
+
+// delivery is one engine step's KV events on their way to the index.
+type delivery struct {
+	at     time.Duration
+	rank   int32
+	events []wire.Event
+	blocks []wire.Block
+}
+
+// Request states.
+const (
+	stNew uint8 = iota
+	stQueued
+	stRouted
+	stDone
+	stRejected
+)
+
+type sim struct {
+	w   *Workload
+	cfg Config
+	pol Policy
+
+	sch     *sched.Scheduler
+	core    *shard.Core // nil unless the policy uses an index
+	events  bool        // KV events feed the index
+	engines []*engine.Engine
+	keys    []wire.WorkerKey
+	rankOf  map[wire.WorkerKey]int32
+
+	stepping   []bool
+	stepEffect [][]engine.Effect // effects of each rank's current step
+	stepEvents []*delivery       // events of each rank's current step
+	lastLoad   []time.Duration
+	loaded     []bool
+
+	heap    eventHeap
+	seq     uint64
+	fifo    []*delivery // in delivery order (a constant delay keeps it sorted)
+	fhead   int
+	spare   []*delivery
+	now     time.Duration
+	nextTic time.Duration
+
+	state    []uint8
+	arrive   []time.Duration
+	admitted []time.Duration
+	first    []time.Duration
+	finish   []time.Duration
+	cached   []int32
+	output   []int32
+	rank     []int32
+	queued   []bool
+	tooLong  []bool
+	next     []int32 // next turn of the same session waiting on this one, -1 if none
+
+	// scratch
+	batch    [1]sched.Request
+	ovBatch  [1][]sched.Overlap
+	radixOv  []radix.Overlap
+	decs     []sched.Decision
+	effects  []sched.Effect
+	peakWait int
+	expired  int
+	ended    int // requests finished or rejected since the last progress call
+	wall     time.Duration
+}
+
+func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
+	sc := cfg.Sched
+	sc.Policy = p.Sched
+	sch, err := sched.New(sc, cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	f := cfg.Fleet
+	n := w.Len()
+	s := &sim{
+		w: w, cfg: cfg, pol: p, sch: sch,
+		rankOf:   make(map[wire.WorkerKey]int32, f.Ranks()),
+		state:    make([]uint8, n),
+		arrive:   make([]time.Duration, n),
+		admitted: make([]time.Duration, n),
+		first:    make([]time.Duration, n),
+		finish:   make([]time.Duration, n),
+		cached:   make([]int32, n),
+		output:   make([]int32, n),
+		rank:     make([]int32, n),
+		queued:   make([]bool, n),
+		tooLong:  make([]bool, n),
+		next:     make([]int32, n),
+	}
+	if p.UsesIndex() {
+		s.core = shard.NewCore(shard.CoreConfig{Approx: cfg.Approx})
+		s.events = !p.Approx
+	}
+	for wk := range f.Workers {
+		for dp := range f.DPRanks {
+			k := wire.WorkerKey{Worker: uint64(wk + 1), Dp: uint32(dp)}
+			s.rankOf[k] = int32(len(s.keys))
+			s.keys = append(s.keys, k)
+			s.engines = append(s.engines, engine.New(engine.Config{
+				Worker: k, Capacity: f.KVBlocks, BlockSize: f.BlockSize, MaxNumSeqs: f.MaxNumSeqs,
+				MaxBatchedTokens: f.MaxBatchedTokens, Speedup: f.EngineSpeedup, Perf: f.Perf,
+			}))
+			sch.AddWorker(k, sched.Capacity{TotalBlocks: uint64(f.KVBlocks), MaxBatchedTokens: uint64(f.MaxBatchedTokens)})
+		}
+	}
+	r := f.Ranks()
+	s.stepping = make([]bool, r)
+	s.stepEffect = make([][]engine.Effect, r)
+	s.stepEvents = make([]*delivery, r)
+	s.lastLoad = make([]time.Duration, r)
+	s.loaded = make([]bool, r)
+	for i := range s.rank {
+		s.rank[i] = -1
+		s.next[i] = -1
+	}
+	// Static arrivals go on the heap now; a session turn without a
+	// timestamp waits for its previous turn to end.
+	for i := range n {
+		req := &w.Trace.Requests[i]
+		if pv := w.prev[i]; pv >= 0 && !req.HasTime {
+			s.next[pv] = int32(i)
+			continue
+		}
+		s.push(s.scale(w.arrival[i]), evArrival, int32(i))
+	}
+	return s, nil
+}
+
+// scale compresses a trace time by the speedup.
+func (s *sim) scale(d time.Duration) time.Duration {
+	if s.cfg.Speedup == 1 {
+		return d
+	}
+	return time.Duration(float64(d) / s.cfg.Speedup)
+}
+
+func (s *sim) push(at time.Duration, kind uint8, idx int32) {
+	s.seq++
+	s.heap.push(event{at: at, seq: s.seq, kind: kind, idx: idx})
+}
+
+func (s *sim) run() error {
+	start := time.Now()
+	defer func() { s.wall = time.Since(start) }()
+	for len(s.heap) > 0 {
+		if s.fhead < len(s.fifo) && s.fifo[s.fhead].at <= s.heap[0].at {
+			d := s.fifo[s.fhead]
+			s.fifo[s.fhead] = nil
+			s.fhead++
+			if s.fhead == len(s.fifo) {
+				s.fifo, s.fhead = s.fifo[:0], 0
+			}
+			if err := s.advance(d.at); err != nil {
+				return err
+			}
+			s.deliver(d)
+			continue
+		}
+		ev := s.heap.pop()
+		if err := s.advance(ev.at); err != nil {
+			return err
+		}
+		var err error
+		switch ev.kind {
+		case evStepEnd:
+			err = s.stepEnd(ev.idx)
+		case evArrival:
+			err = s.arrival(ev.idx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	s.progress(true)
+	return nil
+}
+
+// advance moves the clock to t and runs the periodic ticks that are due.
+func (s *sim) advance(t time.Duration) error {
+	s.now = t
+	if t < s.nextTic {
+		return nil
+	}
+	s.nextTic = t + s.cfg.TickInterval
+	s.sch.Tick(int64(t))
+	if s.pol.Approx {
+		s.core.Tick(t)
+	}
+	return s.drain()
+}
+
+func (s *sim) progress(final bool) {
+	if s.cfg.Progress != nil && s.ended > 0 && (final || s.ended >= 64) {
+		s.cfg.Progress(s.ended)
+		s.ended = 0
+	}
+}
+
+func (s *sim) arrival(i int32) error {
+	w := s.w
+	s.arrive[i] = s.now
+	req := &w.Trace.Requests[i]
+	s.batch[0] = sched.Request{ID: uint64(i) + 1, ISL: uint32(req.InputLength), Blocks: w.Seq(int(i))}
+	var ov [][]sched.Overlap
+	if s.core != nil {
+		s.radixOv = s.core.Match(s.radixOv[:0], w.Local(int(i)))
+		o := s.ovBatch[0][:0]
+		for _, r := range s.radixOv {
+			o = append(o, sched.Overlap{Worker: r.Worker, Device: r.Blocks, TreeSize: r.TreeSize})
+		}
+		s.ovBatch[0] = o
+		ov = s.ovBatch[:]
+	}
+	s.decs = s.sch.Decide(s.decs[:0], s.batch[:], ov, int64(s.now))
+	d := s.decs[0]
+	// Requests admitted from the queue by this Decide came first.
+	if err := s.drain(); err != nil {
+		return err
+	}
+	switch d.Outcome {
+	case sched.Routed:
+		s.admitted[i] = s.now
+		if err := s.route(i, d.Worker); err != nil {
+			return err
+		}
+	case sched.Queued:
+		s.state[i] = stQueued
+		s.queued[i] = true
+	default:
+		s.reject(i)
+	}
+	return s.drain()
+}
+
+// drain acts on the scheduler's outbox until it is empty.
+func (s *sim) drain() error {
+	for s.sch.Pending() > 0 {
+		s.effects = s.sch.Drain(s.effects[:0])
+		for _, e := range s.effects {
+			switch e.Kind {
+			case sched.EffectAdmitted:
+				i := int32(e.ID - 1)
+				s.admitted[i] = s.now
+				if err := s.route(i, e.Decision.Worker); err != nil {
+					return err
+				}
+			case sched.EffectRejected:
+				s.reject(int32(e.ID - 1))
+			case sched.EffectExpired:
+				s.expired++
+			}
+		}
+	}
+	return nil
+}
+
+// route submits request i to the engine of worker key k.
+func (s *sim) route(i int32, k wire.WorkerKey) error {
+	r, ok := s.rankOf[k]
+	if !ok {
+		return fmt.Errorf("replay: scheduler chose unknown worker %v", k)
+	}
+	w := s.w
+	req := &w.Trace.Requests[i]
+	if s.pol.Approx {
+		if err := s.core.RecordDecision(k, w.Local(int(i)), w.Seq(int(i)), s.now); err != nil {
+			return err
+		}
+		if err := s.sch.SetTreeSize(k, s.core.TreeSize(k)); err != nil {
+			return err
+		}
+	}
+	s.rank[i] = r
+	err := s.engines[r].Submit(engine.Request{
+		ID: uint64(i) + 1, Prompt: w.Local(int(i)), PromptTokens: req.InputLength, MaxTokens: max(req.OutputLength, 1),
+	}, s.now)
+	if errors.Is(err, engine.ErrTooLong) {
+		s.sch.Free(uint64(i)+1, int64(s.now))
+		s.tooLong[i] = true
+		s.reject(i)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("replay: request %d: %w", i, err)
+	}
+	s.state[i] = stRouted
+	if !s.stepping[r] {
+		return s.startStep(r)
+	}
+	return nil
+}
+
+func (s *sim) reject(i int32) {
+	s.state[i] = stRejected
+	s.finish[i] = s.now
+	s.ended++
+	s.progress(false)
+	s.followUp(i)
+}
+
+// followUp schedules the next turn of i's session, if it waits on i.
+func (s *sim) followUp(i int32) {
+	if n := s.next[i]; n >= 0 {
+		s.push(s.now+s.scale(s.w.Trace.Requests[n].Delay), evArrival, n)
+	}
+}
+
+// startStep runs one engine step of rank r at now and schedules its end.
+func (s *sim) startStep(r int32) error {
+	e := s.engines[r]
+	steps := e.Stats().Steps
+	d := e.Step(s.now)
+	if e.Stats().Steps == steps {
+		if e.Idle() {
+			s.stepping[r] = false
+			return nil
+		}
+		return fmt.Errorf("%w: worker %v at %v: %d effects", ErrStalled, s.keys[r], s.now, len(e.Effects()))
+	}
+	s.stepping[r] = true
+	s.stepEffect[r] = append(s.stepEffect[r][:0], e.Effects()...)
+	if evs := e.Events(); s.events && len(evs) > 0 {
+		s.stepEvents[r] = s.newDelivery(r, evs)
+	}
+	e.Reset()
+	if wt, _ := e.Load(); wt > s.peakWait {
+		s.peakWait = wt
+	}
+	s.push(s.now+max(d, 1), evStepEnd, r)
+	return nil
+}
+
+// newDelivery copies a step's events (the engine's views die at Reset).
+func (s *sim) newDelivery(r int32, evs []wire.Event) *delivery {
+	var d *delivery
+	if n := len(s.spare); n > 0 {
+		d, s.spare = s.spare[n-1], s.spare[:n-1]
+	} else {
+		d = &delivery{}
+	}
+	d.rank = r
+	d.events, d.blocks = d.events[:0], d.blocks[:0]
+	for i := range evs {
+		d.blocks = append(d.blocks, evs[i].Blocks...)
+	}
+	off := 0
+	for i := range evs {
+		ev := evs[i]
+		n := len(ev.Blocks)
+		ev.Blocks = d.blocks[off : off+n : off+n]
+		off += n
+		d.events = append(d.events, ev)
+	}
+	return d
+}
+
+func (s *sim) stepEnd(r int32) error {
+	now := s.now
+	for _, ef := range s.stepEffect[r] {
+		i := int32(ef.Request - 1)
+		switch ef.Kind {
+		case engine.FirstToken:
+			s.first[i] = ef.At
+			s.cached[i] = int32(ef.CachedTokens)
+			s.sch.MarkPrefillCompleted(ef.Request, int64(now))
+		case engine.Finished:
+			s.finish[i] = ef.At
+			s.output[i] = int32(ef.OutputTokens)
+			s.state[i] = stDone
+			s.sch.Free(ef.Request, int64(now))
+			s.ended++
+			s.followUp(i)
+		}
+	}
+	s.stepEffect[r] = s.stepEffect[r][:0]
+	if d := s.stepEvents[r]; d != nil {
+		s.stepEvents[r] = nil
+		d.at = now + s.cfg.EventDelay
+		s.fifo = append(s.fifo, d)
+	}
+	e := s.engines[r]
+	if !s.loaded[r] || now-s.lastLoad[r] >= s.cfg.LoadInterval {
+		s.loaded[r], s.lastLoad[r] = true, now
+		used, _ := e.KV().Usage()
+		wt, _ := e.Load()
+		if err := s.sch.ReportLoad(s.keys[r], sched.Load{UsedBlocks: uint64(used), Waiting: uint64(wt)}, int64(now)); err != nil {
+			return err
+		}
+	}
+	s.progress(false)
+	if err := s.drain(); err != nil {
+		return err
+	}
+	s.stepping[r] = false
+	if !e.Idle() {
+		return s.startStep(r)
+	}
+	return nil
+}
+
+// deliver applies one step's KV events to the index.
+func (s *sim) deliver(d *delivery) {
+	s.core.Apply(d.events)
+	k := s.keys[d.rank]
+	if err := s.sch.SetTreeSize(k, s.core.TreeSize(k)); err != nil {
+		panic(err) // every rank is in the scheduler's table
+	}
+	s.spare = append(s.spare, d)
+}
+
+func (s *sim) result() Result {
+	w := s.w
+	labels := make([]string, s.cfg.Fleet.Workers)
+	for i := range labels {
+		labels[i] = strconv.Itoa(i + 1)
+	}
+	recs := make([]record, w.Len())
+	for i := range recs {
+		req := &w.Trace.Requests[i]
+		c := &recs[i]
+		c.arrive = s.arrive[i]
+		c.prompt = req.InputLength
+		c.worker = -1
+		c.bucket = w.bucketOf(w.arrival[i])
+		if r := s.rank[i]; r >= 0 {
+			c.worker = int(s.keys[r].Worker - 1)
+		}
+		c.queued = s.queued[i]
+		if c.queued && s.admitted[i] >= s.arrive[i] {
+			c.queueWait = s.admitted[i] - s.arrive[i]
+		}
+		switch s.state[i] {
+		case stDone:
+			c.done, c.hasFirst = true, true
+			c.first, c.finish = s.first[i], s.finish[i]
+			c.cached, c.output = int(s.cached[i]), int(s.output[i])
+		case stRejected:
+			c.rejected, c.tooLong = true, s.tooLong[i]
+		}
+	}
+	res := summarize(recs, labels, s.scale(w.span), w.achievable)
+	res.Policy = s.pol.Name
+	res.Speedup = s.cfg.Speedup
+	res.PeakWaiting = s.peakWait
+	res.Expired = s.expired
+	for _, e := range s.engines {
+		res.Preemptions += int(e.Stats().Preemptions)
+	}
+	res.WallS = s.wall.Seconds()
+	return res
+}

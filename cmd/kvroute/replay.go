@@ -1,0 +1,489 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/kvroute/kvroute/bench/replay"
+	"github.com/kvroute/kvroute/bench/synth"
+	"github.com/kvroute/kvroute/bench/trace"
+	"github.com/kvroute/kvroute/sched"
+	"github.com/kvroute/kvroute/shard"
+)
+
+// replayOptions is everything `kvroute replay` takes, after flag parsing.
+type replayOptions struct {
+	tracePath    string
+	synth        *synth.Config // nil: read tracePath
+	synthOut     string
+	limit        int
+	policies     []replay.Policy
+	auto         bool
+	speedups     []float64
+	offline      replay.Config
+	online       replay.OnlineConfig // online mode when URLs are set
+	parallel     int
+	jsonPath     string
+	plotPath     string
+	plotSpeedups []float64
+	benchLines   bool
+	progress     string
+	cpuProfile   string
+}
+
+// parseReplayFlags parses args into options; errors name the flag.
+func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
+	fs := flag.NewFlagSet("kvroute replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := sched.DefaultConfig()
+	syn := synth.Default()
+	var (
+		tracePath  = fs.String("trace", "../shared/traces/mooncake_synthetic_trace.jsonl", "Mooncake JSONL trace to replay")
+		traceBS    = fs.Int("trace-block-size", trace.IDBlockSize, "tokens per trace hash id (Mooncake: 512, the only size supported)")
+		limit      = fs.Int("requests", 0, "replay only the first N requests of the trace (0: all)")
+		useSynth   = fs.Bool("synth", false, "replay a synthetic workload (the --synth-* flags) instead of --trace")
+		synthOut   = fs.String("synth-out", "", "also write the synthetic workload to this JSONL trace file")
+		sReqs      = fs.Int("synth-requests", syn.Requests, "synthetic: requests (turns)")
+		sRate      = fs.Float64("synth-rate", syn.Rate, "synthetic: new sessions per second (Poisson)")
+		sGroups    = fs.Int("synth-groups", syn.Groups, "synthetic: shared-prefix groups (system prompts)")
+		sSkew      = fs.Float64("synth-group-skew", syn.GroupSkew, "synthetic: Zipf exponent of group popularity (0: uniform)")
+		sPrefix    = fs.String("synth-prefix", syn.PrefixTokens.String(), "synthetic: shared prefix tokens per group (fixed:N, uniform:A,B, exp:MEAN, lognormal:MEDIAN,SIGMA)")
+		sPrompt    = fs.String("synth-prompt", syn.PromptTokens.String(), "synthetic: a first turn's tokens after the prefix")
+		sOutput    = fs.String("synth-output", syn.OutputTokens.String(), "synthetic: output tokens per turn")
+		sTurns     = fs.String("synth-turns", syn.Turns.String(), "synthetic: turns per session")
+		sTurnTok   = fs.String("synth-turn-tokens", syn.TurnTokens.String(), "synthetic: new user tokens per follow-up turn")
+		sThink     = fs.String("synth-think-ms", syn.ThinkTime.String(), "synthetic: milliseconds between a turn's end and the next")
+		sSeed      = fs.Uint64("synth-seed", syn.Seed, "synthetic: generator seed")
+		compare    = fs.String("compare", "kv,round-robin,random,least-loaded", "policies to compare: "+strings.Join(replay.PolicyNames, ", ")+" (kv-approx: kv without KV events)")
+		speedup    = fs.String("speedup", "", "arrival-time compression: a list (1,2,4,8) or auto (offline: double until kv saturates, then bisect); default auto offline, 1 online")
+		workers    = fs.Int("workers", 8, "offline: simulated workers")
+		dpRanks    = fs.Int("dp-ranks", 1, "offline: dp ranks per worker (each an engine with its own cache)")
+		kvBlocks   = fs.Int("kv-blocks", 16384, "offline: KV cache blocks per rank (kvroute mock's --kv-blocks)")
+		blockSize  = fs.Int("block-size", 16, "engine KV block size in tokens (online: for the achievable hit ratio)")
+		maxSeqs    = fs.Int("max-num-seqs", 256, "offline: running requests per rank at most (vLLM max_num_seqs)")
+		maxBatch   = fs.Int("max-batched-tokens", 8192, "offline: tokens per engine step at most (vLLM max_num_batched_tokens)")
+		engSpeed   = fs.Float64("engine-speedup", 1, "offline: divide every engine step time by this (kvroute mock's --speedup)")
+		evDelay    = fs.Duration("event-delay", time.Millisecond, "offline: KV events reach the index this long after the step that produced them")
+		loadIvl    = fs.Duration("load-interval", 50*time.Millisecond, "offline: minimum gap between an engine's load reports")
+		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "kv-approx: how long a routed prefix is assumed cached (refreshed on reuse)")
+		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "kv-approx: blocks recorded before the oldest are pruned")
+		weight     = fs.Float64("kv-overlap-score-weight", def.Weight, "w in cost = w × prefill_blocks + decode_blocks (0 ignores prefill load)")
+		temp       = fs.Float64("router-temperature", def.Temperature, "0 picks the lowest cost; > 0 samples a softmax over normalized costs")
+		reuse      = fs.Bool("router-assume-kv-reuse", def.AssumeKVReuse, "count blocks shared by active requests on a worker once")
+		credit     = fs.Bool("router-credit-cost", false, "use the credit form of the cost (overlap credited against raw prefill)")
+		prefScale  = fs.Float64("prefill-load-scale", def.PrefillLoadScale, "credit cost: scale of the prefill term")
+		ovCredit   = fs.Float64("overlap-credit", def.OverlapCredit, "credit cost: credit per device-tier cached block")
+		busyDecode = fs.Float64("busy-decode-frac", def.BusyDecodeFrac, "a rank is busy above this fraction of its KV blocks in use (<= 0: off)")
+		busyPTok   = fs.Int64("busy-prefill-tokens", def.BusyPrefillTokens, "a rank is busy above this many active prefill tokens (0: off)")
+		busyPFrac  = fs.Float64("busy-prefill-frac", def.BusyPrefillFrac, "a rank is busy above this multiple of its max batched tokens in prefill (0: off)")
+		qPolicy    = fs.String("queue-policy", def.QueuePolicy.String(), "order of requests waiting while all workers are busy: fcfs, lcfs or wspt")
+		qDepth     = fs.Int("queue-depth", def.QueueDepth, "requests that may wait while all workers are busy; beyond it they are rejected")
+		rejWindow  = fs.Duration("rejection-window", def.RejectionWindow, "how long the router throttles after an all-workers-busy event")
+		expiry     = fs.Duration("request-expiry", def.Expiry, "force-free requests booked longer than this (0: never)")
+		seed       = fs.Uint64("seed", 0, "seed of the scheduler's random choices")
+		parallel   = fs.Int("parallel", 0, "offline: simulations run at once (0: GOMAXPROCS); results do not depend on it")
+		model      = fs.String("model", "mock", "online: the requests' model field")
+		conc       = fs.Int("concurrency", 0, "online: fixed number of concurrent clients instead of the trace's timing (0: trace timing)")
+		timeout    = fs.Duration("timeout", 10*time.Minute, "online: limit per request")
+		wHeader    = fs.String("worker-header", replay.DefaultWorkerHeader, "online: response header naming the worker that served")
+		label      = fs.String("label", "online", "online: the policy column's name in the report")
+		jsonPath   = fs.String("json", "", "also write the report as JSON to this file (- for stdout instead of the table)")
+		plotPath   = fs.String("plot", "", "also draw the report to this .svg or .png file")
+		plotSpeeds = fs.String("plot-speedups", "", "speedups to plot, one row each (default: the lowest and kv's saturation speedup)")
+		bench      = fs.Bool("bench-lines", true, "print Go benchmark-format lines (BenchmarkReplay/...) after the table, for benchstat")
+		progress   = fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on or off")
+		cpuProf    = fs.String("cpuprofile", "", "write a CPU profile of the replay to this file")
+	)
+	var urls stringList
+	fs.Var(&urls, "url", "online mode: base URL of an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000 (repeatable: requests spread in turn)")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o := &replayOptions{
+		tracePath: *tracePath, synthOut: *synthOut, limit: *limit, parallel: *parallel,
+		jsonPath: *jsonPath, plotPath: *plotPath, benchLines: *bench, progress: *progress, cpuProfile: *cpuProf,
+	}
+	if *traceBS != trace.IDBlockSize {
+		return nil, fmt.Errorf("--trace-block-size %d: only %d-token hash ids are supported", *traceBS, trace.IDBlockSize)
+	}
+	if *limit < 0 {
+		return nil, fmt.Errorf("--requests must be ≥ 0 (got %d)", *limit)
+	}
+	if *parallel < 0 {
+		return nil, fmt.Errorf("--parallel must be ≥ 0 (got %d)", *parallel)
+	}
+	switch *progress {
+	case "auto", "on", "off":
+	default:
+		return nil, fmt.Errorf("--progress must be auto, on or off (got %q)", *progress)
+	}
+	if *plotPath != "" {
+		if _, err := replayPlotFormat(*plotPath); err != nil {
+			return nil, err
+		}
+	}
+	if *useSynth {
+		c := syn
+		c.Requests, c.Rate, c.Groups, c.GroupSkew, c.Seed = *sReqs, *sRate, *sGroups, *sSkew, *sSeed
+		for _, d := range []struct {
+			flag string
+			v    string
+			dst  *synth.Dist
+		}{{"synth-prefix", *sPrefix, &c.PrefixTokens}, {"synth-prompt", *sPrompt, &c.PromptTokens}, {"synth-output", *sOutput, &c.OutputTokens},
+			{"synth-turns", *sTurns, &c.Turns}, {"synth-turn-tokens", *sTurnTok, &c.TurnTokens}, {"synth-think-ms", *sThink, &c.ThinkTime}} {
+			dist, err := synth.ParseDist(d.v)
+			if err != nil {
+				return nil, fmt.Errorf("--%s: %w", d.flag, err)
+			}
+			*d.dst = dist
+		}
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("--synth-*: %w", err)
+		}
+		o.synth = &c
+	} else if *synthOut != "" {
+		return nil, errors.New("--synth-out needs --synth")
+	}
+	var err error
+	if o.policies, err = replay.ParsePolicies(*compare); err != nil {
+		return nil, fmt.Errorf("--compare: %w", err)
+	}
+	online := len(urls) > 0
+	switch {
+	case *speedup == "auto" && online:
+		return nil, errors.New("--speedup auto is offline only; give one speedup with --url")
+	case *speedup == "auto" || (*speedup == "" && !online):
+		o.auto = true
+		if !replayHasPolicy(o.policies, "kv") {
+			return nil, errors.New("--speedup auto needs kv in --compare (give explicit --speedup values otherwise)")
+		}
+	case *speedup == "":
+		o.speedups = []float64{1}
+	default:
+		if o.speedups, err = replayFloats(*speedup); err != nil {
+			return nil, fmt.Errorf("--speedup: %w", err)
+		}
+	}
+	if *plotSpeeds != "" {
+		if o.plotSpeedups, err = replayFloats(*plotSpeeds); err != nil {
+			return nil, fmt.Errorf("--plot-speedups: %w", err)
+		}
+	}
+	if *blockSize <= 0 {
+		return nil, fmt.Errorf("--block-size must be > 0 (got %d)", *blockSize)
+	}
+	if online {
+		if len(o.speedups) != 1 {
+			return nil, fmt.Errorf("--speedup: online mode takes one speedup (got %d)", len(o.speedups))
+		}
+		if *conc < 0 {
+			return nil, fmt.Errorf("--concurrency must be ≥ 0 (got %d)", *conc)
+		}
+		if *timeout <= 0 {
+			return nil, fmt.Errorf("--timeout must be > 0 (got %v)", *timeout)
+		}
+		for _, u := range urls {
+			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+				return nil, fmt.Errorf("--url %q must start with http:// or https://", u)
+			}
+		}
+		o.online = replay.OnlineConfig{
+			URLs: urls, Model: *model, Label: *label, Speedup: o.speedups[0], Concurrency: *conc,
+			Timeout: *timeout, WorkerHeader: *wHeader,
+		}
+	}
+	qp, err := sched.ParseQueuePolicy(*qPolicy)
+	if err != nil {
+		return nil, fmt.Errorf("--queue-policy: %w", err)
+	}
+	sc := def
+	sc.BlockSize = *blockSize
+	sc.Weight, sc.Temperature, sc.AssumeKVReuse = *weight, *temp, *reuse
+	sc.CreditCost, sc.PrefillLoadScale, sc.OverlapCredit = *credit, *prefScale, *ovCredit
+	sc.BusyDecodeFrac, sc.BusyPrefillTokens, sc.BusyPrefillFrac = *busyDecode, *busyPTok, *busyPFrac
+	sc.QueuePolicy, sc.QueueDepth, sc.RejectionWindow, sc.Expiry = qp, *qDepth, *rejWindow, *expiry
+	if err := sc.Validate(); err != nil {
+		return nil, fmt.Errorf("scheduler flags: %w", err)
+	}
+	for name, v := range map[string]int{"workers": *workers, "dp-ranks": *dpRanks, "kv-blocks": *kvBlocks, "max-num-seqs": *maxSeqs, "max-batched-tokens": *maxBatch} {
+		if v <= 0 {
+			return nil, fmt.Errorf("--%s must be > 0 (got %d)", name, v)
+		}
+	}
+	if !(*engSpeed > 0) {
+		return nil, fmt.Errorf("--engine-speedup must be > 0 (got %g)", *engSpeed)
+	}
+	if *evDelay < 0 || *loadIvl < 0 {
+		return nil, fmt.Errorf("--event-delay and --load-interval must be ≥ 0 (got %v, %v)", *evDelay, *loadIvl)
+	}
+	if *approxTTL <= 0 || *approxMax <= 0 {
+		return nil, fmt.Errorf("--approx-ttl and --approx-max-blocks must be > 0 (got %v, %d)", *approxTTL, *approxMax)
+	}
+	o.offline = replay.Config{
+		Fleet: replay.Fleet{
+			Workers: *workers, DPRanks: *dpRanks, KVBlocks: *kvBlocks, BlockSize: *blockSize,
+			MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *maxBatch, EngineSpeedup: *engSpeed,
+		},
+		Sched:        sc,
+		Approx:       shard.ApproxConfig{TTL: *approxTTL, MaxBlocks: *approxMax},
+		Speedup:      1,
+		EventDelay:   *evDelay,
+		LoadInterval: *loadIvl,
+		TickInterval: time.Second,
+		Seed:         *seed,
+	}
+	if err := o.offline.Validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func replayHasPolicy(ps []replay.Policy, name string) bool {
+	for _, p := range ps {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func replayFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) || v > 1e6 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func replayPlotFormat(path string) (string, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg":
+		return replay.PlotSVG, nil
+	case ".png":
+		return replay.PlotPNG, nil
+	}
+	return "", fmt.Errorf("--plot %q: the file name must end in .svg or .png", path)
+}
+
+func runReplay(args []string) error {
+	o, err := parseReplayFlags(args, os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return replayMain(ctx, o, os.Stdout, os.Stderr)
+}
+
+// replayMain runs a parsed replay and writes its outputs.
+func replayMain(ctx context.Context, o *replayOptions, stdout, stderr io.Writer) error {
+	tr, name, err := o.load()
+	if err != nil {
+		return err
+	}
+	w, err := replay.Prepare(tr, o.offline.Fleet.BlockSize, name)
+	if err != nil {
+		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	bar := newReplayProgress(stderr, o.progress, w.Len())
+	var rep *replay.Report
+	if len(o.online.URLs) > 0 {
+		bar.total(w.Len())
+		c := o.online
+		c.Progress = bar.add
+		rep, err = replay.RunOnline(ctx, w, c)
+	} else {
+		if !o.auto {
+			bar.total(w.Len() * len(o.policies) * len(o.speedups))
+		}
+		c := o.offline
+		c.Progress = bar.add
+		rep, err = replay.Run(w, c, replay.Sweep{Policies: o.policies, Speedups: o.speedups, Auto: o.auto, Parallel: o.parallel})
+	}
+	bar.finish()
+	if err != nil {
+		if rep == nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "kvroute replay: %v\n", err)
+	}
+	if o.jsonPath == "-" {
+		if err := rep.WriteJSON(stdout); err != nil {
+			return err
+		}
+	} else {
+		if err := rep.WriteTable(stdout); err != nil {
+			return err
+		}
+		if o.benchLines {
+			fmt.Fprintln(stdout)
+			if err := rep.WriteBenchmarkLines(stdout); err != nil {
+				return err
+			}
+		}
+	}
+	if o.jsonPath != "" && o.jsonPath != "-" {
+		if err := replayWriteFile(o.jsonPath, rep.WriteJSON); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	if o.plotPath != "" {
+		format, _ := replayPlotFormat(o.plotPath)
+		if err := replayWriteFile(o.plotPath, func(f io.Writer) error { return replay.Plot(f, rep, format, o.plotSpeedups) }); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+	}
+	return err
+}
+
+// load reads the trace or generates the synthetic workload.
+func (o *replayOptions) load() (*trace.Trace, string, error) {
+	var (
+		tr   *trace.Trace
+		name string
+		err  error
+	)
+	if o.synth != nil {
+		if tr, err = synth.Generate(*o.synth); err != nil {
+			return nil, "", err
+		}
+		name = fmt.Sprintf("synthetic(requests=%d,rate=%g,groups=%d,seed=%d)", o.synth.Requests, o.synth.Rate, o.synth.Groups, o.synth.Seed)
+		if o.synthOut != "" {
+			err := replayWriteFile(o.synthOut, func(w io.Writer) error {
+				bw := bufio.NewWriter(w)
+				var line []byte
+				for i := range tr.Requests {
+					line = append(tr.Requests[i].AppendJSON(line[:0]), '\n')
+					if _, err := bw.Write(line); err != nil {
+						return err
+					}
+				}
+				return bw.Flush()
+			})
+			if err != nil {
+				return nil, "", fmt.Errorf("--synth-out: %w", err)
+			}
+		}
+	} else {
+		if tr, err = trace.ReadFile(o.tracePath); err != nil {
+			return nil, "", fmt.Errorf("--trace: %w", err)
+		}
+		name = o.tracePath
+	}
+	if o.limit > 0 && o.limit < len(tr.Requests) {
+		tr.Requests = tr.Requests[:o.limit]
+	}
+	return tr, name, nil
+}
+
+func replayWriteFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// replayProgress draws "[=====>    ] 45% 1800/3993 requests" on stderr, at
+// most every 200 ms. It is goroutine-safe; a disabled bar does nothing.
+type replayProgress struct {
+	w       io.Writer
+	on      bool
+	n, max  atomic.Int64
+	mu      sync.Mutex
+	last    time.Time
+	started time.Time
+}
+
+func newReplayProgress(w io.Writer, mode string, _ int) *replayProgress {
+	on := mode == "on"
+	if mode == "auto" {
+		if f, ok := w.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				on = true
+			}
+		}
+	}
+	return &replayProgress{w: w, on: on, started: time.Now()}
+}
+
+func (p *replayProgress) total(n int) { p.max.Store(int64(n)) }
+
+func (p *replayProgress) add(k int) {
+	if !p.on {
+		return
+	}
+	n := p.n.Add(int64(k))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Since(p.last) < 200*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	p.draw(n)
+}
+
+func (p *replayProgress) draw(n int64) {
+	el := time.Since(p.started).Round(time.Second)
+	if m := p.max.Load(); m > 0 {
+		const width = 30
+		f := min(1, float64(n)/float64(m))
+		fill := int(f * width)
+		bar := strings.Repeat("=", fill) + strings.Repeat(" ", width-fill)
+		if fill < width {
+			bar = bar[:fill] + ">" + bar[fill+1:]
+		}
+		fmt.Fprintf(p.w, "\r[%s] %3.0f%% %d/%d requests %v ", bar, 100*f, n, m, el)
+		return
+	}
+	fmt.Fprintf(p.w, "\rreplay: %d requests simulated %v ", n, el)
+}
+
+func (p *replayProgress) finish() {
+	if !p.on {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.draw(p.n.Load())
+	fmt.Fprintln(p.w)
+}

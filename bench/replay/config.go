@@ -3,6 +3,8 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,7 +76,10 @@ type Fleet struct {
 	MaxNumSeqs       int     // default 256
 	MaxBatchedTokens int     // default 8192
 	EngineSpeedup    float64 // engine step times are divided by it (the mock's --speedup); default 1
-	Perf             engine.Perf
+	// PrefillPoly and DecodePoly are the step timing model (PolyPerf);
+	// a zero Poly means the default (DefaultPrefillPoly, DefaultDecodePoly:
+	// the timing of `kvroute mock`).
+	PrefillPoly, DecodePoly Poly
 }
 
 // Ranks returns the number of engines: Workers × DPRanks.
@@ -94,6 +99,12 @@ func (f Fleet) withDefaults() Fleet {
 	def(&f.MaxBatchedTokens, 8192)
 	if f.EngineSpeedup == 0 {
 		f.EngineSpeedup = 1
+	}
+	if f.PrefillPoly == (Poly{}) {
+		f.PrefillPoly = DefaultPrefillPoly
+	}
+	if f.DecodePoly == (Poly{}) {
+		f.DecodePoly = DefaultDecodePoly
 	}
 	return f
 }
@@ -117,6 +128,62 @@ func (f Fleet) Validate() error {
 		return fmt.Errorf("%w: engine-speedup must be > 0 (got %g)", ErrConfig, f.EngineSpeedup)
 	}
 	return nil
+}
+
+// Poly is a quadratic a·x² + b·x + c, in milliseconds: a term of the step
+// timing model (PolyPerf). A plain value.
+type Poly [3]float64
+
+// DefaultPrefillPoly and DefaultDecodePoly are engine.DefaultPerf's
+// coefficients (Dynamo's mocker): prefill in uncached batch tokens, decode in
+// KV usage.
+var (
+	DefaultPrefillPoly = Poly{4.209989e-07, 1.518344e-02, 16.50142}
+	DefaultDecodePoly  = Poly{-25.74, 54.01, 5.74}
+)
+
+// String formats p as "a,b,c".
+func (p Poly) String() string {
+	return strconv.FormatFloat(p[0], 'g', -1, 64) + "," + strconv.FormatFloat(p[1], 'g', -1, 64) + "," + strconv.FormatFloat(p[2], 'g', -1, 64)
+}
+
+// ParsePoly parses "a,b,c".
+func ParsePoly(s string) (Poly, error) {
+	var p Poly
+	f := strings.Split(s, ",")
+	if len(f) != 3 {
+		return p, fmt.Errorf("%w: %q: want three coefficients a,b,c of a·x² + b·x + c", ErrConfig, s)
+	}
+	for i, v := range f {
+		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return p, fmt.Errorf("%w: %q: %q is not a number", ErrConfig, s, v)
+		}
+		p[i] = x
+	}
+	return p, nil
+}
+
+func (p Poly) at(x float64) time.Duration {
+	ms := p[0]*x*x + p[1]*x + p[2]
+	return time.Duration(max(ms, 0) * float64(time.Millisecond))
+}
+
+// PolyPerf returns the step timing model with these polynomials: a prefill
+// of t uncached tokens takes prefill(t) ms (0 for no tokens), a decode pass
+// at KV usage u in [0, 1] takes decode(u) ms; negative values count as 0.
+// PolyPerf(DefaultPrefillPoly, DefaultDecodePoly) times like
+// engine.DefaultPerf.
+func PolyPerf(prefill, decode Poly) engine.Perf {
+	return engine.Perf{
+		Prefill: func(tokens int) time.Duration {
+			if tokens <= 0 {
+				return 0
+			}
+			return prefill.at(float64(tokens))
+		},
+		Decode: func(u float64) time.Duration { return decode.at(min(max(u, 0), 1)) },
+	}
 }
 
 // Config configures an offline replay. A plain value; DefaultConfig gives

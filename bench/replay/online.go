@@ -3,12 +3,14 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,6 +123,7 @@ func RunOnline(ctx context.Context, w *Workload, cfg OnlineConfig) (*Report, err
 	if cfg.Concurrency > 0 {
 		span = 0
 	}
+	o.sortWorkers()
 	res := summarize(o.recs, o.workers, span, w.achievable)
 	res.Policy, res.Speedup = cfg.Label, cfg.Speedup
 	res.WallS = time.Since(start).Seconds()
@@ -368,6 +371,36 @@ func (o *online) workerIndex(name string) int {
 	o.workerIdx[name] = len(o.workers)
 	o.workers = append(o.workers, name)
 	return len(o.workers) - 1
+}
+
+// sortWorkers orders the worker labels (numerically when they are numbers)
+// and renumbers the records' worker indexes to match.
+func (o *online) sortWorkers() {
+	idx := make([]int, len(o.workers))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		x, y := o.workers[a], o.workers[b]
+		nx, ex := strconv.ParseUint(x, 10, 64)
+		ny, ey := strconv.ParseUint(y, 10, 64)
+		if ex == nil && ey == nil {
+			return cmp.Compare(nx, ny)
+		}
+		return strings.Compare(x, y)
+	})
+	remap := make([]int, len(idx))
+	sorted := make([]string, len(idx))
+	for to, from := range idx {
+		remap[from] = to
+		sorted[to] = o.workers[from]
+	}
+	for i := range o.recs {
+		if w := o.recs[i].worker; w >= 0 {
+			o.recs[i].worker = remap[w]
+		}
+	}
+	o.workers = sorted
 }
 
 func (o *online) fail(rec *record, err error) {

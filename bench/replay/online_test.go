@@ -68,10 +68,8 @@ func TestOnlineAgainstMock(t *testing.T) {
 	if rep.Mode != "online" || rep.Workers != 2 || on.MaxWorkerShare != 1 || on.Policy != "online" {
 		t.Fatalf("online report: mode %s workers %d share %v policy %s", rep.Mode, rep.Workers, on.MaxWorkerShare, on.Policy)
 	}
-	for _, ws := range on.Workers {
-		if ws.Worker != "1" && ws.Worker != "2" {
-			t.Fatalf("worker label %q: want the mock's ids from the response id", ws.Worker)
-		}
+	if len(on.Workers) != 2 || on.Workers[0].Worker != "1" || on.Workers[1].Worker != "2" {
+		t.Fatalf("workers %+v: want the mock's ids 1 and 2 (from the response ids), in order", on.Workers)
 	}
 	cfg := DefaultConfig()
 	cfg.Fleet.Workers, cfg.Fleet.EngineSpeedup, cfg.Speedup = 2, speed, speed

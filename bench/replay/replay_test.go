@@ -504,3 +504,29 @@ func TestPlot(t *testing.T) {
 		t.Fatal("gif accepted")
 	}
 }
+
+func TestPolyPerf(t *testing.T) {
+	p := PolyPerf(DefaultPrefillPoly, DefaultDecodePoly)
+	for _, n := range []int{0, 1, 16, 2560, 8192, 100000} {
+		if got, want := p.Prefill(n), engine.PrefillPoly(n); got != want {
+			t.Errorf("prefill(%d) = %v, engine's %v", n, got, want)
+		}
+	}
+	for _, u := range []float64{-1, 0, 0.3, 1, 2} {
+		if got, want := p.Decode(u), engine.DecodePoly(u); got != want {
+			t.Errorf("decode(%v) = %v, engine's %v", u, got, want)
+		}
+	}
+	if d := PolyPerf(Poly{0, 0, -5}, Poly{}).Prefill(10); d != 0 {
+		t.Errorf("negative model time %v, want 0", d)
+	}
+	q, err := ParsePoly(DefaultDecodePoly.String())
+	if err != nil || q != DefaultDecodePoly {
+		t.Fatalf("round trip %v %v", q, err)
+	}
+	for _, bad := range []string{"", "1,2", "1,2,3,4", "1,NaN,2", "a,b,c"} {
+		if _, err := ParsePoly(bad); err == nil {
+			t.Errorf("ParsePoly(%q) accepted", bad)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -25,6 +24,8 @@ type Report struct {
 	BlockSize int     `json:"block_size"`
 	// EngineSpeedup divides the simulated engines' step times (offline).
 	EngineSpeedup float64 `json:"engine_speedup,omitempty"`
+	// Timing is the engines' step timing model (offline).
+	Timing string `json:"timing,omitempty"`
 	// Concurrency is the online mode's fixed concurrency (0: trace timing).
 	Concurrency int `json:"concurrency,omitempty"`
 
@@ -48,6 +49,8 @@ func newReport(w *Workload, cfg Config, mode string) *Report {
 		Trace: w.Name, Mode: mode, Requests: w.Len(), SpanS: w.span.Seconds(),
 		Workers: cfg.Fleet.Workers, DPRanks: cfg.Fleet.DPRanks, KVBlocks: cfg.Fleet.KVBlocks,
 		BlockSize: w.BlockSize, EngineSpeedup: cfg.Fleet.EngineSpeedup,
+		Timing: fmt.Sprintf("prefill_ms = poly(%s) of uncached batch tokens, decode_ms = poly(%s) of KV usage (a·x² + b·x + c)",
+			cfg.Fleet.PrefillPoly, cfg.Fleet.DecodePoly),
 		AchievableHitRatio: w.achievable, AchievableOverTime: w.achievableOver,
 	}
 }
@@ -126,8 +129,8 @@ func (r *Report) evaluate() {
 		t.Checks = append(t.Checks, Check{Name: "kv keeps up at 1x", Goal: "not saturated", Detail: "kv saturates at every speedup run"})
 		return
 	}
-	hit, share := math.Inf(1), 0.0
-	var hitAt, shareAt float64
+	low := r.Result("kv", r.Speedups[0])
+	share, shareAt := 0.0, 0.0
 	meanOK, p99OK := true, true
 	var meanFail, p99Fail []string
 	for _, s := range r.Speedups {
@@ -137,9 +140,6 @@ func (r *Report) evaluate() {
 		kv := r.Result("kv", s)
 		if kv == nil {
 			continue
-		}
-		if kv.HitOfAchievable < hit {
-			hit, hitAt = kv.HitOfAchievable, s
 		}
 		if kv.MaxWorkerShare > share {
 			share, shareAt = kv.MaxWorkerShare, s
@@ -159,8 +159,12 @@ func (r *Report) evaluate() {
 			}
 		}
 	}
+	hitDetail := fmt.Sprintf("at %gx: %.3f of %.3f", r.Speedups[0], low.HitRatio, r.AchievableHitRatio)
+	if r.FleetCacheHitRatio > 0 {
+		hitDetail += fmt.Sprintf("; one LRU cache of the fleet's size gets %.3f", r.FleetCacheHitRatio)
+	}
 	t.Checks = append(t.Checks,
-		Check{Name: "kv hit ratio / achievable (worst speedup)", Value: hit, Goal: "≥ 0.90", Met: hit >= 0.9, Detail: fmt.Sprintf("at %gx", hitAt)},
+		Check{Name: "kv hit ratio / achievable", Value: low.HitOfAchievable, Goal: "≥ 0.90", Met: low.HitOfAchievable >= 0.9, Detail: hitDetail},
 		Check{Name: "kv max worker share (worst speedup)", Value: share, Goal: "≤ 1.30", Met: share <= 1.3, Detail: fmt.Sprintf("at %gx", shareAt)},
 		Check{Name: "kv mean TTFT lowest at every speedup", Value: b2f(meanOK), Goal: "1", Met: meanOK, Detail: strings.Join(meanFail, "; ")},
 		Check{Name: "kv p99 TTFT lowest at every speedup", Value: b2f(p99OK), Goal: "1", Met: p99OK, Detail: strings.Join(p99Fail, "; ")},
@@ -206,6 +210,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Mode == "offline" {
 		fmt.Fprintf(&b, "fleet: %d workers × %d dp, %d KV blocks of %d tokens each, engine speedup %g\n",
 			r.Workers, r.DPRanks, r.KVBlocks, r.BlockSize, r.EngineSpeedup)
+		fmt.Fprintf(&b, "timing: %s\n", r.Timing)
 	} else {
 		fmt.Fprintf(&b, "endpoint %s: %d workers seen, block size %d (for the achievable ratio)", r.URL, r.Workers, r.BlockSize)
 		if r.Concurrency > 0 {

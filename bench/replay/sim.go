@@ -192,6 +192,7 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 		tooLong:  make([]bool, n),
 		next:     make([]int32, n),
 	}
+	perf := PolyPerf(f.PrefillPoly, f.DecodePoly)
 	if p.UsesIndex() {
 		s.core = shard.NewCore(shard.CoreConfig{Approx: cfg.Approx})
 		s.events = !p.Approx
@@ -203,7 +204,7 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 			s.keys = append(s.keys, k)
 			s.engines = append(s.engines, engine.New(engine.Config{
 				Worker: k, Capacity: f.KVBlocks, BlockSize: f.BlockSize, MaxNumSeqs: f.MaxNumSeqs,
-				MaxBatchedTokens: f.MaxBatchedTokens, Speedup: f.EngineSpeedup, Perf: f.Perf,
+				MaxBatchedTokens: f.MaxBatchedTokens, Speedup: f.EngineSpeedup, Perf: perf,
 			}))
 			sch.AddWorker(k, sched.Capacity{TotalBlocks: uint64(f.KVBlocks), MaxBatchedTokens: uint64(f.MaxBatchedTokens)})
 		}

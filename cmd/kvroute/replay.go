@@ -77,6 +77,8 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		maxSeqs    = fs.Int("max-num-seqs", 256, "offline: running requests per rank at most (vLLM max_num_seqs)")
 		maxBatch   = fs.Int("max-batched-tokens", 8192, "offline: tokens per engine step at most (vLLM max_num_batched_tokens)")
 		engSpeed   = fs.Float64("engine-speedup", 1, "offline: divide every engine step time by this (kvroute mock's --speedup)")
+		prefPoly   = fs.String("prefill-poly", replay.DefaultPrefillPoly.String(), "offline timing model: prefill_ms = a·t² + b·t + c of a step's uncached tokens t, as a,b,c")
+		decPoly    = fs.String("decode-poly", replay.DefaultDecodePoly.String(), "offline timing model: decode_ms = a·u² + b·u + c of the KV usage u in [0,1], as a,b,c")
 		evDelay    = fs.Duration("event-delay", time.Millisecond, "offline: KV events reach the index this long after the step that produced them")
 		loadIvl    = fs.Duration("load-interval", 50*time.Millisecond, "offline: minimum gap between an engine's load reports")
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "kv-approx: how long a routed prefix is assumed cached (refreshed on reuse)")
@@ -230,6 +232,14 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 	if !(*engSpeed > 0) {
 		return nil, fmt.Errorf("--engine-speedup must be > 0 (got %g)", *engSpeed)
 	}
+	pp, err := replay.ParsePoly(*prefPoly)
+	if err != nil {
+		return nil, fmt.Errorf("--prefill-poly: %w", err)
+	}
+	dp, err := replay.ParsePoly(*decPoly)
+	if err != nil {
+		return nil, fmt.Errorf("--decode-poly: %w", err)
+	}
 	if *evDelay < 0 || *loadIvl < 0 {
 		return nil, fmt.Errorf("--event-delay and --load-interval must be ≥ 0 (got %v, %v)", *evDelay, *loadIvl)
 	}
@@ -240,6 +250,7 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		Fleet: replay.Fleet{
 			Workers: *workers, DPRanks: *dpRanks, KVBlocks: *kvBlocks, BlockSize: *blockSize,
 			MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *maxBatch, EngineSpeedup: *engSpeed,
+			PrefillPoly: pp, DecodePoly: dp,
 		},
 		Sched:        sc,
 		Approx:       shard.ApproxConfig{TTL: *approxTTL, MaxBlocks: *approxMax},

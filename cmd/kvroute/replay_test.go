@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bench/mock"
+	"github.com/kvroute/kvroute/bench/replay"
 	"github.com/kvroute/kvroute/bench/trace"
 	"github.com/kvroute/kvroute/wire/plane"
 )
@@ -39,7 +40,7 @@ func TestReplayFlagsValues(t *testing.T) {
 	t.Setenv("KVROUTE_SPEEDUP", "1,2.5")
 	t.Setenv("KVROUTE_KV_BLOCKS", "4096")
 	o, err := parseReplayFlags([]string{"--workers", "4", "--dp-ranks", "2", "--compare", "kv-approx,random", "--engine-speedup", "3",
-		"--kv-overlap-score-weight", "2", "--queue-policy", "wspt", "--event-delay", "5ms"}, io.Discard)
+		"--kv-overlap-score-weight", "2", "--queue-policy", "wspt", "--event-delay", "5ms", "--prefill-poly", "0,0.02,10"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +50,9 @@ func TestReplayFlagsValues(t *testing.T) {
 	c := o.offline
 	if c.Fleet.Workers != 4 || c.Fleet.DPRanks != 2 || c.Fleet.EngineSpeedup != 3 || c.Sched.Weight != 2 || c.Sched.QueuePolicy.String() != "wspt" || c.EventDelay != 5*time.Millisecond {
 		t.Fatalf("config %+v", c)
+	}
+	if c.Fleet.PrefillPoly != (replay.Poly{0, 0.02, 10}) || c.Fleet.DecodePoly != replay.DefaultDecodePoly {
+		t.Fatalf("timing %v / %v", c.Fleet.PrefillPoly, c.Fleet.DecodePoly)
 	}
 	if len(o.policies) != 2 || !o.policies[0].Approx {
 		t.Fatalf("policies %+v", o.policies)
@@ -86,6 +90,8 @@ func TestReplayFlagErrors(t *testing.T) {
 		{[]string{"--block-size", "0"}, "--block-size"},
 		{[]string{"--engine-speedup", "0"}, "--engine-speedup"},
 		{[]string{"--event-delay", "-1ms"}, "--event-delay"},
+		{[]string{"--prefill-poly", "1,2"}, "--prefill-poly"},
+		{[]string{"--decode-poly", "1,x,3"}, "--decode-poly"},
 		{[]string{"--queue-policy", "random"}, "--queue-policy"},
 		{[]string{"--trace-block-size", "256"}, "--trace-block-size"},
 		{[]string{"--plot", "out.jpg"}, "--plot"},

@@ -243,7 +243,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	b.WriteString("(latencies in ms; hit = cached prompt tokens / prompt tokens; /achv = hit / achievable; max share = max over workers of requests / mean)\n")
 	b.WriteString("\nworker shares of requests (of prompt tokens):\n")
 	for _, p := range r.Policies {
-		fmt.Fprintf(&b, "  %gx %-13s", p.Speedup, p.Policy)
+		fmt.Fprintf(&b, "  %-6s %-13s", strconv.FormatFloat(p.Speedup, 'g', -1, 64)+"x", p.Policy)
 		for _, ws := range p.Workers {
 			fmt.Fprintf(&b, " %s:%.2f(%.2f)", ws.Worker, ws.RequestShare, ws.TokenShare)
 		}

@@ -12,7 +12,8 @@ import (
 // MaxAutoSpeedup bounds the automatic sweep's doubling.
 const MaxAutoSpeedup = 1024
 
-// Sweep says which runs Run makes: every policy at every speedup.
+// Sweep says which runs Run makes: every policy at every speedup. A plain
+// value; Run only reads it.
 type Sweep struct {
 	Policies []Policy
 	// Speedups to run. With Auto they are ignored.

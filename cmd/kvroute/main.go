@@ -5,6 +5,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 )
@@ -20,6 +22,8 @@ func commands() []command {
 	return []command{
 		{"bench", "benchmarks against real traces (bench index)", runBench},
 		{"mock", "run a simulated vLLM-like fleet", runMock},
+		{"replay", "replay a trace against routing policies and report (offline or online)", runReplay},
+		{"serve", "run the router: HTTP proxy and decision API over the index and scheduler", runServe},
 	}
 }
 
@@ -41,7 +45,9 @@ func main() {
 	}
 	for _, c := range commands() {
 		if c.name == os.Args[1] {
-			if err := c.run(os.Args[2:]); err != nil {
+			if err := c.run(os.Args[2:]); errors.Is(err, flag.ErrHelp) {
+				return // -h: the flag set printed the usage
+			} else if err != nil {
 				fmt.Fprintf(os.Stderr, "kvroute %s: %v\n", c.name, err)
 				os.Exit(1)
 			}

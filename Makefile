@@ -10,7 +10,7 @@ COUNT     ?= 10
 FUZZTIME  ?= 10s
 BASE      ?= HEAD
 
-.PHONY: all build test fmt-check vet test-race test-invariants bench bench-baseline bench-compare fuzz run clean
+.PHONY: replay all build test fmt-check vet test-race test-invariants bench bench-baseline bench-compare fuzz run clean
 
 all: build
 
@@ -56,6 +56,12 @@ fuzz:
 run: build
 	@echo 'try: curl -s localhost:8000/v1/completions -d '"'"'{"prompt":"Tell me about KV caches, then tell me again.","max_tokens":8}'"'"' -D -'
 	$(BIN)/kvroute serve --demo-fleet 4 --http-addr 127.0.0.1:8000
+
+# The routing-quality report on the shared Mooncake trace (offline simulation):
+# four policies, automatic speedup sweep, table on stdout, JSON and plot in out/.
+replay: build
+	@mkdir -p out
+	$(BIN)/kvroute replay --trace ../shared/traces/mooncake_synthetic_trace.jsonl --compare kv,round-robin,random,least-loaded --json out/replay.json --plot out/replay.svg
 
 clean:
 	rm -rf $(BIN) out

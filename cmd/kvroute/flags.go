@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/sched"
 )
 
 // envName is the environment variable that stands for a flag:
@@ -43,3 +47,65 @@ type stringList []string
 
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// schedFlags are the scheduler's flags, shared by serve and replay so that a
+// replay runs the scheduler exactly as a router configured the same way.
+type schedFlags struct {
+	weight, temp, prefScale, ovCredit, hostW, diskW, busyDecode, busyPFrac *float64
+	reuse, credit                                                          *bool
+	busyPTok                                                               *int64
+	qPolicy                                                                *string
+	qDepth                                                                 *int
+	rejWindow, expiry                                                      *time.Duration
+	seed                                                                   *uint64
+}
+
+func addSchedFlags(fs *flag.FlagSet) *schedFlags {
+	def := sched.DefaultConfig()
+	return &schedFlags{
+		weight:     fs.Float64("kv-overlap-score-weight", def.Weight, "w in cost = w × prefill_blocks + decode_blocks (0 ignores prefill load)"),
+		temp:       fs.Float64("router-temperature", def.Temperature, "0 picks the lowest cost; > 0 samples a softmax over normalized costs"),
+		reuse:      fs.Bool("router-assume-kv-reuse", def.AssumeKVReuse, "count blocks shared by active requests on a worker once"),
+		credit:     fs.Bool("router-credit-cost", false, "use the credit form of the cost (overlap credited against raw prefill)"),
+		prefScale:  fs.Float64("prefill-load-scale", def.PrefillLoadScale, "credit cost: scale of the prefill term"),
+		ovCredit:   fs.Float64("overlap-credit", def.OverlapCredit, "credit cost: credit per device-tier cached block"),
+		hostW:      fs.Float64("host-hit-weight", def.HostHitWeight, "credit cost: credit per host-tier cached block"),
+		diskW:      fs.Float64("disk-hit-weight", def.DiskHitWeight, "credit cost: credit per disk-tier cached block"),
+		busyDecode: fs.Float64("busy-decode-frac", def.BusyDecodeFrac, "a rank is busy above this fraction of its KV blocks in use (<= 0: off)"),
+		busyPTok:   fs.Int64("busy-prefill-tokens", def.BusyPrefillTokens, "a rank is busy above this many active prefill tokens (0: off)"),
+		busyPFrac:  fs.Float64("busy-prefill-frac", def.BusyPrefillFrac, "a rank is busy above this multiple of its max batched tokens in prefill (0: off)"),
+		qPolicy:    fs.String("queue-policy", def.QueuePolicy.String(), "order of requests waiting while all workers are busy: fcfs, lcfs or wspt"),
+		qDepth:     fs.Int("queue-depth", def.QueueDepth, "requests that may wait while all workers are busy; beyond it: rejected (429) and all-workers-busy"),
+		rejWindow:  fs.Duration("rejection-window", def.RejectionWindow, "how long new requests are throttled (429) after an all-workers-busy event"),
+		expiry:     fs.Duration("request-expiry", def.Expiry, "force-free requests booked longer than this (0: never)"),
+		seed:       fs.Uint64("seed", 0, "seed of the scheduler's random choices"),
+	}
+}
+
+// apply sets sc's fields from the flags and checks them; errors name the flags.
+func (f *schedFlags) apply(sc *sched.Config) error {
+	def := sched.DefaultConfig()
+	qp, err := sched.ParseQueuePolicy(*f.qPolicy)
+	if err != nil {
+		return fmt.Errorf("--queue-policy: %w", err)
+	}
+	for name, v := range map[string]float64{"kv-overlap-score-weight": *f.weight, "router-temperature": *f.temp} {
+		if v < 0 || v != v {
+			return fmt.Errorf("--%s must be >= 0 (got %g)", name, v)
+		}
+	}
+	if *f.qDepth < 0 {
+		return fmt.Errorf("--queue-depth must be >= 0 (got %d)", *f.qDepth)
+	}
+	if *f.rejWindow < 0 {
+		return fmt.Errorf("--rejection-window must be >= 0 (got %v)", *f.rejWindow)
+	}
+	if !*f.credit && (*f.prefScale != def.PrefillLoadScale || *f.ovCredit != def.OverlapCredit || *f.hostW != def.HostHitWeight || *f.diskW != def.DiskHitWeight) {
+		return errors.New("--prefill-load-scale, --overlap-credit, --host-hit-weight and --disk-hit-weight need --router-credit-cost")
+	}
+	sc.Weight, sc.Temperature, sc.AssumeKVReuse = *f.weight, *f.temp, *f.reuse
+	sc.CreditCost, sc.PrefillLoadScale, sc.OverlapCredit, sc.HostHitWeight, sc.DiskHitWeight = *f.credit, *f.prefScale, *f.ovCredit, *f.hostW, *f.diskW
+	sc.BusyDecodeFrac, sc.BusyPrefillTokens, sc.BusyPrefillFrac = *f.busyDecode, *f.busyPTok, *f.busyPFrac
+	sc.QueuePolicy, sc.QueueDepth, sc.RejectionWindow, sc.Expiry = qp, *f.qDepth, *f.rejWindow, *f.expiry
+	return sc.Validate()
+}

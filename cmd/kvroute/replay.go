@@ -83,20 +83,6 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		loadIvl    = fs.Duration("load-interval", 50*time.Millisecond, "offline: minimum gap between an engine's load reports")
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "kv-approx: how long a routed prefix is assumed cached (refreshed on reuse)")
 		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "kv-approx: blocks recorded before the oldest are pruned")
-		weight     = fs.Float64("kv-overlap-score-weight", def.Weight, "w in cost = w × prefill_blocks + decode_blocks (0 ignores prefill load)")
-		temp       = fs.Float64("router-temperature", def.Temperature, "0 picks the lowest cost; > 0 samples a softmax over normalized costs")
-		reuse      = fs.Bool("router-assume-kv-reuse", def.AssumeKVReuse, "count blocks shared by active requests on a worker once")
-		credit     = fs.Bool("router-credit-cost", false, "use the credit form of the cost (overlap credited against raw prefill)")
-		prefScale  = fs.Float64("prefill-load-scale", def.PrefillLoadScale, "credit cost: scale of the prefill term")
-		ovCredit   = fs.Float64("overlap-credit", def.OverlapCredit, "credit cost: credit per device-tier cached block")
-		busyDecode = fs.Float64("busy-decode-frac", def.BusyDecodeFrac, "a rank is busy above this fraction of its KV blocks in use (<= 0: off)")
-		busyPTok   = fs.Int64("busy-prefill-tokens", def.BusyPrefillTokens, "a rank is busy above this many active prefill tokens (0: off)")
-		busyPFrac  = fs.Float64("busy-prefill-frac", def.BusyPrefillFrac, "a rank is busy above this multiple of its max batched tokens in prefill (0: off)")
-		qPolicy    = fs.String("queue-policy", def.QueuePolicy.String(), "order of requests waiting while all workers are busy: fcfs, lcfs or wspt")
-		qDepth     = fs.Int("queue-depth", def.QueueDepth, "requests that may wait while all workers are busy; beyond it they are rejected")
-		rejWindow  = fs.Duration("rejection-window", def.RejectionWindow, "how long the router throttles after an all-workers-busy event")
-		expiry     = fs.Duration("request-expiry", def.Expiry, "force-free requests booked longer than this (0: never)")
-		seed       = fs.Uint64("seed", 0, "seed of the scheduler's random choices")
 		parallel   = fs.Int("parallel", 0, "offline: simulations run at once (0: GOMAXPROCS); results do not depend on it")
 		model      = fs.String("model", "mock", "online: the requests' model field")
 		conc       = fs.Int("concurrency", 0, "online: fixed number of concurrent clients instead of the trace's timing (0: trace timing)")
@@ -112,6 +98,7 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 	)
 	var urls stringList
 	fs.Var(&urls, "url", "online mode: base URL of an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000 (repeatable: requests spread in turn)")
+	sf := addSchedFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -211,17 +198,9 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 			Timeout: *timeout, WorkerHeader: *wHeader,
 		}
 	}
-	qp, err := sched.ParseQueuePolicy(*qPolicy)
-	if err != nil {
-		return nil, fmt.Errorf("--queue-policy: %w", err)
-	}
 	sc := def
 	sc.BlockSize = *blockSize
-	sc.Weight, sc.Temperature, sc.AssumeKVReuse = *weight, *temp, *reuse
-	sc.CreditCost, sc.PrefillLoadScale, sc.OverlapCredit = *credit, *prefScale, *ovCredit
-	sc.BusyDecodeFrac, sc.BusyPrefillTokens, sc.BusyPrefillFrac = *busyDecode, *busyPTok, *busyPFrac
-	sc.QueuePolicy, sc.QueueDepth, sc.RejectionWindow, sc.Expiry = qp, *qDepth, *rejWindow, *expiry
-	if err := sc.Validate(); err != nil {
+	if err := sf.apply(&sc); err != nil {
 		return nil, fmt.Errorf("scheduler flags: %w", err)
 	}
 	for name, v := range map[string]int{"workers": *workers, "dp-ranks": *dpRanks, "kv-blocks": *kvBlocks, "max-num-seqs": *maxSeqs, "max-batched-tokens": *maxBatch} {
@@ -258,7 +237,7 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		EventDelay:   *evDelay,
 		LoadInterval: *loadIvl,
 		TickInterval: time.Second,
-		Seed:         *seed,
+		Seed:         *sf.seed,
 	}
 	if err := o.offline.Validate(); err != nil {
 		return nil, err

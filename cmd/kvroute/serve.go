@@ -38,7 +38,6 @@ type serveOptions struct {
 // every field and the rules across them; errors name the flags.
 func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	fs := flag.NewFlagSet("kvroute serve", flag.ContinueOnError)
-	def := sched.DefaultConfig()
 	var (
 		httpAddr   = fs.String("http-addr", "127.0.0.1:8000", "API listen address (OpenAI proxy and decision API)")
 		blockSize  = fs.Int("block-size", 16, "the engines' KV block size in tokens; registrations and events with another size are rejected")
@@ -55,23 +54,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		noEvents   = fs.Bool("no-kv-events", false, "approximate mode: no KV events; the router records its own decisions in the index with a TTL")
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "approximate mode: how long a routed prefix is assumed cached (refreshed on reuse)")
 		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "approximate mode: blocks recorded per shard before the oldest are pruned")
-		weight     = fs.Float64("kv-overlap-score-weight", def.Weight, "w in cost = w × prefill_blocks + decode_blocks (0 ignores prefill load)")
-		temp       = fs.Float64("router-temperature", def.Temperature, "0 picks the lowest cost; > 0 samples a softmax over normalized costs")
-		reuse      = fs.Bool("router-assume-kv-reuse", def.AssumeKVReuse, "count blocks shared by active requests on a worker once")
-		credit     = fs.Bool("router-credit-cost", false, "use the credit form of the cost (overlap credited against raw prefill)")
-		prefScale  = fs.Float64("prefill-load-scale", def.PrefillLoadScale, "credit cost: scale of the prefill term")
-		ovCredit   = fs.Float64("overlap-credit", def.OverlapCredit, "credit cost: credit per device-tier cached block")
-		hostW      = fs.Float64("host-hit-weight", def.HostHitWeight, "credit cost: credit per host-tier cached block")
-		diskW      = fs.Float64("disk-hit-weight", def.DiskHitWeight, "credit cost: credit per disk-tier cached block")
-		busyDecode = fs.Float64("busy-decode-frac", def.BusyDecodeFrac, "a rank is busy above this fraction of its KV blocks in use (<= 0: off)")
-		busyPTok   = fs.Int64("busy-prefill-tokens", def.BusyPrefillTokens, "a rank is busy above this many active prefill tokens (0: off)")
-		busyPFrac  = fs.Float64("busy-prefill-frac", def.BusyPrefillFrac, "a rank is busy above this multiple of its max batched tokens in prefill (0: off)")
-		qPolicy    = fs.String("queue-policy", def.QueuePolicy.String(), "order of requests waiting while all workers are busy: fcfs, lcfs or wspt")
-		qDepth     = fs.Int("queue-depth", def.QueueDepth, "requests that may wait while all workers are busy; beyond it: 429 and all-workers-busy")
-		rejWindow  = fs.Duration("rejection-window", def.RejectionWindow, "how long new requests get 429 after an all-workers-busy event")
-		expiry     = fs.Duration("request-expiry", def.Expiry, "force-free requests booked longer than this (0: never)")
 		qTimeout   = fs.Duration("queue-timeout", 30*time.Second, "a request waiting for a free worker longer than this gets 503")
-		seed       = fs.Uint64("seed", 0, "seed of the scheduler's random choices")
 		tokenizer  = fs.String("tokenizer", "bytes", "tokenizer for text prompts: bytes (one token per UTF-8 byte, as the simulated fleet)")
 		shards     = fs.Int("shards", 1, "index shards")
 		cpus       = fs.String("cpus", "", "pin index shards to these CPUs, e.g. 0-3,8 (empty: no pinning)")
@@ -94,6 +77,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	fs.Float64Var(&o.demoSpeedup, "demo-speedup", 1, "divide the demo fleet's step times by this factor")
 	fs.IntVar(&o.demoKVBlocks, "demo-kv-blocks", 16384, "KV blocks per demo worker")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	sf := addSchedFlags(fs)
 	var cfg router.ServiceConfig
 	if err := parseFlags(fs, args); err != nil {
 		return cfg, o, err
@@ -103,46 +87,28 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		return cfg, o, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
 
-	sc := def
+	sc := sched.DefaultConfig()
 	sc.BlockSize = *blockSize
 	var err error
 	if sc.Policy, err = sched.ParsePolicy(*mode); err != nil {
 		return cfg, o, fmt.Errorf("--router-mode: %w", err)
 	}
-	if sc.QueuePolicy, err = sched.ParseQueuePolicy(*qPolicy); err != nil {
-		return cfg, o, fmt.Errorf("--queue-policy: %w", err)
-	}
-	sc.Weight, sc.Temperature, sc.AssumeKVReuse = *weight, *temp, *reuse
-	sc.CreditCost, sc.PrefillLoadScale, sc.OverlapCredit, sc.HostHitWeight, sc.DiskHitWeight = *credit, *prefScale, *ovCredit, *hostW, *diskW
-	sc.BusyDecodeFrac, sc.BusyPrefillTokens, sc.BusyPrefillFrac = *busyDecode, *busyPTok, *busyPFrac
-	sc.QueueDepth, sc.RejectionWindow, sc.Expiry = *qDepth, *rejWindow, *expiry
 	for name, v := range map[string]int{"block-size": *blockSize, "shards": *shards, "max-body-bytes": *maxBody, "approx-max-blocks": *approxMax} {
 		if v <= 0 {
 			return cfg, o, fmt.Errorf("--%s must be > 0 (got %d)", name, v)
 		}
 	}
-	for name, v := range map[string]float64{"kv-overlap-score-weight": *weight, "router-temperature": *temp, "demo-speedup": o.demoSpeedup} {
-		if v < 0 || v != v {
-			return cfg, o, fmt.Errorf("--%s must be >= 0 (got %g)", name, v)
-		}
-	}
-	if o.demoSpeedup == 0 {
-		return cfg, o, errors.New("--demo-speedup must be > 0")
-	}
-	if *qDepth < 0 {
-		return cfg, o, fmt.Errorf("--queue-depth must be >= 0 (got %d)", *qDepth)
-	}
-	if *rejWindow < 0 || *qTimeout <= 0 || *readTO <= 0 || *grace <= 0 || *approxTTL <= 0 {
-		return cfg, o, errors.New("--rejection-window must be >= 0; --queue-timeout, --http-read-timeout, --shutdown-grace and --approx-ttl must be > 0")
-	}
-	if *busyPFrac > 0 && *staticMBT == 0 && len(workers) > 0 {
-		fmt.Fprintln(os.Stderr, "kvroute serve: warning: --busy-prefill-frac cannot apply to --worker engines without --worker-max-batched-tokens")
-	}
-	if !*credit && (*prefScale != def.PrefillLoadScale || *ovCredit != def.OverlapCredit || *hostW != def.HostHitWeight || *diskW != def.DiskHitWeight) {
-		return cfg, o, errors.New("--prefill-load-scale, --overlap-credit, --host-hit-weight and --disk-hit-weight need --router-credit-cost")
-	}
-	if err := sc.Validate(); err != nil {
+	if err := sf.apply(&sc); err != nil {
 		return cfg, o, err
+	}
+	if !(o.demoSpeedup > 0) {
+		return cfg, o, fmt.Errorf("--demo-speedup must be > 0 (got %g)", o.demoSpeedup)
+	}
+	if *qTimeout <= 0 || *readTO <= 0 || *grace <= 0 || *approxTTL <= 0 {
+		return cfg, o, errors.New("--queue-timeout, --http-read-timeout, --shutdown-grace and --approx-ttl must be > 0")
+	}
+	if sc.BusyPrefillFrac > 0 && *staticMBT == 0 && len(workers) > 0 {
+		fmt.Fprintln(os.Stderr, "kvroute serve: warning: --busy-prefill-frac cannot apply to --worker engines without --worker-max-batched-tokens")
 	}
 	subjects, err := plane.SubjectsFor(*ns, *comp)
 	if err != nil {
@@ -167,7 +133,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		return cfg, o, fmt.Errorf("--nats-port %d out of range", *natsPort)
 	}
 
-	rc := router.Config{Sched: sc, Seed: *seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
+	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, ReadTimeout: *readTO}
 	for _, w := range workers {
 		sw, err := parseStaticWorker(w)

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/kvroute/kvroute/bench/trace"
+	"github.com/kvroute/kvroute/wire/openai"
 )
 
 // DefaultWorkerHeader is the response header naming the worker that served a
@@ -418,7 +419,7 @@ func (o *online) body(r *trace.Request) []byte {
 	toks := trace.AppendTokens(make([]uint32, 0, r.InputLength), r)
 	b := make([]byte, 0, 160+7*len(toks))
 	b = append(b, `{"model":`...)
-	b = strconv.AppendQuote(b, o.cfg.Model)
+	b = openai.AppendJSONString(b, o.cfg.Model)
 	b = append(b, `,"prompt":[`...)
 	for j, t := range toks {
 		if j > 0 {

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/kvroute/kvroute/wire/openai"
 )
 
 // IDBlockSize is the number of tokens one Mooncake hash id stands for.
@@ -366,7 +368,7 @@ func (r *Request) AppendJSON(dst []byte) []byte {
 	dst = append(dst, ']')
 	if r.Session != "" {
 		dst = append(dst, `, "session_id": `...)
-		dst = strconv.AppendQuote(dst, r.Session)
+		dst = openai.AppendJSONString(dst, r.Session)
 	}
 	if r.Delay != 0 {
 		dst = append(dst, `, "delay": `...)

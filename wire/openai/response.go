@@ -32,7 +32,7 @@ type Header struct {
 
 func appendHead(dst []byte, h Header, chunk bool) []byte {
 	dst = append(dst, `{"id":`...)
-	dst = strconv.AppendQuote(dst, h.ID)
+	dst = AppendJSONString(dst, h.ID)
 	dst = append(dst, `,"object":"`...)
 	switch {
 	case h.Chat && chunk:
@@ -45,22 +45,22 @@ func appendHead(dst []byte, h Header, chunk bool) []byte {
 	dst = append(dst, `","created":`...)
 	dst = strconv.AppendInt(dst, h.Created, 10)
 	dst = append(dst, `,"model":`...)
-	return strconv.AppendQuote(dst, h.Model)
+	return AppendJSONString(dst, h.Model)
 }
 
 func appendChoiceText(dst []byte, chat, chunk bool, text string) []byte {
 	switch {
 	case chat && chunk:
 		dst = append(dst, `"delta":{"role":"assistant","content":`...)
-		dst = strconv.AppendQuote(dst, text)
+		dst = AppendJSONString(dst, text)
 		return append(dst, '}')
 	case chat:
 		dst = append(dst, `"message":{"role":"assistant","content":`...)
-		dst = strconv.AppendQuote(dst, text)
+		dst = AppendJSONString(dst, text)
 		return append(dst, '}')
 	}
 	dst = append(dst, `"text":`...)
-	return strconv.AppendQuote(dst, text)
+	return AppendJSONString(dst, text)
 }
 
 // AppendResponse appends a complete (non-streaming) response body.
@@ -69,7 +69,7 @@ func AppendResponse(dst []byte, h Header, text, finish string, u Usage) []byte {
 	dst = append(dst, `,"choices":[{"index":0,`...)
 	dst = appendChoiceText(dst, h.Chat, false, text)
 	dst = append(dst, `,"finish_reason":`...)
-	dst = strconv.AppendQuote(dst, finish)
+	dst = AppendJSONString(dst, finish)
 	dst = append(dst, `}],"usage":`...)
 	dst = AppendUsage(dst, u)
 	return append(dst, '}')
@@ -87,7 +87,7 @@ func AppendChunk(dst []byte, h Header, text, finish string, u *Usage) []byte {
 	if finish == "" {
 		dst = append(dst, "null"...)
 	} else {
-		dst = strconv.AppendQuote(dst, finish)
+		dst = AppendJSONString(dst, finish)
 	}
 	dst = append(dst, `}]`...)
 	if u != nil {
@@ -103,9 +103,9 @@ const Done = "data: [DONE]\n\n"
 // AppendError appends an OpenAI-style JSON error body.
 func AppendError(dst []byte, message, typ string, code int) []byte {
 	dst = append(dst, `{"error":{"message":`...)
-	dst = strconv.AppendQuote(dst, message)
+	dst = AppendJSONString(dst, message)
 	dst = append(dst, `,"type":`...)
-	dst = strconv.AppendQuote(dst, typ)
+	dst = AppendJSONString(dst, typ)
 	dst = append(dst, `,"code":`...)
 	dst = strconv.AppendInt(dst, int64(code), 10)
 	return append(dst, "}}"...)

@@ -281,13 +281,13 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		url = info.URL
 	}
 	b := append(p.buf[:0], `{"request_id":`...)
-	b = appendJSONString(b, p.routeID)
+	b = openai.AppendJSONString(b, p.routeID)
 	b = append(b, `,"worker_id":`...)
 	b = strconv.AppendUint(b, p.dec.Worker.Worker, 10)
 	b = append(b, `,"dp_rank":`...)
 	b = strconv.AppendUint(b, uint64(p.dec.Worker.Dp), 10)
 	b = append(b, `,"url":`...)
-	b = appendJSONString(b, url)
+	b = openai.AppendJSONString(b, url)
 	b = append(b, `,"overlap_blocks":`...)
 	b = strconv.AppendUint(b, uint64(p.dec.Overlap), 10)
 	b = append(b, `,"prompt_blocks":`...)
@@ -325,7 +325,7 @@ func appendCandidate(b []byte, c *sched.Candidate) []byte {
 	b = strconv.AppendBool(b, c.Busy)
 	if c.Excluded != sched.NotExcluded {
 		b = append(b, `,"excluded":`...)
-		b = appendJSONString(b, c.Excluded.String())
+		b = openai.AppendJSONString(b, c.Excluded.String())
 	}
 	b = append(b, `,"chosen":`...)
 	b = strconv.AppendBool(b, c.Chosen)
@@ -337,24 +337,6 @@ func appendFloat(b []byte, f float64) []byte {
 		return append(b, "null"...)
 	}
 	return strconv.AppendFloat(b, f, 'g', -1, 64)
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }
 
 // parseRouteOptions reads /route's optional fields into p and req.
@@ -466,9 +448,9 @@ func (r *Router) routeOp(ctx *fasthttp.RequestCtx, rest []byte) {
 	r.notify(kind, id)
 	var arr [512]byte
 	b := append(arr[:0], `{"request_id":`...)
-	b = appendJSONString(b, rid)
+	b = openai.AppendJSONString(b, rid)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, action)
+	b = openai.AppendJSONString(b, action)
 	b = append(b, "}\n"...)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)

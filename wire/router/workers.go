@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/proxy"
 )
@@ -233,13 +234,13 @@ func (r *Router) workers(ctx *fasthttp.RequestCtx) {
 		b = append(b, `{"worker_id":`...)
 		b = strconv.AppendUint(b, id, 10)
 		b = append(b, `,"url":`...)
-		b = appendJSONString(b, w.URL)
+		b = openai.AppendJSONString(b, w.URL)
 		b = append(b, `,"model":`...)
-		b = appendJSONString(b, w.Model)
+		b = openai.AppendJSONString(b, w.Model)
 		b = append(b, `,"static":`...)
 		b = strconv.AppendBool(b, w.Static)
 		b = append(b, `,"event_transport":`...)
-		b = appendJSONString(b, w.Transport)
+		b = openai.AppendJSONString(b, w.Transport)
 		b = append(b, `,"uptime_seconds":`...)
 		b = strconv.AppendFloat(b, time.Since(w.Joined).Round(time.Millisecond).Seconds(), 'f', 3, 64)
 		health := "ok"
@@ -248,7 +249,7 @@ func (r *Router) workers(ctx *fasthttp.RequestCtx) {
 			health = "busy"
 		}
 		b = append(b, `,"health":`...)
-		b = appendJSONString(b, health)
+		b = openai.AppendJSONString(b, health)
 		b = append(b, `,"ranks":[`...)
 		for j, l := range ranks {
 			if j > 0 {

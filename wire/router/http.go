@@ -202,10 +202,6 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, ErrWorkerGone.Error())
 		return
 	}
-	h := &ctx.Response.Header
-	h.Set(HeaderWorker, strconv.FormatUint(p.dec.Worker.Worker, 10))
-	h.Set(HeaderDpRank, strconv.FormatUint(uint64(p.dec.Worker.Dp), 10))
-	h.Set(HeaderCachedBlocks, strconv.FormatUint(uint64(p.dec.Overlap), 10))
 	start := time.Now()
 	r.proxy.Forward(ctx, info.URL+string(ctx.Path()), body, req.Stream, proxy.Hooks{
 		FirstToken: func() {
@@ -223,7 +219,9 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 			r.notify(opFree, id)
 		},
 	})
-	// Forward answered with the worker's headers; keep ours.
+	// Set after Forward, which resets the response when it answers an
+	// error itself; the headers go out when the handler returns.
+	h := &ctx.Response.Header
 	h.Set(HeaderWorker, strconv.FormatUint(p.dec.Worker.Worker, 10))
 	h.Set(HeaderDpRank, strconv.FormatUint(uint64(p.dec.Worker.Dp), 10))
 	h.Set(HeaderCachedBlocks, strconv.FormatUint(uint64(p.dec.Overlap), 10))

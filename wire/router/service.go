@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -77,7 +78,6 @@ type Service struct {
 	ln       net.Listener
 	admin    *http.Server
 	adminLn  net.Listener
-	served   chan error
 	drained  bool
 	conns    *xsync.Map[net.Conn, struct{}]
 }
@@ -96,7 +96,7 @@ func StartService(cfg ServiceConfig) (s *Service, err error) {
 	}
 	cfg.Router.Logger = cfg.Logger
 	cfg.Index.Logger = cfg.Logger
-	s = &Service{cfg: cfg, served: make(chan error, 1), conns: xsync.NewMap[net.Conn, struct{}]()}
+	s = &Service{cfg: cfg, conns: xsync.NewMap[net.Conn, struct{}]()}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -147,7 +147,11 @@ func StartService(cfg ServiceConfig) (s *Service, err error) {
 	}
 	s.http = s.Router.Server()
 	s.http.ConnState = s.trackConn
-	go func() { s.served <- s.http.Serve(s.ln) }()
+	go func() {
+		if err := s.http.Serve(s.ln); err != nil {
+			cfg.Logger.Error("API listener stopped", "addr", cfg.HTTPAddr, "err", err)
+		}
+	}()
 
 	if cfg.Pprof {
 		if err := s.startAdmin(); err != nil {
@@ -190,11 +194,11 @@ func offsetPort(ep string, off int) string {
 	if err != nil {
 		return ep
 	}
-	var p int
-	if _, err := fmt.Sscanf(port, "%d", &p); err != nil {
+	p, err := strconv.Atoi(port)
+	if err != nil {
 		return ep
 	}
-	return scheme + net.JoinHostPort(host, fmt.Sprint(p+off))
+	return scheme + net.JoinHostPort(host, strconv.Itoa(p+off))
 }
 
 func (s *Service) connectNATS() error {

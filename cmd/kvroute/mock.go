@@ -86,25 +86,13 @@ func runMock(args []string) error {
 
 	url := *natsURL
 	if url == "" {
-		dir := *dataDir
-		if dir == "" {
-			tmp, err := os.MkdirTemp("", "kvroute-mock-nats-")
-			if err != nil {
-				return fmt.Errorf("--data-dir: %w", err)
-			}
-			defer os.RemoveAll(tmp)
-			dir = tmp
-		}
-		s, err := natsembed.Start(natsembed.Config{Host: *host, Port: *natsPort, StoreDir: dir})
+		s, err := natsembed.Open(natsembed.Config{Host: *host, Port: *natsPort, StoreDir: *dataDir})
 		if err != nil {
 			return err
 		}
-		defer func() {
-			s.Shutdown()
-			s.WaitForShutdown()
-		}()
+		defer s.Close()
 		url = s.ClientURL()
-		fmt.Printf("nats %s (embedded, store %s)\n", url, dir)
+		fmt.Printf("nats %s (embedded, store %s)\n", url, s.Dir)
 	}
 	nc, err := nats.Connect(url, nats.Name("kvroute-mock"), nats.MaxReconnects(-1))
 	if err != nil {

@@ -5,6 +5,7 @@ package natsembed
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -48,4 +49,44 @@ func Start(cfg Config) (*server.Server, error) {
 		return nil, fmt.Errorf("natsembed: server on %s:%d not ready after 10s", host, port)
 	}
 	return s, nil
+}
+
+// Embedded is a running embedded server and the store directory it uses;
+// Close shuts it down and removes the directory if Open created it.
+type Embedded struct {
+	*server.Server
+	Dir string // the JetStream store directory
+	tmp bool   // Dir was created by Open
+}
+
+// Open is Start with an optional store directory: an empty cfg.StoreDir
+// gets a temporary directory, removed again by Close.
+func Open(cfg Config) (*Embedded, error) {
+	e := &Embedded{Dir: cfg.StoreDir}
+	if e.Dir == "" {
+		d, err := os.MkdirTemp("", "kvroute-nats-")
+		if err != nil {
+			return nil, fmt.Errorf("natsembed: %w", err)
+		}
+		e.Dir, e.tmp = d, true
+		cfg.StoreDir = d
+	}
+	s, err := Start(cfg)
+	if err != nil {
+		if e.tmp {
+			_ = os.RemoveAll(e.Dir)
+		}
+		return nil, err
+	}
+	e.Server = s
+	return e, nil
+}
+
+// Close shuts the server down, waits for it, and removes a temporary store.
+func (e *Embedded) Close() {
+	e.Shutdown()
+	e.WaitForShutdown()
+	if e.tmp {
+		_ = os.RemoveAll(e.Dir)
+	}
 }

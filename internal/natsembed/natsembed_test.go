@@ -1,6 +1,7 @@
 package natsembed
 
 import (
+	"os"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -23,5 +24,33 @@ func TestStartAndConnect(t *testing.T) {
 	}
 	if _, err := Start(Config{}); err == nil {
 		t.Fatal("a missing store directory must be an error")
+	}
+}
+
+func TestOpenTemporaryStore(t *testing.T) {
+	e, err := Open(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(e.Dir); err != nil {
+		t.Fatalf("store dir: %v", err)
+	}
+	nc, err := nats.Connect(e.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	e.Close()
+	if _, err := os.Stat(e.Dir); !os.IsNotExist(err) {
+		t.Errorf("temporary store %s not removed: %v", e.Dir, err)
+	}
+	kept := t.TempDir()
+	e, err = Open(Config{StoreDir: kept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("a given store dir must be kept: %v", err)
 	}
 }

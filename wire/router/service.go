@@ -9,11 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/puzpuzpuz/xsync/v4"
 	"github.com/valyala/fasthttp"
@@ -72,8 +70,7 @@ type Service struct {
 	Router  *Router
 
 	cfg      ServiceConfig
-	embedded *server.Server
-	tmpDir   string
+	embedded *natsembed.Embedded
 	http     *fasthttp.Server
 	ln       net.Listener
 	admin    *http.Server
@@ -204,17 +201,9 @@ func offsetPort(ep string, off int) string {
 func (s *Service) connectNATS() error {
 	url := s.cfg.NATSURL
 	if url == "" {
-		dir := s.cfg.DataDir
-		if dir == "" {
-			d, err := os.MkdirTemp("", "kvroute-nats-")
-			if err != nil {
-				return err
-			}
-			dir, s.tmpDir = d, d
-		}
-		ns, err := natsembed.Start(natsembed.Config{Host: "127.0.0.1", Port: s.cfg.NATSPort, StoreDir: dir})
+		ns, err := natsembed.Open(natsembed.Config{Host: "127.0.0.1", Port: s.cfg.NATSPort, StoreDir: s.cfg.DataDir})
 		if err != nil {
-			return fmt.Errorf("embedded NATS (--data-dir %s): %w", dir, err)
+			return fmt.Errorf("embedded NATS (--data-dir %q): %w", s.cfg.DataDir, err)
 		}
 		s.embedded = ns
 		url = ns.ClientURL()
@@ -337,14 +326,10 @@ func (s *Service) stop() error {
 		s.NC.Close()
 	}
 	if s.embedded != nil {
-		s.embedded.Shutdown()
-		s.embedded.WaitForShutdown()
+		s.embedded.Close()
 	}
 	if s.Index != nil {
 		errs = append(errs, s.Index.Close())
-	}
-	if s.tmpDir != "" {
-		_ = os.RemoveAll(s.tmpDir)
 	}
 	return errors.Join(errs...)
 }

@@ -14,12 +14,13 @@ import (
 
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/cpuset"
+	"github.com/kvroute/kvroute/node"
+	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
-	"github.com/kvroute/kvroute/wire/router"
 )
 
 // serveOptions are `kvroute serve`'s flags that do not map one to one onto
@@ -175,9 +176,9 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		return cfg, o, err
 	}
 	cfg = router.ServiceConfig{
-		Router: rc, Index: ic, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn,
-		NATSURL: *natsURL, NATSCreds: *natsCreds, NATSCA: *natsCA, NATSCert: *natsCert, NATSKey: *natsKey,
-		DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs, ShutdownGrace: *grace,
+		Router: rc, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn, ShutdownGrace: *grace,
+		Node: node.Config{Index: ic, NATSURL: *natsURL, NATSCreds: *natsCreds, NATSCA: *natsCA, NATSCert: *natsCert,
+			NATSKey: *natsKey, DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs},
 	}
 	return cfg, o, nil
 }

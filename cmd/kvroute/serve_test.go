@@ -65,11 +65,11 @@ func TestServeConfigMapsFlags(t *testing.T) {
 		len(cfg.Router.Workers[0].DpRanks) != 2 || cfg.Router.Workers[0].Capacity.TotalBlocks != 1000 {
 		t.Errorf("static workers %+v", cfg.Router.Workers)
 	}
-	if len(cfg.ZMQWorkers) != 1 || cfg.ZMQWorkers[0].Worker != 9 || cfg.ZMQWorkers[0].DpRank != 1 {
-		t.Errorf("zmq workers %+v", cfg.ZMQWorkers)
+	if len(cfg.Node.ZMQWorkers) != 1 || cfg.Node.ZMQWorkers[0].Worker != 9 || cfg.Node.ZMQWorkers[0].DpRank != 1 {
+		t.Errorf("zmq workers %+v", cfg.Node.ZMQWorkers)
 	}
-	if o.demoFleet != 3 || cfg.Index.Shards != 2 || !cfg.Pprof {
-		t.Errorf("options %+v, index %+v, pprof %v", o, cfg.Index, cfg.Pprof)
+	if o.demoFleet != 3 || cfg.Node.Index.Shards != 2 || !cfg.Pprof {
+		t.Errorf("options %+v, index %+v, pprof %v", o, cfg.Node.Index, cfg.Pprof)
 	}
 }
 

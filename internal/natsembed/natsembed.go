@@ -5,7 +5,9 @@ package natsembed
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -31,6 +33,16 @@ func Start(cfg Config) (*server.Server, error) {
 	port := cfg.Port
 	if port == 0 {
 		port = -1
+	}
+	if port > 0 {
+		// nats-server reports a listen failure only to its log and then
+		// never becomes ready; check the port first so the caller gets
+		// the cause at once.
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return nil, fmt.Errorf("natsembed: %w", err)
+		}
+		_ = ln.Close()
 	}
 	s, err := server.NewServer(&server.Options{
 		Host:      host,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
@@ -84,11 +85,11 @@ func startEnv(t *testing.T, o envOptions) *env {
 		ShutdownGrace: o.grace,
 		Pprof:         o.pprof,
 		AdminAddr:     "127.0.0.1:0",
-		NATSURL:       ns.ClientURL(),
+		Node:          node.Config{NATSURL: ns.ClientURL()},
 		Logger:        quietLogger(),
 	}
 	if o.approx {
-		cfg.Index.Core.Approx = shard.ApproxConfig{TTL: time.Minute, MaxBlocks: 1 << 16}
+		cfg.Node.Index.Core.Approx = shard.ApproxConfig{TTL: time.Minute, MaxBlocks: 1 << 16}
 	}
 	svc, err := StartService(cfg)
 	if err != nil {

@@ -1,0 +1,12 @@
+// Package node provides the part of a kvroute process that every service
+// shares: the NATS connection (an embedded nats-server with JetStream, or an
+// external server or cluster), the sharded KV index (shard.Index) and KV-event
+// ingest (wire/ingest) feeding it from NATS and ZMQ. The router service
+// (package router) and the standalone indexer build on one Node each instead
+// of assembling these parts themselves.
+//
+// Start brings the parts up in dependency order and, on any error, stops what
+// it started (including the embedded server's temporary store) before it
+// returns an error that names the flag at fault. Close stops them in reverse
+// order. A Node is goroutine-safe; its exported fields are for reading.
+package node

@@ -1,0 +1,222 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvroute/kvroute/internal/natsembed"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire/ingest"
+	"github.com/kvroute/kvroute/wire/plane"
+)
+
+// Config configures a Node. Plain data; cmd/kvroute fills it from flags.
+type Config struct {
+	Index shard.Config
+	// BlockSize and Subjects configure ingest (--block-size, --namespace,
+	// --component).
+	BlockSize int
+	Subjects  plane.Subjects
+	// NoEvents (approximate mode, --no-kv-events) builds the ingest but
+	// subscribes to nothing.
+	NoEvents bool
+
+	// NATSURL connects to an external NATS (--nats); empty embeds a
+	// nats-server with JetStream storing in DataDir (--data-dir; empty: a
+	// temporary directory removed at Close) on NATSPort (--nats-port, 0:
+	// random) at 127.0.0.1.
+	NATSURL   string
+	NATSCreds string // --nats-creds: a credentials file
+	NATSCA    string // --nats-tls-ca
+	NATSCert  string // --nats-tls-cert (with NATSKey)
+	NATSKey   string // --nats-tls-key
+	DataDir   string
+	NATSPort  int
+	// NATSConnectTimeout bounds the first connection (default 5 s). Later
+	// losses reconnect forever.
+	NATSConnectTimeout time.Duration
+
+	// ZMQWorkers are engines whose vLLM ZMQ event streams are subscribed
+	// directly (--zmq-worker).
+	ZMQWorkers []ingest.ZMQWorker
+
+	Logger *slog.Logger
+}
+
+// Node is a running NATS connection, index and ingest (see Config).
+type Node struct {
+	NC      *nats.Conn
+	NATSURL string
+	Index   *shard.Index
+	Ingest  *ingest.Ingest
+
+	cfg       Config
+	embedded  *natsembed.Embedded
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start starts a Node. On error everything started so far is stopped and the
+// error names the flag at fault.
+func Start(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.NATSConnectTimeout <= 0 {
+		cfg.NATSConnectTimeout = 5 * time.Second
+	}
+	cfg.Index.Logger = cfg.Logger
+	n := &Node{cfg: cfg}
+	if err := n.start(); err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) start() error {
+	if err := n.connectNATS(); err != nil {
+		return err
+	}
+	var err error
+	if n.Index, err = shard.NewIndex(n.cfg.Index); err != nil {
+		return fmt.Errorf("index (--shards, --cpus): %w", err)
+	}
+	if n.Ingest, err = ingest.New(ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger}, n.Index); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	if n.cfg.NoEvents {
+		return nil
+	}
+	if err := n.Ingest.SubscribeNATS(n.NC); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	for _, z := range n.cfg.ZMQWorkers {
+		if err := n.Ingest.AddZMQ(z); err != nil {
+			return fmt.Errorf("--zmq-worker %d: %w", z.Worker, err)
+		}
+	}
+	return nil
+}
+
+func (n *Node) connectNATS() error {
+	url := n.cfg.NATSURL
+	if url == "" {
+		ns, err := natsembed.Open(natsembed.Config{Host: "127.0.0.1", Port: n.cfg.NATSPort, StoreDir: n.cfg.DataDir})
+		if err != nil {
+			return embeddedError(n.cfg, err)
+		}
+		n.embedded = ns
+		url = ns.ClientURL()
+	}
+	opts := []nats.Option{nats.Name("kvroute"), nats.MaxReconnects(-1), nats.Timeout(n.cfg.NATSConnectTimeout)}
+	if n.cfg.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(n.cfg.NATSCreds))
+	}
+	if n.cfg.NATSCA != "" {
+		opts = append(opts, nats.RootCAs(n.cfg.NATSCA))
+	}
+	if n.cfg.NATSCert != "" || n.cfg.NATSKey != "" {
+		opts = append(opts, nats.ClientCert(n.cfg.NATSCert, n.cfg.NATSKey))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		if n.embedded != nil {
+			return fmt.Errorf("embedded NATS at %s: cannot connect: %w", url, err)
+		}
+		return fmt.Errorf("--nats %s: cannot connect: %w", url, err)
+	}
+	n.NC, n.NATSURL = nc, url
+	return nil
+}
+
+// embeddedError names the flag behind an embedded server that would not
+// start: a busy or forbidden --nats-port, or an unusable --data-dir.
+func embeddedError(cfg Config, err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) || strings.Contains(err.Error(), "listen") || strings.Contains(err.Error(), "address already in use") {
+		return fmt.Errorf("--nats-port %d: embedded NATS cannot listen: %w", cfg.NATSPort, err)
+	}
+	if cfg.DataDir != "" {
+		return fmt.Errorf("--data-dir %q: embedded NATS cannot start: %w", cfg.DataDir, err)
+	}
+	return fmt.Errorf("embedded NATS cannot start: %w", err)
+}
+
+// WorkerJoined subscribes to a registered worker's ZMQ events, if it
+// publishes them there (rank r on the endpoint's port + r).
+func (n *Node) WorkerJoined(reg plane.Registration) {
+	if reg.EventTransport != plane.TransportZMQ || reg.ZMQEndpoint == "" {
+		return
+	}
+	ranks := reg.DpRanks
+	if len(ranks) == 0 {
+		ranks = []uint32{0}
+	}
+	for _, rank := range ranks {
+		z := ingest.ZMQWorker{Worker: reg.WorkerID, DpRank: rank, Model: reg.Model,
+			Endpoint: OffsetPort(reg.ZMQEndpoint, int(rank)), Replay: OffsetPort(reg.ZMQReplay, int(rank))}
+		if err := n.Ingest.AddZMQ(z); err != nil {
+			n.cfg.Logger.Error("cannot subscribe to worker's ZMQ events", "worker", reg.WorkerID, "rank", rank, "err", err)
+		}
+	}
+}
+
+// WorkerLeft stops a worker's ZMQ subscriptions and forgets its event-id
+// tracking.
+func (n *Node) WorkerLeft(id uint64) {
+	n.Ingest.RemoveZMQ(id)
+	n.Ingest.Forget(id)
+}
+
+// OffsetPort adds off to the port of a tcp://host:port endpoint.
+func OffsetPort(ep string, off int) string {
+	if ep == "" || off == 0 {
+		return ep
+	}
+	const scheme = "tcp://"
+	if !strings.HasPrefix(ep, scheme) {
+		return ep
+	}
+	host, port, err := net.SplitHostPort(ep[len(scheme):])
+	if err != nil {
+		return ep
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return ep
+	}
+	return scheme + net.JoinHostPort(host, strconv.Itoa(p+off))
+}
+
+// Close stops ingest, drains and closes the NATS connection, shuts the
+// embedded server down (removing its temporary store), then closes the
+// index. It is safe on a partly started Node and idempotent.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		if n.Ingest != nil {
+			errs = append(errs, n.Ingest.Close())
+		}
+		if n.NC != nil {
+			_ = n.NC.Drain()
+			n.NC.Close()
+		}
+		if n.embedded != nil {
+			n.embedded.Close()
+		}
+		if n.Index != nil {
+			errs = append(errs, n.Index.Close())
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}

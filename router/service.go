@@ -1,0 +1,226 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v4"
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvroute/kvroute/node"
+)
+
+// ServiceConfig configures a whole router process: the shared Node (NATS,
+// the sharded index, KV-event ingest), the Router and its HTTP listeners.
+// Plain data; cmd/kvroute fills it from flags.
+type ServiceConfig struct {
+	Router Config
+	// Node configures NATS, the index and ingest; its BlockSize, Subjects
+	// and NoEvents are taken from Router.
+	Node node.Config
+
+	// HTTPAddr is the API listener (--http-addr). Default 127.0.0.1:8000;
+	// port 0 picks a free port (see Service.Addr).
+	HTTPAddr string
+	// AdminAddr serves /debug/pprof/* and /metrics when Pprof is set
+	// (--admin-addr, --pprof).
+	AdminAddr string
+	Pprof     bool
+
+	// ShutdownGrace bounds how long Close waits for in-flight requests and
+	// streams before cutting them (--shutdown-grace). Default 10 s.
+	ShutdownGrace time.Duration
+
+	Logger *slog.Logger
+}
+
+// Service is a running router process (see ServiceConfig). Its fields are
+// for reading; Close stops everything it started.
+type Service struct {
+	*node.Node
+	Router *Router
+
+	cfg     ServiceConfig
+	http    *fasthttp.Server
+	ln      net.Listener
+	admin   *http.Server
+	adminLn net.Listener
+	drained bool
+	conns   *xsync.Map[net.Conn, struct{}]
+}
+
+// StartService starts a router process. On error everything started so far
+// is stopped (no listener, connection or temporary directory is left
+// behind) and the error names the flag at fault.
+func StartService(cfg ServiceConfig) (*Service, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "127.0.0.1:8000"
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	cfg.Router.Logger = cfg.Logger
+	cfg.Node.Logger = cfg.Logger
+	cfg.Node.BlockSize = cfg.Router.Sched.BlockSize
+	cfg.Node.Subjects = cfg.Router.Subjects
+	cfg.Node.NoEvents = cfg.Router.Approx
+	s := &Service{cfg: cfg, conns: xsync.NewMap[net.Conn, struct{}]()}
+	if err := s.start(); err != nil {
+		_ = s.stop()
+		return nil, err
+	}
+	cfg.Logger.Info("kvroute serving", "http", s.Addr(), "nats", s.NATSURL, "mode", cfg.Router.Sched.Policy.String(), "approx", cfg.Router.Approx)
+	return s, nil
+}
+
+func (s *Service) start() error {
+	cfg := s.cfg
+	// Listeners first: a busy or malformed address is the commonest
+	// start-up error and costs nothing to find before NATS is up.
+	var err error
+	if s.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
+	}
+	if cfg.Pprof {
+		addr := cfg.AdminAddr
+		if addr == "" {
+			addr = "127.0.0.1:6060"
+		}
+		if s.adminLn, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("--admin-addr %s: %w", addr, err)
+		}
+	}
+	if s.Node, err = node.Start(cfg.Node); err != nil {
+		return err
+	}
+	hooks := Hooks{
+		Publish: s.NC.Publish,
+		Metrics: []func(w io.Writer){s.Ingest.WriteMetrics},
+	}
+	if !cfg.Router.Approx {
+		hooks.IngestRunning = s.Ingest.Running
+		hooks.WorkerJoined = s.WorkerJoined
+		hooks.WorkerLeft = s.WorkerLeft
+	}
+	if s.Router, err = New(cfg.Router, s.Index, hooks); err != nil {
+		return err
+	}
+	s.Router.Start()
+	if err := s.Router.SubscribeNATS(s.NC); err != nil {
+		return fmt.Errorf("NATS control plane: %w", err)
+	}
+	s.http = s.Router.Server()
+	s.http.ConnState = s.trackConn
+	go func() {
+		if err := s.http.Serve(s.ln); err != nil {
+			cfg.Logger.Error("API listener stopped", "addr", cfg.HTTPAddr, "err", err)
+		}
+	}()
+	if s.adminLn != nil {
+		s.startAdmin()
+	}
+	return nil
+}
+
+func (s *Service) startAdmin() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		s.Router.WritePrometheus(w)
+	})
+	s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.admin.Serve(s.adminLn) }()
+}
+
+// Addr is the API listener's address (host:port).
+func (s *Service) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// AdminAddr is the admin listener's address, or "" without --pprof.
+func (s *Service) AdminAddr() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return s.adminLn.Addr().String()
+}
+
+// Close shuts down gracefully: the listener stops accepting, in-flight
+// requests and streams get ShutdownGrace to finish (then their connections
+// are cut, which frees their load), the batcher stops, ingest and NATS
+// close, then the index.
+func (s *Service) Close() error {
+	return s.stop()
+}
+
+// Drain stops the API listener and waits, at most ShutdownGrace, for
+// in-flight requests and streams to finish; those still running then are
+// cut (their connections closed, which frees their load). The rest of the
+// service keeps running until Close. Idempotent.
+func (s *Service) Drain() error {
+	if s.http == nil || s.drained {
+		return nil
+	}
+	s.drained = true
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancel()
+	err := s.http.ShutdownWithContext(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Cut what is still running: a stream's next write fails, the
+		// proxy closes the worker connection and frees the request's load.
+		s.conns.Range(func(c net.Conn, _ struct{}) bool {
+			_ = c.Close()
+			return true
+		})
+		return nil
+	}
+	return err
+}
+
+// trackConn keeps the set of open API connections, for Drain to cut.
+func (s *Service) trackConn(c net.Conn, st fasthttp.ConnState) {
+	switch st {
+	case fasthttp.StateNew:
+		s.conns.Store(c, struct{}{})
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		s.conns.Delete(c)
+	}
+}
+
+func (s *Service) stop() error {
+	var errs []error
+	errs = append(errs, s.Drain())
+	if s.admin != nil {
+		_ = s.admin.Close()
+	} else if s.adminLn != nil {
+		_ = s.adminLn.Close()
+	}
+	if s.http == nil && s.ln != nil {
+		_ = s.ln.Close() // never served
+	}
+	if s.Router != nil {
+		errs = append(errs, s.Router.Close())
+	}
+	if s.Node != nil {
+		errs = append(errs, s.Node.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -14,8 +14,12 @@ BASE      ?= HEAD
 
 all: build
 
+# The VCS stamp: from the toolchain where it records one, else from these.
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -modified)
+LDFLAGS   ?= -X main.revision=$(REVISION) -X main.buildTime=$(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+
 build:
-	$(GO) build -o $(BIN)/kvroute ./cmd/kvroute
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kvroute ./cmd/kvroute
 
 test: fmt-check vet test-race test-invariants
 

@@ -24,6 +24,7 @@ func commands() []command {
 		{"mock", "run a simulated vLLM-like fleet", runMock},
 		{"replay", "replay a trace against routing policies and report (offline or online)", runReplay},
 		{"serve", "run the router: HTTP proxy and decision API over the index and scheduler", runServe},
+		{"version", "print the module version, VCS revision and Go version (also --version)", runVersion},
 	}
 }
 
@@ -41,6 +42,10 @@ func main() {
 		if len(os.Args) < 2 {
 			os.Exit(2)
 		}
+		return
+	}
+	if os.Args[1] == "--version" || os.Args[1] == "-version" {
+		writeVersion(os.Stdout)
 		return
 	}
 	for _, c := range commands() {

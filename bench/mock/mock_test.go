@@ -100,6 +100,12 @@ func complete(t testing.TB, url string, prompt []uint32, maxTokens int) completi
 	return c
 }
 
+// generated is the text a worker generates for a prompt of token ids (base
+// model): n tokens, a pure function of the prompt and the position.
+func generated(prompt []uint32, n int) string {
+	return string(appendText(nil, promptDigest(prompt, wire.Seed), 0, n))
+}
+
 func tokens(seed, n int) []uint32 {
 	out := make([]uint32, n)
 	for i := range out {
@@ -133,7 +139,7 @@ func TestCachedTokensFollowSharedPrefix(t *testing.T) {
 		if got := r.Usage.PromptTokensDetails.CachedTokens; got != c.cached {
 			t.Errorf("%s: cached_tokens %d, want %d", c.name, got, c.cached)
 		}
-		if r.Usage.PromptTokens != len(c.prompt) || r.Usage.CompletionTokens != 4 || r.Choices[0].Text != "abcd" {
+		if r.Usage.PromptTokens != len(c.prompt) || r.Usage.CompletionTokens != 4 || r.Choices[0].Text != generated(c.prompt, 4) {
 			t.Errorf("%s: usage %+v text %q", c.name, *r.Usage, r.Choices[0].Text)
 		}
 	}
@@ -208,27 +214,23 @@ func (m *mirror) blocks(k wire.WorkerKey) map[triple]bool {
 	return out
 }
 
-// held returns w's blocks, with local hashes mapped by translate (nil: as is).
-func held(w *Worker, translate func(wire.BlockHash) wire.BlockHash) map[triple]bool {
+// held returns w's blocks.
+func held(w *Worker) map[triple]bool {
 	out := map[triple]bool{}
 	for _, b := range w.Held(nil) {
-		l := b.Local
-		if translate != nil {
-			l = translate(l)
-		}
-		out[triple{engine: b.Engine, parent: b.Parent, hasParent: b.HasParent, local: l}] = true
+		out[triple{engine: b.Engine, parent: b.Parent, hasParent: b.HasParent, local: b.Local}] = true
 	}
 	return out
 }
 
 // waitReproduced polls until the mirror's view of w equals the blocks w
 // holds (w must be idle, so its cache no longer changes).
-func waitReproduced(t *testing.T, m *mirror, w *Worker, translate func(wire.BlockHash) wire.BlockHash) int {
+func waitReproduced(t *testing.T, m *mirror, w *Worker) int {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	k := wire.WorkerKey{Worker: w.ID()}
 	for {
-		want := held(w, translate)
+		want := held(w)
 		got := m.blocks(k)
 		m.mu.Lock()
 		err := m.err
@@ -367,7 +369,7 @@ func TestEventsReproduceCacheOverNATS(t *testing.T) {
 			w := startFleet(t, cfg, nc).Workers()[0]
 			workload(t, w.URL(), 1, 40, cfg.BlockSize)
 			checkPressure(t, w)
-			n := waitReproduced(t, m, w, nil)
+			n := waitReproduced(t, m, w)
 			if n == 0 {
 				t.Fatal("the cache is empty")
 			}
@@ -380,27 +382,15 @@ func TestEventsReproduceCacheOverNATS(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			waitReproduced(t, m, w, nil)
+			waitReproduced(t, m, w)
 			workload(t, w.URL(), 2, 20, cfg.BlockSize)
-			waitReproduced(t, m, w, nil)
+			waitReproduced(t, m, w)
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			if m.tree.Stats().Entries == 0 {
 				t.Fatal("nothing stored after the restart")
 			}
 		})
-	}
-}
-
-// synthLocal maps an engine-internal local hash to the one a vLLM consumer
-// computes: prompt blocks keep theirs, blocks of generated tokens carry
-// synthetic tokens.
-func synthLocal(prompt map[wire.BlockHash]bool, bs int) func(wire.BlockHash) wire.BlockHash {
-	return func(h wire.BlockHash) wire.BlockHash {
-		if prompt[h] {
-			return h
-		}
-		return wire.BlockHashOf(appendSynthetic(nil, h, bs), wire.Seed)
 	}
 }
 
@@ -445,32 +435,28 @@ func subscribeZMQ(t *testing.T, w *Worker, m *mirror) *zmq.Subscriber {
 
 // TestEventsReproduceCacheOverZMQ: the vLLM-format batches a worker
 // publishes on its ZMQ PUB socket, decoded and applied to an empty
-// radix.Tree, reproduce its blocks after eviction, preemption and Restart;
-// with half the batches dropped on the live socket, the subscriber
-// recovers them from the replay socket and the tree is still exact.
+// radix.Tree, reproduce its blocks after eviction, preemption and Restart,
+// under the same local hashes: blocks holding generated tokens carry the
+// tokens the worker generated. With half the batches dropped on the live
+// socket, the subscriber recovers them from the replay socket and the tree
+// is still exact.
 func TestEventsReproduceCacheOverZMQ(t *testing.T) {
 	cfg := smallCache(plane.TransportZMQ)
 	w := startFleet(t, cfg, nil).Workers()[0]
 	m := newMirror(false)
 	s := subscribeZMQ(t, w, m)
-	prompt := workload(t, w.URL(), 3, 40, cfg.BlockSize)
+	workload(t, w.URL(), 3, 40, cfg.BlockSize)
 	checkPressure(t, w)
-	waitReproduced(t, m, w, synthLocal(prompt, cfg.BlockSize))
+	waitReproduced(t, m, w)
 
 	w.SetFaults(0.5, 0)
-	for h := range workload(t, w.URL(), 4, 30, cfg.BlockSize) {
-		prompt[h] = true
-	}
+	workload(t, w.URL(), 4, 30, cfg.BlockSize)
 	w.Restart()
-	for h := range workload(t, w.URL(), 5, 20, cfg.BlockSize) {
-		prompt[h] = true
-	}
+	workload(t, w.URL(), 5, 20, cfg.BlockSize)
 	w.SetFaults(0, 0)
 	// One more request: its live batches reveal any gap at the tail.
-	for h := range workload(t, w.URL(), 6, 1, cfg.BlockSize) {
-		prompt[h] = true
-	}
-	waitReproduced(t, m, w, synthLocal(prompt, cfg.BlockSize))
+	workload(t, w.URL(), 6, 1, cfg.BlockSize)
+	waitReproduced(t, m, w)
 	st := s.Stats()
 	if st.Gaps == 0 || st.Replayed == 0 || st.Lost != 0 {
 		t.Fatalf("subscriber stats %+v: want gaps filled by replay and nothing lost", st)
@@ -526,7 +512,7 @@ func TestStreaming(t *testing.T) {
 		text += c.Choices[0].Text
 		last = c
 	}
-	if !done || len(at) != n || text != "abcdefghijkl" {
+	if !done || len(at) != n || text != generated(tokens(9, 40), n) {
 		t.Fatalf("%d chunks %q done %v, want %d chunks", len(at), text, done, n)
 	}
 	if last.Usage == nil || last.Usage.CompletionTokens != n || last.Usage.PromptTokens != 40 ||
@@ -897,7 +883,7 @@ func TestFaultSwitchesOverNATS(t *testing.T) {
 	cfg.DupFraction = 1
 	w := startFleet(t, cfg, nc).Workers()[0]
 	workload(t, w.URL(), 7, 20, cfg.BlockSize)
-	waitReproduced(t, m, w, nil)
+	waitReproduced(t, m, w)
 	mu.Lock()
 	for id, n := range seen {
 		if n != 2 {

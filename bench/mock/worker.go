@@ -338,8 +338,9 @@ func (w *Worker) SetFaults(drop, dup float64) {
 	w.mu.Unlock()
 }
 
-// Pause stops the engine loop and heartbeats after the current step, as a
-// hung engine would; requests queue. Resume undoes it.
+// Pause stops the engine loop after the current step and the heartbeats at
+// once (none is published after Pause returns), as a hung engine would;
+// requests queue. Resume undoes it.
 func (w *Worker) Pause() {
 	w.mu.Lock()
 	w.mu.paused = true
@@ -428,12 +429,13 @@ func (w *Worker) heartbeat() {
 			return
 		case <-t.C:
 		}
+		// Published under the lock: once Pause returns, no heartbeat
+		// leaves until Resume.
 		w.mu.Lock()
-		paused := w.mu.paused
-		w.mu.Unlock()
-		if !paused {
+		if !w.mu.paused {
 			w.publishRegistration(w.cfg.Subjects.Heartbeat)
 		}
+		w.mu.Unlock()
 	}
 }
 

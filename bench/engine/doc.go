@@ -10,4 +10,10 @@
 // are stamped now+duration. The same core drives a discrete-event simulation
 // (advance a virtual clock by the returned duration) and a live mode (sleep
 // it, scaled by Speedup).
+//
+// Abort ends a request at once, as vLLM aborts one whose client went away:
+// its blocks are freed and nothing is announced. Blocks past the prompt's
+// (its partial tail and the generated tokens) are named by the caller
+// (Request.Output) when it knows the output, so identical requests store the
+// same blocks; otherwise by the request id.
 package engine

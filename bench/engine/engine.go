@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kvroute/kvroute/bench/kvcache"
@@ -36,6 +37,14 @@ type Request struct {
 	Prompt       []wire.BlockHash // local hashes of the prompt's full blocks: len PromptTokens/BlockSize (copied)
 	PromptTokens int              // > 0
 	MaxTokens    int              // output tokens to generate, >= 1
+	// Output, when not empty, holds the local hashes of the full blocks
+	// past the prompt's: (PromptTokens+MaxTokens)/BlockSize - len(Prompt)
+	// of them, covering the prompt's partial tail and the generated tokens
+	// (copied). A caller that knows its output tokens passes their hashes,
+	// so identical requests store identical blocks and a follow-up prompt
+	// that repeats prompt and answer finds them cached. Empty: the engine
+	// names those blocks by the request id, so no two requests share one.
+	Output []wire.BlockHash
 }
 
 // EffectKind is the kind of an Effect.
@@ -82,6 +91,7 @@ type Stats struct {
 	DecodeTokens          uint64 // tokens computed in decode passes
 	Preemptions           uint64
 	Finished              uint64
+	Aborted               uint64 // requests ended by Abort
 }
 
 // StepInfo describes the last non-empty step (plain data).
@@ -183,9 +193,10 @@ func (e *Engine) Idle() bool { return len(e.waiting) == e.whead && len(e.running
 // Submit queues r at time now. The prompt hashes are copied.
 func (e *Engine) Submit(r Request, now time.Duration) error {
 	bs := e.cfg.BlockSize
-	if r.PromptTokens <= 0 || r.MaxTokens < 1 || len(r.Prompt) != r.PromptTokens/bs {
-		return fmt.Errorf("%w: %d prompt tokens, %d hashes at block size %d, %d max tokens",
-			ErrBadRequest, r.PromptTokens, len(r.Prompt), bs, r.MaxTokens)
+	if r.PromptTokens <= 0 || r.MaxTokens < 1 || len(r.Prompt) != r.PromptTokens/bs ||
+		(len(r.Output) != 0 && len(r.Prompt)+len(r.Output) != (r.PromptTokens+r.MaxTokens)/bs) {
+		return fmt.Errorf("%w: %d prompt tokens, %d prompt and %d output hashes at block size %d, %d max tokens",
+			ErrBadRequest, r.PromptTokens, len(r.Prompt), len(r.Output), bs, r.MaxTokens)
 	}
 	if (r.PromptTokens+r.MaxTokens+bs-1)/bs > e.cfg.Capacity {
 		return ErrTooLong
@@ -202,7 +213,7 @@ func (e *Engine) Submit(r Request, now time.Duration) error {
 	}
 	q := &e.reqs[slot]
 	*q = req{
-		id: r.ID, local: append(q.local[:0], r.Prompt...), prompt: r.PromptTokens, nPrompt: len(r.Prompt),
+		id: r.ID, local: append(append(q.local[:0], r.Prompt...), r.Output...), prompt: r.PromptTokens, nPrompt: len(r.Prompt),
 		maxTokens: r.MaxTokens, cached: -1, arrival: now,
 	}
 	e.index[r.ID] = slot
@@ -211,10 +222,10 @@ func (e *Engine) Submit(r Request, now time.Duration) error {
 }
 
 // cover extends q.local to hashes for the first blocks full blocks. Blocks
-// past the prompt's hold output tokens (and the prompt's partial tail); their
-// content is synthetic, so their local hash is a function of the request id
-// and block index: a preempted request recomputes the same blocks and finds
-// them cached.
+// past the prompt's hold output tokens (and the prompt's partial tail); when
+// the request did not name them (Request.Output), their local hash is a
+// function of the request id and block index: a preempted request
+// recomputes the same blocks and finds them cached.
 func (q *req) cover(blocks int) {
 	for i := len(q.local); i < blocks; i++ {
 		q.local = append(q.local, wire.BlockHash(mix(q.id^mix(uint64(i)+0x6f7574707574))))
@@ -388,6 +399,29 @@ func (e *Engine) preempt(slot int32, now time.Duration) {
 	e.waiting = append(e.waiting, 0)
 	copy(e.waiting[1:], e.waiting)
 	e.waiting[0] = slot
+}
+
+// Abort ends request id at once, as vLLM aborts a request whose client
+// disconnected: it leaves the waiting or running queue and its blocks are
+// freed. Its full blocks stay cached until evicted, so nothing is announced
+// (vLLM publishes no event when it frees blocks), and no effect is emitted.
+// Effects of id already in the outbox stay there. It reports whether id was
+// waiting or running. Call it between steps.
+func (e *Engine) Abort(id uint64) bool {
+	slot, ok := e.index[id]
+	if !ok {
+		return false
+	}
+	if i := slices.Index(e.running, slot); i >= 0 {
+		e.running = slices.Delete(e.running, i, i+1)
+	} else if i := slices.Index(e.waiting[e.whead:], slot); i >= 0 {
+		e.waiting = slices.Delete(e.waiting, e.whead+i, e.whead+i+1)
+	}
+	e.kv.Free(id)
+	delete(e.index, id)
+	e.spare = append(e.spare, slot)
+	e.stats.Aborted++
+	return true
 }
 
 // Effects returns the effects since the last Reset, in order.

@@ -399,3 +399,98 @@ func TestRandomWorkload(t *testing.T) {
 		t.Fatalf("%d blocks still in use when idle", used)
 	}
 }
+
+// TestAbort: an aborted request leaves the running or waiting queue, its
+// blocks are freed without an event (full blocks stay cached), no effect
+// names it afterwards, and the engine carries on with the others.
+func TestAbort(t *testing.T) {
+	const bs = 4
+	e := New(Config{Capacity: 64, BlockSize: bs, MaxNumSeqs: 1})
+	var c checker
+	run := Request{ID: 1, Prompt: prompt(1, 1, 4, 0), PromptTokens: 18, MaxTokens: 100}
+	wait := Request{ID: 2, Prompt: prompt(2, 2, 2, 0), PromptTokens: 8, MaxTokens: 3}
+	for _, r := range []Request{run, wait} {
+		if err := e.Submit(r, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Duration(0)
+	for range 10 { // request 1 prefills and decodes; request 2 waits (MaxNumSeqs 1)
+		now += e.Step(now)
+		c.check(t, e)
+		e.Reset()
+	}
+	if w, r := e.Load(); w != 1 || r != 1 {
+		t.Fatalf("waiting %d running %d, want 1 and 1", w, r)
+	}
+	if e.Abort(2) != true || e.Abort(2) != false || e.Abort(99) != false {
+		t.Fatal("Abort of a waiting request, again, and of an unknown one")
+	}
+	if w, r := e.Load(); w != 0 || r != 1 {
+		t.Fatalf("after aborting the waiting request: waiting %d running %d", w, r)
+	}
+	toks, _ := e.KV().Tokens(1)
+	if !e.Abort(1) || !e.Idle() {
+		t.Fatal("Abort of the running request")
+	}
+	if used, _ := e.KV().Usage(); used != 0 || e.KV().Cached() != toks/bs {
+		t.Fatalf("after abort: %d blocks used, %d cached; want 0 used and the %d full blocks cached", used, e.KV().Cached(), toks/bs)
+	}
+	if len(e.Events()) != 0 || len(e.Effects()) != 0 {
+		t.Fatalf("abort announced %v / %v", e.Events(), e.Effects())
+	}
+	c.check(t, e)
+	if e.Step(now) != 0 {
+		t.Fatal("an idle engine stepped")
+	}
+	// The slots are reused; a new request runs to the end.
+	steps := simulate(t, e, &c, []arrival{{now, Request{ID: 1, Prompt: prompt(1, 1, 4, 0), PromptTokens: 18, MaxTokens: 3}}})
+	fin := effectsOf(steps, Finished)
+	if st := e.Stats(); st.Aborted != 2 || st.Finished != 1 || fin[1].OutputTokens != 3 || fin[1].CachedTokens != 16 {
+		t.Fatalf("stats %+v, finished %+v", st, fin)
+	}
+}
+
+// TestOutputHashes: requests that name their output blocks (Request.Output)
+// store the same blocks when they are identical, and a follow-up whose prompt
+// repeats prompt and output finds every computed block cached; without
+// Output, identical requests store distinct output blocks.
+func TestOutputHashes(t *testing.T) {
+	const bs, p, m = 4, 10, 13 // 23 tokens: 5 full blocks, 2 of them the prompt's
+	full := prompt(7, 7, (p+m)/bs, 0)
+	for _, named := range []bool{true, false} {
+		e := New(Config{Capacity: 64, BlockSize: bs})
+		var c checker
+		var arr []arrival
+		for id := range uint64(2) {
+			r := Request{ID: id + 1, Prompt: full[:p/bs], PromptTokens: p, MaxTokens: m}
+			if named {
+				r.Output = full[p/bs:]
+			}
+			arr = append(arr, arrival{time.Duration(id) * time.Second, r})
+		}
+		simulate(t, e, &c, arr)
+		// The last generated token's KV is never computed: 22 tokens, 5 blocks.
+		want := (p + m - 1) / bs
+		if !named {
+			want = p/bs + 2*(want-p/bs)
+		}
+		if got := e.KV().Cached(); got != want {
+			t.Fatalf("named %v: %d blocks cached, want %d", named, got, want)
+		}
+		if !named {
+			continue
+		}
+		if got := e.KV().Match(full); got != (p+m-1)/bs {
+			t.Fatalf("the output's blocks are not cached under their names: %d of %d match", got, len(full))
+		}
+		steps := simulate(t, e, &c, []arrival{{10 * time.Second, Request{ID: 3, Prompt: full, PromptTokens: len(full)*bs + 2, MaxTokens: 1}}})
+		if got := effectsOf(steps, FirstToken)[3].CachedTokens; got != (p+m-1)/bs*bs {
+			t.Fatalf("follow-up cached %d tokens, want %d", got, (p+m-1)/bs*bs)
+		}
+	}
+	e := New(Config{Capacity: 64, BlockSize: bs})
+	if err := e.Submit(Request{ID: 1, Prompt: full[:2], PromptTokens: p, MaxTokens: m, Output: full[2:4]}, 0); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("short Output: %v", err)
+	}
+}

@@ -24,9 +24,42 @@
 // sequence (a decoding sequence of P prompt tokens holding T tokens has
 // produced T-P+1 output tokens), so chunks leave as the engine's steps
 // produce them, never ahead of the engine (a preempted request's stream
-// pauses while it recomputes). Each generated token is the one-byte text
-// "a".."z". The last chunk carries finish_reason "length" and usage with
-// prompt_tokens_details.cached_tokens, followed by "data: [DONE]".
+// pauses while it recomputes). The last chunk carries finish_reason "length"
+// and usage with prompt_tokens_details.cached_tokens, followed by
+// "data: [DONE]".
+//
+// # Generated tokens
+//
+// Output is a pure function of the prompt and the position, as greedy
+// sampling is on a real engine: token i is a lowercase ASCII letter derived
+// from the xxh3 hash of all the prompt's tokens (under the LoRA seed) and i,
+// with no randomness. Its text is that one byte, which the bytes tokenizer
+// maps back to the same token id. The worker hashes prompt and output
+// together when a request arrives, so the blocks holding the prompt's tail
+// and the generated tokens are stored under the local hashes a router
+// computes for them: two identical requests store the same blocks, and a
+// follow-up prompt that repeats a prompt and its answer (the next turn of a
+// chat, whose ChatML template repeats both) finds the answer's blocks cached,
+// up to the last token whose KV was computed (the final token's never is).
+//
+// # Client disconnects
+//
+// A request whose client goes away is aborted in the engine, as vLLM aborts
+// it: it leaves the waiting or running queue and its blocks are freed (full
+// ones stay cached until evicted), and no KV event is published for the
+// abort (vLLM announces nothing when it frees blocks; later evictions are
+// Removed events as usual); the next load message shows it gone. The worker
+// notices the client's connection closing (it peeks at the socket while the
+// request runs, on Linux and macOS) and, when streaming, a chunk that fails
+// to write.
+//
+// # Validation
+//
+// Bodies are parsed by openai.Parse, which rejects, with a 400 naming the
+// field, wrongly typed or out-of-range fields as vLLM does (max_tokens ≥ 1,
+// n ≥ 1, temperature ≥ 0, top_p in (0, 1], stream a boolean, ...). n > 1 is
+// answered 400 "n > 1 is not supported": a worker generates one choice per
+// request.
 //
 // # Prompts
 //
@@ -43,12 +76,9 @@
 // event-plane message per event on Subjects.KVEvents. Native: one batch per
 // engine step on Subjects.KVEventsNative. ZMQ: one vLLM batch per step on a
 // PUB socket with topic kv@<worker>@<model>, and a replay ROUTER socket. A
-// vLLM event carries token ids, not hashes: prompt blocks carry their real
-// tokens; blocks holding generated tokens carry synthetic tokens derived
-// from the engine's internal hash of the block (the engine model does not
-// keep output token ids), so a vLLM consumer sees those blocks under the
-// local hash of the synthetic tokens. LoRA names are not carried in vLLM
-// events.
+// vLLM event carries token ids, not hashes: every block carries its real
+// tokens, prompt and generated alike, so a vLLM consumer computes the same
+// local hashes as the worker. LoRA names are not carried in vLLM events.
 //
 // # Faults
 //

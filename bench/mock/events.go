@@ -96,8 +96,9 @@ func (o *outbox) encodeVLLM(w *Worker, evs []wire.Event) {
 	clear(o.vb.Events)
 }
 
-// appendSynthetic appends the stand-in token ids of a block that holds
-// generated tokens (the engine model keeps only a hash of it).
+// appendSynthetic appends stand-in token ids for a stored block whose
+// tokens the worker no longer knows. It is not expected: a block is stored
+// while a running call, which references its tokens, fills it.
 func appendSynthetic(dst []uint32, local wire.BlockHash, bs int) []uint32 {
 	x := uint64(local)
 	for range bs {

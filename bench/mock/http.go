@@ -59,6 +59,10 @@ func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 		w.badRequest(ctx, "prompt is empty")
 		return
 	}
+	if req.N > 1 {
+		w.badRequest(ctx, fmt.Sprintf("n > 1 is not supported: the simulated engine generates one choice per request (n = %d)", req.N))
+		return
+	}
 	maxTokens := req.MaxTokens
 	if maxTokens == 0 {
 		maxTokens = DefaultMaxTokens
@@ -81,8 +85,13 @@ func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 		ID:    "cmpl-mock-" + strconv.FormatUint(w.cfg.ID, 10) + "-" + strconv.FormatUint(c.id, 10),
 		Model: model, Created: time.Now().Unix(), Chat: chat,
 	}
+	// A client that disconnects has its request aborted in the engine, as
+	// vLLM does: noticed when its connection closes, or when a streamed
+	// chunk fails to write.
+	stop := watchClose(ctx.Conn(), func() { w.abort(c) })
 	if !req.Stream {
 		w.respond(ctx, c, h)
+		stop()
 		return
 	}
 	w.mu.Lock()
@@ -90,13 +99,13 @@ func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	w.mu.Unlock()
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) { w.stream(bw, c, h) })
+	// fasthttp runs the writer in its own goroutine, writing into a pipe
+	// that the server copies to the connection while the watch goes on.
+	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer stop()
+		w.stream(bw, c, h)
+	})
 }
-
-// tokenText is the text of the i-th generated token.
-func tokenText(i int) string { return letters[i%26 : i%26+1] }
-
-const letters = "abcdefghijklmnopqrstuvwxyz"
 
 // wait blocks until c made progress past emitted tokens or ended, and
 // returns its state.
@@ -114,27 +123,31 @@ func (w *Worker) wait(c *call, emitted int) (n, cached int, done bool, err error
 
 func (w *Worker) respond(ctx *fasthttp.RequestCtx, c *call, h openai.Header) {
 	n, cached, _, err := w.wait(c, c.max)
-	if err != nil {
+	switch {
+	case errors.Is(err, errClientGone):
+		ctx.SetConnectionClose()
+		return
+	case err != nil:
 		w.fail(ctx, fasthttp.StatusServiceUnavailable, err.Error(), "server_error")
 		return
 	}
-	text := make([]byte, 0, n)
-	for i := range n {
-		text = append(text, tokenText(i)...)
-	}
+	text := appendText(make([]byte, 0, n), c.digest, 0, n)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(openai.AppendResponse(nil, h, string(text), "length",
 		openai.Usage{PromptTokens: c.prompt, CompletionTokens: n, CachedTokens: cached}))
 }
 
 // stream writes one SSE chunk per generated token as the engine produces
-// them. A write error (the client went away) stops the stream; the engine
-// model cannot abort a request, so it runs to completion.
+// them. A write error (the client went away) stops the stream and aborts the
+// request in the engine.
 func (w *Worker) stream(bw *bufio.Writer, c *call, h openai.Header) {
 	var buf []byte
 	sent := 0
 	for {
 		n, cached, done, err := w.wait(c, sent)
+		if errors.Is(err, errClientGone) {
+			return
+		}
 		if err != nil {
 			buf = append(buf[:0], "data: "...)
 			buf = openai.AppendError(buf, err.Error(), "server_error", fasthttp.StatusServiceUnavailable)
@@ -148,17 +161,22 @@ func (w *Worker) stream(bw *bufio.Writer, c *call, h openai.Header) {
 			if done && sent == n-1 {
 				break
 			}
-			buf = openai.AppendChunk(buf, h, tokenText(sent), "", nil)
+			buf = openai.AppendChunk(buf, h, tokenText(c.digest, sent), "", nil)
 		}
 		if done {
 			u := openai.Usage{PromptTokens: c.prompt, CompletionTokens: n, CachedTokens: cached}
-			buf = openai.AppendChunk(buf, h, tokenText(n-1), "length", &u)
+			buf = openai.AppendChunk(buf, h, tokenText(c.digest, n-1), "length", &u)
 			buf = append(buf, openai.Done...)
 		}
-		if _, err := bw.Write(buf); err != nil {
+		_, err = bw.Write(buf)
+		if err == nil {
+			err = bw.Flush()
+		}
+		if err != nil {
+			w.abort(c)
 			return
 		}
-		if err := bw.Flush(); err != nil || done {
+		if done {
 			return
 		}
 	}

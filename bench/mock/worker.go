@@ -25,6 +25,9 @@ import (
 var (
 	ErrClosed    = errors.New("mock: worker closed")
 	ErrRestarted = errors.New("mock: worker restarted")
+	// errClientGone ends a call whose client disconnected (aborted in the
+	// engine; nobody reads the answer).
+	errClientGone = errors.New("mock: client disconnected")
 )
 
 // WorkerConfig configures one Worker (plain data, copied by StartWorker).
@@ -87,17 +90,19 @@ func (c *WorkerConfig) defaults() {
 	}
 }
 
-// call is one HTTP request in the engine. Fields after id are guarded by
+// call is one HTTP request in the engine. Fields after ring are guarded by
 // Worker.mu.
 type call struct {
 	id      uint64
 	prompt  int
 	max     int
-	local   []wire.BlockHash // prompt block hashes (token map references, ZMQ only)
+	digest  uint64           // names the prompt for generation (genToken)
+	local   []wire.BlockHash // hashes of the full blocks of prompt and output (token map references, ZMQ only)
 	ring    chan struct{}    // one-slot doorbell: progress was made
 	first   bool
 	cached  int
 	emitted int   // output tokens produced so far
+	gone    bool  // the client disconnected: queued in Worker.mu.aborts
 	done    bool  // finished or failed
 	err     error // why it failed
 }
@@ -111,6 +116,7 @@ type tokEntry struct {
 // counters are a Worker's request counters (guarded by Worker.mu).
 type counters struct {
 	requests, streams, failed, badRequests uint64
+	aborted                                uint64 // clients that disconnected before the end
 	promptTokens, completionTokens         uint64
 	cachedTokens                           uint64
 }
@@ -138,6 +144,7 @@ type Worker struct {
 		sync.Mutex
 		eng     *engine.Engine
 		calls   map[uint64]*call
+		aborts  []*call // calls whose client went away, for the engine loop
 		toks    map[wire.BlockHash]*tokEntry
 		nextID  uint64
 		paused  bool
@@ -331,8 +338,9 @@ func (w *Worker) SetFaults(drop, dup float64) {
 	w.mu.Unlock()
 }
 
-// Pause stops the engine loop and heartbeats after the current step, as a
-// hung engine would; requests queue. Resume undoes it.
+// Pause stops the engine loop after the current step and the heartbeats at
+// once (none is published after Pause returns), as a hung engine would;
+// requests queue. Resume undoes it.
 func (w *Worker) Pause() {
 	w.mu.Lock()
 	w.mu.paused = true
@@ -421,25 +429,34 @@ func (w *Worker) heartbeat() {
 			return
 		case <-t.C:
 		}
+		// Published under the lock: once Pause returns, no heartbeat
+		// leaves until Resume.
 		w.mu.Lock()
-		paused := w.mu.paused
-		w.mu.Unlock()
-		if !paused {
+		if !w.mu.paused {
 			w.publishRegistration(w.cfg.Subjects.Heartbeat)
 		}
+		w.mu.Unlock()
 	}
 }
 
-// submit hashes tokens and queues a request; the call's ring is signalled on
-// progress.
+// submit hashes tokens and the output they will generate, and queues a
+// request; the call's ring is signalled on progress.
 func (w *Worker) submit(tokens []uint32, maxTokens int, lora []byte) (*call, error) {
 	bs := w.cfg.BlockSize
+	if (len(tokens)+maxTokens+bs-1)/bs > w.cfg.KVBlocks {
+		return nil, engine.ErrTooLong // before materializing up to 2^24 output tokens
+	}
 	seed := wire.Seed
 	if len(lora) > 0 {
 		seed = wire.LoRASeedBytes(lora)
 	}
-	c := &call{prompt: len(tokens), max: maxTokens, ring: make(chan struct{}, 1)}
-	c.local = wire.LocalHashes(make([]wire.BlockHash, 0, len(tokens)/bs), tokens, bs, seed)
+	c := &call{prompt: len(tokens), max: maxTokens, ring: make(chan struct{}, 1), digest: promptDigest(tokens, seed)}
+	// The blocks past the prompt's hold its tail and the generated tokens,
+	// known in advance (see gen.go): the engine stores them under the hashes
+	// a router computes for a prompt that repeats them.
+	all := appendOutput(append(make([]uint32, 0, len(tokens)+maxTokens), tokens...), c.digest, maxTokens)
+	c.local = wire.LocalHashes(make([]wire.BlockHash, 0, len(all)/bs), all, bs, seed)
+	np := len(tokens) / bs
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.mu.closed {
@@ -447,7 +464,7 @@ func (w *Worker) submit(tokens []uint32, maxTokens int, lora []byte) (*call, err
 	}
 	w.mu.nextID++
 	c.id = w.mu.nextID
-	if err := w.mu.eng.Submit(engine.Request{ID: c.id, Prompt: c.local, PromptTokens: len(tokens), MaxTokens: maxTokens}, time.Since(w.epoch)); err != nil {
+	if err := w.mu.eng.Submit(engine.Request{ID: c.id, Prompt: c.local[:np], Output: c.local[np:], PromptTokens: len(tokens), MaxTokens: maxTokens}, time.Since(w.epoch)); err != nil {
 		return nil, err
 	}
 	w.mu.calls[c.id] = c
@@ -455,7 +472,7 @@ func (w *Worker) submit(tokens []uint32, maxTokens int, lora []byte) (*call, err
 		for i, h := range c.local {
 			e := w.mu.toks[h]
 			if e == nil {
-				e = &tokEntry{tokens: append([]uint32(nil), tokens[i*bs:(i+1)*bs]...)}
+				e = &tokEntry{tokens: append([]uint32(nil), all[i*bs:(i+1)*bs]...)}
 				w.mu.toks[h] = e
 			}
 			e.refs++
@@ -480,9 +497,12 @@ func (w *Worker) endLocked(c *call, err error) {
 			}
 		}
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errClientGone):
+		w.mu.c.aborted++
+	case err != nil:
 		w.mu.c.failed++
-	} else {
+	default:
 		w.mu.c.completionTokens += uint64(c.emitted)
 		w.mu.c.cachedTokens += uint64(c.cached)
 	}
@@ -494,6 +514,32 @@ func notify(c *call) {
 	case c.ring <- struct{}{}:
 	default:
 	}
+}
+
+// abort asks the engine loop to abort c, whose client went away; the loop
+// does it between steps, after the last step's events are encoded (they may
+// need c's token map entries).
+func (w *Worker) abort(c *call) {
+	w.mu.Lock()
+	if !c.done && !c.gone {
+		c.gone = true
+		w.mu.aborts = append(w.mu.aborts, c)
+	}
+	w.mu.Unlock()
+	w.ring()
+}
+
+// abortLocked aborts the queued calls in the engine (vLLM's abort_request:
+// blocks freed, nothing announced) and ends them.
+func (w *Worker) abortLocked() {
+	for i, c := range w.mu.aborts {
+		if !c.done {
+			w.mu.eng.Abort(c.id)
+			w.endLocked(c, errClientGone)
+		}
+		w.mu.aborts[i] = nil
+	}
+	w.mu.aborts = w.mu.aborts[:0]
 }
 
 func (w *Worker) failAllLocked(err error) {
@@ -524,6 +570,9 @@ func (w *Worker) loop() {
 				return
 			}
 			continue
+		}
+		if len(w.mu.aborts) > 0 {
+			w.abortLocked()
 		}
 		now := max(time.Since(w.epoch), next)
 		d := w.mu.eng.Step(now)

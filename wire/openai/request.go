@@ -52,7 +52,8 @@ type Request struct {
 	Chat      bool
 	Model     []byte
 	Tokens    []uint32 // the prompt as token ids (given, or tokenized)
-	MaxTokens int      // 0 when absent
+	MaxTokens int      // ≥ 1; 0 when absent
+	N         int      // choices requested ("n", ≥ 1); 0 when absent
 	Stream    bool
 	// Router extensions (ignored by engines): a caller's request id and the LoRA adapter name.
 	RequestID []byte
@@ -67,6 +68,7 @@ func (r *Request) Reset() {
 	r.Model = r.Model[:0]
 	r.Tokens = r.Tokens[:0]
 	r.MaxTokens = 0
+	r.N = 0
 	r.Stream = false
 	r.RequestID = r.RequestID[:0]
 	r.LoRA = r.LoRA[:0]
@@ -105,22 +107,119 @@ func Parse(body []byte, chat bool, tok Tokenizer, r *Request) error {
 	return ParsePrompt(v, tok, r)
 }
 
+// field is a numeric request field and the range vLLM's SamplingParams
+// accepts for it.
+type field struct {
+	name    string
+	integer bool
+	lo, hi  float64
+	loOpen  bool   // lo itself is out of range
+	rule    string // the range in words, for the error
+}
+
+// numeric are the numeric fields Parse checks. max_tokens must be ≥ 1 (vLLM:
+// "max_tokens must be at least 1"); the bound of 2^24 keeps it an int
+// anywhere. top_k -1 and 0 both disable it (vLLM has used either).
+var numeric = [...]field{
+	{"max_tokens", true, 1, 1 << 24, false, "an integer in [1, 16777216]"},
+	{"max_completion_tokens", true, 1, 1 << 24, false, "an integer in [1, 16777216]"},
+	{"n", true, 1, 1 << 24, false, "an integer ≥ 1"},
+	{"best_of", true, 1, 1 << 24, false, "an integer ≥ 1"},
+	{"min_tokens", true, 0, 1 << 24, false, "an integer ≥ 0"},
+	{"temperature", false, 0, math.MaxFloat64, false, "a number ≥ 0"},
+	{"top_p", false, 0, 1, true, "a number in (0, 1]"},
+	{"top_k", true, -1, math.MaxInt32, false, "an integer ≥ -1 (-1 or 0: disabled)"},
+	{"min_p", false, 0, 1, false, "a number in [0, 1]"},
+	{"presence_penalty", false, -2, 2, false, "a number in [-2, 2]"},
+	{"frequency_penalty", false, -2, 2, false, "a number in [-2, 2]"},
+	{"repetition_penalty", false, 0, math.MaxFloat64, true, "a number > 0"},
+	{"seed", true, math.MinInt64, math.MaxInt64, false, "an integer"},
+	{"top_logprobs", true, 0, 1 << 24, false, "an integer ≥ 0"},
+}
+
+// brief is a rejected value as an error shows it: its JSON, cut at 40 bytes.
+func brief(v *fastjson.Value) string {
+	s := v.String()
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return s
+}
+
+// checkNumber checks field f of v; it returns the value and whether it is
+// present (null counts as absent).
+func checkNumber(v *fastjson.Value, f *field) (float64, bool, error) {
+	x := v.Get(f.name)
+	if x == nil || x.Type() == fastjson.TypeNull {
+		return 0, false, nil
+	}
+	n, err := x.Float64()
+	if err != nil || n < f.lo || (f.loOpen && n == f.lo) || n > f.hi || (f.integer && n != math.Trunc(n)) {
+		return 0, false, fmt.Errorf("%w: %s must be %s, got %s", ErrBadRequest, f.name, f.rule, brief(x))
+	}
+	return n, true, nil
+}
+
+// parseCommon reads the fields both endpoints share and rejects, with the
+// field named, sampling parameters vLLM would reject: a wrong JSON type (no
+// string-to-number or string-to-boolean coercion) or a value out of range.
+// The router and the simulated engines do not sample, but a request an
+// engine refuses is better refused before it is routed.
 func parseCommon(v *fastjson.Value, r *Request) error {
-	for _, name := range [...]string{"max_tokens", "max_completion_tokens"} {
-		mt := v.Get(name)
-		if mt == nil || mt.Type() == fastjson.TypeNull {
+	minTokens := -1
+	for i := range numeric {
+		f := &numeric[i]
+		n, ok, err := checkNumber(v, f)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			continue
 		}
-		f, err := mt.Float64()
-		if err != nil || f < 0 || f != math.Trunc(f) || f > 1<<24 {
-			return fmt.Errorf("%w: %s must be a non-negative integer ≤ 16777216", ErrBadRequest, name)
+		switch f.name {
+		case "max_tokens", "max_completion_tokens":
+			r.MaxTokens = int(n)
+		case "n":
+			r.N = int(n)
+		case "min_tokens":
+			minTokens = int(n)
 		}
-		r.MaxTokens = int(f)
+	}
+	if r.MaxTokens > 0 && minTokens > r.MaxTokens {
+		return fmt.Errorf("%w: min_tokens must be ≤ max_tokens (%d), got %d", ErrBadRequest, r.MaxTokens, minTokens)
+	}
+	for _, name := range [...]string{"ignore_eos", "echo", "skip_special_tokens"} {
+		if b := v.Get(name); b != nil && b.Type() != fastjson.TypeNull && b.Type() != fastjson.TypeTrue && b.Type() != fastjson.TypeFalse {
+			return fmt.Errorf("%w: %s must be a boolean, got %s", ErrBadRequest, name, brief(b))
+		}
+	}
+	if st := v.Get("stop"); st != nil {
+		switch st.Type() {
+		case fastjson.TypeNull, fastjson.TypeString:
+		case fastjson.TypeArray:
+			for i, e := range st.GetArray() {
+				if e.Type() != fastjson.TypeString {
+					return fmt.Errorf("%w: stop[%d] must be a string, got %s", ErrBadRequest, i, brief(e))
+				}
+			}
+		default:
+			return fmt.Errorf("%w: stop must be a string or an array of strings, got %s", ErrBadRequest, brief(st))
+		}
+	}
+	// logprobs: a count of top tokens on /v1/completions, a boolean on chat.
+	if lp := v.Get("logprobs"); lp != nil && lp.Type() != fastjson.TypeNull {
+		if r.Chat {
+			if lp.Type() != fastjson.TypeTrue && lp.Type() != fastjson.TypeFalse {
+				return fmt.Errorf("%w: logprobs must be a boolean, got %s", ErrBadRequest, brief(lp))
+			}
+		} else if _, _, err := checkNumber(v, &field{"logprobs", true, 0, 1 << 24, false, "an integer ≥ 0"}); err != nil {
+			return err
+		}
 	}
 	if s := v.Get("stream"); s != nil && s.Type() != fastjson.TypeNull {
 		b, err := s.Bool()
 		if err != nil {
-			return fmt.Errorf("%w: stream must be a boolean", ErrBadRequest)
+			return fmt.Errorf("%w: stream must be a boolean, got %s", ErrBadRequest, brief(s))
 		}
 		r.Stream = b
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/proxy"
 )
 
 const testBlockSize = 16
@@ -46,6 +47,16 @@ type envOptions struct {
 	maxBatch  int
 	grace     time.Duration
 	pprof     bool
+	// readyDelay is ShutdownReadyDelay; 0 here means none (tests close
+	// many services).
+	readyDelay time.Duration
+	// static are static workers (--worker); proxy and health tune the
+	// proxy and the passive health checks.
+	static []StaticWorker
+	proxy  proxy.Config
+	health func(*Config)
+	// noFleet starts no simulated fleet.
+	noFleet bool
 }
 
 func quietLogger() *slog.Logger {
@@ -69,6 +80,9 @@ func startEnv(t *testing.T, o envOptions) *env {
 	if o.kvBlocks == 0 {
 		o.kvBlocks = 4096
 	}
+	if o.readyDelay == 0 {
+		o.readyDelay = -1
+	}
 	ns := natstest.Server(t)
 	subj, err := plane.SubjectsFor("test", "backend")
 	if err != nil {
@@ -80,13 +94,18 @@ func startEnv(t *testing.T, o envOptions) *env {
 		o.sched(&sc)
 	}
 	cfg := ServiceConfig{
-		Router:        Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second},
-		HTTPAddr:      "127.0.0.1:0",
-		ShutdownGrace: o.grace,
-		Pprof:         o.pprof,
-		AdminAddr:     "127.0.0.1:0",
-		Node:          node.Config{NATSURL: ns.ClientURL()},
-		Logger:        quietLogger(),
+		Router: Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second,
+			Workers: o.static, Proxy: o.proxy},
+		HTTPAddr:           "127.0.0.1:0",
+		ShutdownGrace:      o.grace,
+		ShutdownReadyDelay: o.readyDelay,
+		Pprof:              o.pprof,
+		AdminAddr:          "127.0.0.1:0",
+		Node:               node.Config{NATSURL: ns.ClientURL()},
+		Logger:             quietLogger(),
+	}
+	if o.health != nil {
+		o.health(&cfg.Router)
 	}
 	if o.approx {
 		cfg.Node.Index.Core.Approx = shard.ApproxConfig{TTL: time.Minute, MaxBlocks: 1 << 16}
@@ -101,6 +120,9 @@ func startEnv(t *testing.T, o envOptions) *env {
 			t.Errorf("service close: %v", err)
 		}
 	})
+	if o.noFleet {
+		return e
+	}
 	transport := o.transport
 	if o.approx {
 		transport = plane.TransportNone

@@ -175,11 +175,11 @@ func (n *Node) onDisconnect(nc *nats.Conn, err error) {
 }
 
 func (n *Node) onReconnect(nc *nats.Conn) {
-	n.reconnects.Add(1)
 	marked := 0
 	if in := n.ingest.Load(); in != nil {
 		marked = in.MarkReconnected()
 	}
+	n.reconnects.Add(1) // after marking: a scrape that sees it sees the marks
 	n.cfg.Logger.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted(), "reconnects", n.reconnects.Load())
 	n.cfg.Logger.Warn("KV events published while NATS was disconnected are lost; the index may lack or keep stale blocks until the workers' next events",
 		"tracked_worker_ranks", marked)

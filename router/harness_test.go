@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/bench/mock"
@@ -33,6 +34,7 @@ type env struct {
 	svc   *Service
 	fleet *mock.Fleet
 	nc    *nats.Conn // the test's own connection
+	ns    *server.Server
 	subj  plane.Subjects
 	url   string
 }
@@ -101,7 +103,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		ShutdownReadyDelay: o.readyDelay,
 		Pprof:              o.pprof,
 		AdminAddr:          "127.0.0.1:0",
-		Node:               node.Config{NATSURL: ns.ClientURL()},
+		Node:               node.Config{NATSURL: ns.ClientURL(), NATSReconnectWait: 50 * time.Millisecond},
 		Logger:             quietLogger(),
 	}
 	if o.health != nil {
@@ -114,7 +116,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, svc: svc, nc: natstest.Connect(t, ns), subj: subj, url: "http://" + svc.Addr()}
+	e := &env{t: t, svc: svc, nc: natstest.Connect(t, ns), ns: ns, subj: subj, url: "http://" + svc.Addr()}
 	t.Cleanup(func() {
 		if err := svc.Close(); err != nil {
 			t.Errorf("service close: %v", err)

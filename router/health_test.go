@@ -127,7 +127,9 @@ func staticFleet(t *testing.T, n int) ([]*front, []StaticWorker) {
 func roundRobin(c *sched.Config) { c.Policy = sched.PolicyRoundRobin }
 
 // fastProbes makes down workers probed every 20 ms up to 100 ms.
-func fastProbes(c *Config) { c.ProbeInterval, c.ProbeMaxInterval = 20*time.Millisecond, 100*time.Millisecond }
+func fastProbes(c *Config) {
+	c.ProbeInterval, c.ProbeMaxInterval = 20*time.Millisecond, 100*time.Millisecond
+}
 
 // health returns a worker's health in /workers ("" if absent).
 func (e *env) health(id uint64) string {
@@ -320,4 +322,101 @@ func TestSilentWorkerFirstByteTimeout(t *testing.T) {
 	if v := e.metric("kvroute_worker_ejections_total"); v != 1 {
 		t.Errorf("kvroute_worker_ejections_total = %v, want 1", v)
 	}
+}
+
+// A registered worker whose URL refuses connections keeps heartbeating, so
+// it stays registered, but after its first failure it is down and draws no
+// traffic; its heartbeats do not put it back.
+func TestRegisteredWorkerRefusingIsEjected(t *testing.T) {
+	e := startEnv(t, envOptions{workers: 2, sched: roundRobin, health: func(c *Config) {
+		c.ProbeInterval, c.ProbeMaxInterval = time.Hour, time.Hour // only passive: no probe can bring it back
+	}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + ln.Addr().String()
+	ln.Close()
+	reg := plane.Registration{WorkerID: 50, URL: refused, DpRanks: []uint32{0}, BlockSize: testBlockSize, KVBlocks: 4096,
+		EventTransport: plane.TransportDynamo, HeartbeatMillis: 50}
+	stop := make(chan struct{})
+	beats := make(chan struct{})
+	go func() {
+		defer close(beats)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_ = e.nc.Publish(e.subj.Heartbeat, plane.Encode(&reg))
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	defer func() { close(stop); <-beats }()
+	e.waitWorkers(3)
+	for i := range 3 { // round-robin: one of them is decided onto worker 50
+		if code, w, body := e.try(i); code != 200 || w == "50" {
+			t.Fatalf("request %d: %d from %q: %s", i, code, w, body)
+		}
+	}
+	if e.health(50) != "down" {
+		t.Fatalf("worker 50 is %q, want down", e.health(50))
+	}
+	retries := e.metric("kvroute_proxy_retries_total")
+	for i := range 12 {
+		if code, w, body := e.try(100 + i); code != 200 || w == "50" {
+			t.Fatalf("request %d: %d from %q: %s", i, code, w, body)
+		}
+	}
+	if v := e.metric("kvroute_proxy_retries_total"); v != retries || retries != 1 {
+		t.Errorf("retries %v then %v, want 1 and no more", retries, v)
+	}
+	if h := e.health(50); h != "down" {
+		t.Errorf("worker 50 is %q after more heartbeats, want down", h)
+	}
+}
+
+// treeBlocks is the number of blocks the index holds for worker.
+func (e *env) treeBlocks(worker uint64) uint32 {
+	ws, err := e.svc.Index.Workers(nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, w := range ws {
+		if w.Worker.Worker == worker {
+			return w.TreeSize
+		}
+	}
+	return 0
+}
+
+// A down worker keeps its blocks in the index (it may come back with its
+// cache) until it has been down for ForgetAfter.
+func TestDownWorkerKeepsIndexUntilForgotten(t *testing.T) {
+	fronts, static := staticFleet(t, 2)
+	e := startEnv(t, envOptions{noFleet: true, static: static, approx: true, sched: roundRobin, health: func(c *Config) {
+		c.ProbeInterval, c.ProbeMaxInterval = time.Hour, time.Hour
+		c.ForgetAfter = time.Hour
+	}})
+	e.waitWorkers(2)
+	for i := range 2 {
+		if code, _, body := e.try(i); code != 200 {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+	}
+	if e.treeBlocks(1) == 0 {
+		t.Fatal("worker 1 has no blocks in the index")
+	}
+	fronts[0].kill()
+	waitFor(t, "worker 1 down", func() bool { e.try(7); return e.health(1) == "down" })
+	if e.treeBlocks(1) == 0 {
+		t.Error("worker 1 lost its index entries at once")
+	}
+	// Now shorten ForgetAfter on the batcher: the next tick drops them.
+	if err := e.svc.Router.call(func() { e.svc.Router.cfg.ForgetAfter = time.Millisecond }, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "worker 1's blocks dropped", func() bool { return e.treeBlocks(1) == 0 })
 }

@@ -67,19 +67,20 @@ func (r *Router) eject(w *workerInfo, err error) {
 	r.cfg.Logger.Warn("worker down: taken out of routing until it answers GET /health",
 		"worker", w.ID, "url", w.URL, "static", w.Static, "consecutive_failures", h.fails.Load(), "err", err,
 		"first_probe_in", r.cfg.ProbeInterval)
-	go r.probe(w.ID, w.URL, h)
+	go r.probe(w.ID, w.URL, h, h.stop)
 }
 
 // probe asks a down worker's GET /health on a doubling backoff
 // (Config.ProbeInterval up to ProbeMaxInterval) until it answers 2xx, then
-// has the batcher put it back.
-func (r *Router) probe(id uint64, url string, h *workerHealth) {
+// has the batcher put it back. stop is h.stop (h's fields are the
+// batcher's).
+func (r *Router) probe(id uint64, url string, h *workerHealth, stop <-chan struct{}) {
 	wait := r.cfg.ProbeInterval
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
-		case <-h.stop:
+		case <-stop:
 			return
 		case <-r.stop:
 			return

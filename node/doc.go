@@ -9,4 +9,12 @@
 // it started (including the embedded server's temporary store) before it
 // returns an error that names the flag at fault. Close stops them in reverse
 // order. A Node is goroutine-safe; its exported fields are for reading.
+//
+// The NATS connection reconnects forever. A loss is logged (Warn, with the
+// error) and counted, a reconnection too (Info); EventPlane reports the loss
+// (the router's /ready answers 503 meanwhile) and WriteMetrics exports
+// kvroute_nats_connected, kvroute_nats_disconnects_total and
+// kvroute_nats_reconnects_total. After a reconnection the ingest is told that
+// events may have been lost (ingest.Ingest.MarkReconnected) and a warning
+// says so.
 package node

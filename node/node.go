@@ -3,13 +3,16 @@ package node
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/internal/natsembed"
@@ -43,6 +46,9 @@ type Config struct {
 	// NATSConnectTimeout bounds the first connection (default 5 s). Later
 	// losses reconnect forever.
 	NATSConnectTimeout time.Duration
+	// NATSReconnectWait is the pause between reconnection attempts to the
+	// same server (default nats.go's, 2 s).
+	NATSReconnectWait time.Duration
 
 	// ZMQWorkers are engines whose vLLM ZMQ event streams are subscribed
 	// directly (--zmq-worker).
@@ -52,6 +58,11 @@ type Config struct {
 }
 
 // Node is a running NATS connection, index and ingest (see Config).
+//
+// The NATS connection reconnects forever; its losses are logged (Warn, with
+// the error), its reconnections too (Info), and counted (WriteMetrics).
+// After a reconnection the ingest is told that events may have been lost
+// (ingest.Ingest.MarkReconnected).
 type Node struct {
 	NC      *nats.Conn
 	NATSURL string
@@ -62,6 +73,12 @@ type Node struct {
 	embedded  *natsembed.Embedded
 	closeOnce sync.Once
 	closeErr  error
+
+	ingest      atomic.Pointer[ingest.Ingest] // for the NATS callbacks
+	closing     atomic.Bool
+	disconnects atomic.Uint64
+	reconnects  atomic.Uint64
+	lastErr     atomic.Pointer[string] // why the connection was lost
 }
 
 // Start starts a Node. On error everything started so far is stopped and the
@@ -93,6 +110,7 @@ func (n *Node) start() error {
 	if n.Ingest, err = ingest.New(ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger}, n.Index); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
+	n.ingest.Store(n.Ingest)
 	if n.cfg.NoEvents {
 		return nil
 	}
@@ -117,7 +135,11 @@ func (n *Node) connectNATS() error {
 		n.embedded = ns
 		url = ns.ClientURL()
 	}
-	opts := []nats.Option{nats.Name("kvroute"), nats.MaxReconnects(-1), nats.Timeout(n.cfg.NATSConnectTimeout)}
+	opts := []nats.Option{nats.Name("kvroute"), nats.MaxReconnects(-1), nats.Timeout(n.cfg.NATSConnectTimeout),
+		nats.DisconnectErrHandler(n.onDisconnect), nats.ReconnectHandler(n.onReconnect), nats.ClosedHandler(n.onClosed)}
+	if n.cfg.NATSReconnectWait > 0 {
+		opts = append(opts, nats.ReconnectWait(n.cfg.NATSReconnectWait))
+	}
 	if n.cfg.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(n.cfg.NATSCreds))
 	}
@@ -136,6 +158,64 @@ func (n *Node) connectNATS() error {
 	}
 	n.NC, n.NATSURL = nc, url
 	return nil
+}
+
+func (n *Node) onDisconnect(nc *nats.Conn, err error) {
+	if n.closing.Load() {
+		return
+	}
+	n.disconnects.Add(1)
+	msg := "connection lost"
+	if err != nil {
+		msg = err.Error()
+	}
+	n.lastErr.Store(&msg)
+	n.cfg.Logger.Warn("NATS connection lost: no registrations, load reports or KV events arrive until it reconnects; /ready answers 503",
+		"url", nc.ConnectedUrlRedacted(), "err", msg)
+}
+
+func (n *Node) onReconnect(nc *nats.Conn) {
+	marked := 0
+	if in := n.ingest.Load(); in != nil {
+		marked = in.MarkReconnected()
+	}
+	n.reconnects.Add(1) // after marking: a scrape that sees it sees the marks
+	n.cfg.Logger.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted(), "reconnects", n.reconnects.Load())
+	n.cfg.Logger.Warn("KV events published while NATS was disconnected are lost; the index may lack or keep stale blocks until the workers' next events",
+		"tracked_worker_ranks", marked)
+}
+
+func (n *Node) onClosed(nc *nats.Conn) {
+	if n.closing.Load() {
+		return
+	}
+	n.cfg.Logger.Error("NATS connection closed for good: the router no longer receives registrations or KV events", "err", nc.LastError())
+}
+
+// EventPlane reports why the NATS connection is down, or nil while it is
+// connected (router.Hooks.EventPlane).
+func (n *Node) EventPlane() error {
+	if n.NC == nil || n.NC.IsConnected() {
+		return nil
+	}
+	why := "NATS " + strings.ToLower(n.NC.Status().String())
+	if e := n.lastErr.Load(); e != nil {
+		why += " (" + *e + ")"
+	}
+	return errors.New(why)
+}
+
+// WriteMetrics writes the NATS connection's metrics in Prometheus text
+// format: kvroute_nats_connected (gauge), kvroute_nats_disconnects_total and
+// kvroute_nats_reconnects_total.
+func (n *Node) WriteMetrics(w io.Writer) {
+	up := uint64(0)
+	if n.NC != nil && n.NC.IsConnected() {
+		up = 1
+	}
+	metrics.WriteGaugeUint64(w, "kvroute_nats_connected", up)
+	metrics.WriteCounterUint64(w, "kvroute_nats_disconnects_total", n.disconnects.Load())
+	metrics.WriteCounterUint64(w, "kvroute_nats_reconnects_total", n.reconnects.Load())
 }
 
 // embeddedError names the flag behind an embedded server that would not
@@ -202,6 +282,7 @@ func OffsetPort(ep string, off int) string {
 // index. It is safe on a partly started Node and idempotent.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
+		n.closing.Store(true)
 		var errs []error
 		if n.Ingest != nil {
 			errs = append(errs, n.Ingest.Close())

@@ -63,8 +63,27 @@ type Config struct {
 	ReadTimeout time.Duration
 	// IdleTimeout closes idle keep-alive connections. Default 2 min.
 	IdleTimeout time.Duration
-	// Proxy configures the client that forwards requests to workers.
+	// Proxy configures the client that forwards requests to workers
+	// (Proxy.FirstByteTimeout: --worker-first-byte-timeout).
 	Proxy proxy.Config
+
+	// EjectAfter is the number of consecutive transport failures (dial
+	// refused or timed out, no first byte in time, connection closed before
+	// the answer) after which a worker is marked down and taken out of
+	// routing (--worker-eject-failures). Default 1: a request that failed is
+	// retried elsewhere at once, and the next would most likely fail too.
+	EjectAfter int
+	// ProbeInterval is the first wait before a down worker's GET /health is
+	// asked; it doubles after every failed probe up to ProbeMaxInterval
+	// (--worker-probe-interval, --worker-probe-max-interval). Defaults 1 s
+	// and 30 s.
+	ProbeInterval, ProbeMaxInterval time.Duration
+	// ProbeTimeout bounds one health probe. Default 2 s.
+	ProbeTimeout time.Duration
+	// ForgetAfter is how long a worker may stay down before its blocks are
+	// dropped from the index (it most likely restarted with an empty cache).
+	// Default 5 min.
+	ForgetAfter time.Duration
 
 	Logger *slog.Logger
 }
@@ -94,6 +113,22 @@ func (c *Config) fill() {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 2 * time.Minute
 	}
+	if c.EjectAfter <= 0 {
+		c.EjectAfter = 1
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = time.Second
+	}
+	if c.ProbeMaxInterval <= 0 {
+		c.ProbeMaxInterval = 30 * time.Second
+	}
+	c.ProbeMaxInterval = max(c.ProbeMaxInterval, c.ProbeInterval)
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = 2 * time.Second
+	}
+	if c.ForgetAfter <= 0 {
+		c.ForgetAfter = 5 * time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -113,6 +148,9 @@ func (c *Config) Validate() error {
 		if w.URL == "" {
 			return fmt.Errorf("--worker: worker %d has no URL", w.ID)
 		}
+	}
+	if c.ProbeMaxInterval > 0 && c.ProbeMaxInterval < c.ProbeInterval {
+		return fmt.Errorf("--worker-probe-max-interval %v is shorter than --worker-probe-interval %v", c.ProbeMaxInterval, c.ProbeInterval)
 	}
 	if c.Subjects.Heartbeat == "" {
 		return errors.New("router: Subjects not set (use plane.SubjectsFor with --namespace and --component)")

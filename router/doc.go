@@ -39,8 +39,38 @@
 // active, 413 for a body over --max-body-bytes, 429 with Retry-After while the
 // all-workers-busy window is open (opened by this router's scheduler, which
 // also publishes the event on NATS, or by another replica's message), 503
-// with no workers, a full decision queue, or a queue timeout, 502 when the
-// worker cannot be reached.
+// with no workers (or all down), a full decision queue, or a queue timeout,
+// 502 when the worker cannot be reached and neither can the one the request
+// was retried on.
+//
+// GET /ready answers 503 with the reason while the router shuts down (the
+// first ServiceConfig.ShutdownReadyDelay of Service.Drain, while requests are
+// still served), while the event plane (NATS) is down (Hooks.EventPlane),
+// while no worker is routable (none known, or all down), or while KV-event
+// ingest is not running.
+//
+// # Worker health and retries
+//
+// The proxy sends a request (proxy.Proxy.Send) and gets the worker's answer
+// before anything is written to the client. A transport failure (dial
+// refused or timed out, the connection dropped before the answer, or, for a
+// streamed request, no first byte within proxy.Config.FirstByteTimeout)
+// counts against the worker and the request is decided again once, with the
+// failed worker excluded (the Allowed override of the other workers' ranks),
+// and sent there; kvroute_proxy_retries_total counts these. An HTTP error
+// status from a worker is its answer and is relayed.
+//
+// Health is passive, like Envoy's outlier detection: handlers count a
+// worker's consecutive transport failures (atomics in workerHealth, reset by
+// any success) and the one reaching Config.EjectAfter marks it down; the
+// batcher removes its ranks from the scheduler (its booked requests are
+// dropped) but keeps its index entries and its table entry, publishes the
+// table (/workers shows "down", kvroute_worker_up 0) and starts a prober that
+// asks GET /health after Config.ProbeInterval, doubling up to
+// ProbeMaxInterval. A 2xx puts the ranks back. Each transition is logged
+// once (Warn down, Info up). A worker down for Config.ForgetAfter loses its
+// index entries. A registered worker's heartbeats keep it registered while
+// down but do not make it routable.
 //
 // # Workers
 //
@@ -64,9 +94,13 @@
 // kvroute_requests_rejected_total{reason}, kvroute_all_workers_busy_total,
 // kvroute_all_workers_busy_remote_total, kvroute_workers_{joined,left,expired}_total,
 // kvroute_proxy_{ttft,duration}_seconds, kvroute_proxy_{errors,client_gone,worker_gone}_total,
+// kvroute_proxy_retries_total, kvroute_proxy_first_byte_timeouts_total,
+// kvroute_worker_{ejections,recoveries}_total,
 // and at scrape time kvroute_queue_depth, kvroute_active_requests,
 // kvroute_batcher_queue_depth, kvroute_throttled, kvroute_workers,
+// kvroute_worker_up{worker},
 // kvroute_worker_{decisions_total,active_blocks,prefill_tokens,requests,
 // reported_used_blocks,tree_blocks,busy}{worker,dp_rank}, the index's
-// kvroute_shard_* and the ingest's kvroute_ingest_*.
+// kvroute_shard_*, the ingest's kvroute_ingest_* and the NATS connection's
+// kvroute_nats_{connected,disconnects_total,reconnects_total} (node.Node).
 package router

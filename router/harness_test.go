@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/bench/mock"
@@ -21,6 +22,7 @@ import (
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/proxy"
 )
 
 const testBlockSize = 16
@@ -32,6 +34,7 @@ type env struct {
 	svc   *Service
 	fleet *mock.Fleet
 	nc    *nats.Conn // the test's own connection
+	ns    *server.Server
 	subj  plane.Subjects
 	url   string
 }
@@ -46,6 +49,16 @@ type envOptions struct {
 	maxBatch  int
 	grace     time.Duration
 	pprof     bool
+	// readyDelay is ShutdownReadyDelay; 0 here means none (tests close
+	// many services).
+	readyDelay time.Duration
+	// static are static workers (--worker); proxy and health tune the
+	// proxy and the passive health checks.
+	static []StaticWorker
+	proxy  proxy.Config
+	health func(*Config)
+	// noFleet starts no simulated fleet.
+	noFleet bool
 }
 
 func quietLogger() *slog.Logger {
@@ -69,6 +82,9 @@ func startEnv(t *testing.T, o envOptions) *env {
 	if o.kvBlocks == 0 {
 		o.kvBlocks = 4096
 	}
+	if o.readyDelay == 0 {
+		o.readyDelay = -1
+	}
 	ns := natstest.Server(t)
 	subj, err := plane.SubjectsFor("test", "backend")
 	if err != nil {
@@ -80,13 +96,18 @@ func startEnv(t *testing.T, o envOptions) *env {
 		o.sched(&sc)
 	}
 	cfg := ServiceConfig{
-		Router:        Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second},
-		HTTPAddr:      "127.0.0.1:0",
-		ShutdownGrace: o.grace,
-		Pprof:         o.pprof,
-		AdminAddr:     "127.0.0.1:0",
-		Node:          node.Config{NATSURL: ns.ClientURL()},
-		Logger:        quietLogger(),
+		Router: Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second,
+			Workers: o.static, Proxy: o.proxy},
+		HTTPAddr:           "127.0.0.1:0",
+		ShutdownGrace:      o.grace,
+		ShutdownReadyDelay: o.readyDelay,
+		Pprof:              o.pprof,
+		AdminAddr:          "127.0.0.1:0",
+		Node:               node.Config{NATSURL: ns.ClientURL(), NATSReconnectWait: 50 * time.Millisecond},
+		Logger:             quietLogger(),
+	}
+	if o.health != nil {
+		o.health(&cfg.Router)
 	}
 	if o.approx {
 		cfg.Node.Index.Core.Approx = shard.ApproxConfig{TTL: time.Minute, MaxBlocks: 1 << 16}
@@ -95,12 +116,15 @@ func startEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, svc: svc, nc: natstest.Connect(t, ns), subj: subj, url: "http://" + svc.Addr()}
+	e := &env{t: t, svc: svc, nc: natstest.Connect(t, ns), ns: ns, subj: subj, url: "http://" + svc.Addr()}
 	t.Cleanup(func() {
 		if err := svc.Close(); err != nil {
 			t.Errorf("service close: %v", err)
 		}
 	})
+	if o.noFleet {
+		return e
+	}
 	transport := o.transport
 	if o.approx {
 		transport = plane.TransportNone

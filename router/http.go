@@ -134,6 +134,10 @@ func (r *Router) admit(ctx *fasthttp.RequestCtx) bool {
 		return false
 	}
 	if r.nworkers.Load() == 0 {
+		if k := len(r.table.Load().ids); k > 0 {
+			proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf("no workers: all %d are down (unreachable)", k))
+			return false
+		}
 		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, "no workers: none registered or configured (--worker)")
 		return false
 	}
@@ -194,16 +198,13 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		r.fail(ctx, p.err)
 		return
 	}
-	id := p.id
-	info := r.table.Load().byID[p.dec.Worker.Worker]
-	if info == nil { // left between the decision and now
-		r.notify(opFree, id)
-		r.m.workerGoneRequest.Inc()
-		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, ErrWorkerGone.Error())
-		return
-	}
 	start := time.Now()
-	r.proxy.Forward(ctx, info.URL+string(ctx.Path()), body, req.Stream, proxy.Hooks{
+	u := r.send(ctx, p, body, req.Stream)
+	if u == nil {
+		return // answered
+	}
+	id := p.id
+	r.proxy.Relay(ctx, u, proxy.Hooks{
 		FirstToken: func() {
 			r.m.ttft.UpdateDuration(start)
 			r.notify(opPrefillDone, id)
@@ -219,12 +220,56 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 			r.notify(opFree, id)
 		},
 	})
-	// Set after Forward, which resets the response when it answers an
-	// error itself; the headers go out when the handler returns.
+	// The headers go out when the handler returns.
+	r.setRouteHeaders(ctx, p)
+}
+
+func (r *Router) setRouteHeaders(ctx *fasthttp.RequestCtx, p *pending) {
 	h := &ctx.Response.Header
 	h.Set(HeaderWorker, strconv.FormatUint(p.dec.Worker.Worker, 10))
 	h.Set(HeaderDpRank, strconv.FormatUint(uint64(p.dec.Worker.Dp), 10))
 	h.Set(HeaderCachedBlocks, strconv.FormatUint(uint64(p.dec.Overlap), 10))
+}
+
+// send sends a routed request to its worker and returns the worker's
+// answer, nothing yet written to the client. A transport failure (the
+// worker cannot be dialed, gives no first byte in time, or drops the
+// connection before its answer) counts against the worker's health and the
+// request is decided again once, among the other routable workers; if that
+// fails too the client gets 502 (or the new decision's error). On nil the
+// client has been answered and p's load freed.
+func (r *Router) send(ctx *fasthttp.RequestCtx, p *pending, body []byte, stream bool) *proxy.Upstream {
+	path := string(ctx.Path())
+	for attempt := 0; ; attempt++ {
+		info := r.table.Load().byID[p.dec.Worker.Worker]
+		if info == nil { // left between the decision and now
+			r.notify(opFree, p.id)
+			r.m.workerGoneRequest.Inc()
+			proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, ErrWorkerGone.Error())
+			return nil
+		}
+		u, err := r.proxy.Send(info.URL+path, body, stream)
+		if err == nil {
+			info.health.ok()
+			return u
+		}
+		r.notify(opFree, p.id)
+		r.workerFailed(info, err)
+		if attempt > 0 || !r.allowedExcept(p, info.ID) {
+			r.m.proxyErrors.Inc()
+			proxy.WriteError(ctx, fasthttp.StatusBadGateway, err.Error())
+			r.setRouteHeaders(ctx, p)
+			return nil
+		}
+		r.m.retries.Inc()
+		r.cfg.Logger.Debug("retrying request on another worker", "worker", info.ID, "err", err)
+		p.id = r.nextID.Add(1)
+		p.dec, p.err = sched.Decision{}, nil
+		if r.submit(p); p.err != nil {
+			r.fail(ctx, p.err)
+			return nil
+		}
+	}
 }
 
 // route answers the decision API: POST /route.
@@ -454,10 +499,24 @@ func (r *Router) routeOp(ctx *fasthttp.RequestCtx, rest []byte) {
 	ctx.SetBody(b)
 }
 
+// ready answers GET /ready: 200 while the router can route, 503 with the
+// reason otherwise (shutting down, the event plane down, no routable
+// worker, ingest not running).
 func (r *Router) ready(ctx *fasthttp.RequestCtx) {
 	n := r.nworkers.Load()
 	ingest := r.hooks.IngestRunning == nil || r.hooks.IngestRunning()
+	var plane error
+	if r.hooks.EventPlane != nil {
+		plane = r.hooks.EventPlane()
+	}
 	switch {
+	case r.draining.Load():
+		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, "not ready: shutting down")
+	case plane != nil:
+		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, "not ready: event plane down: "+plane.Error())
+	case n == 0 && len(r.table.Load().ids) > 0:
+		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable,
+			fmt.Sprintf("not ready: all %d workers are down (unreachable; probed until they answer GET /health)", len(r.table.Load().ids)))
 	case n == 0:
 		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, "not ready: no worker known yet")
 	case !ingest:

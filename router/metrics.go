@@ -49,6 +49,8 @@ type metricSet struct {
 
 	ttft, e2e                                  *metrics.Histogram
 	proxyErrors, clientGone, workerGoneRequest *metrics.Counter
+
+	retries, firstByteTimeouts, ejections, recoveries *metrics.Counter
 }
 
 func newMetricSet(r *Router) *metricSet {
@@ -86,6 +88,10 @@ func newMetricSet(r *Router) *metricSet {
 	m.proxyErrors = s.NewCounter("kvroute_proxy_errors_total")
 	m.clientGone = s.NewCounter("kvroute_proxy_client_gone_total")
 	m.workerGoneRequest = s.NewCounter("kvroute_proxy_worker_gone_total")
+	m.retries = s.NewCounter("kvroute_proxy_retries_total")
+	m.firstByteTimeouts = s.NewCounter("kvroute_proxy_first_byte_timeouts_total")
+	m.ejections = s.NewCounter("kvroute_worker_ejections_total")
+	m.recoveries = s.NewCounter("kvroute_worker_recoveries_total")
 	return m
 }
 
@@ -155,6 +161,14 @@ func (r *Router) WritePrometheus(w io.Writer) {
 			}
 			metrics.WriteGaugeUint64(w, "kvroute_worker_busy"+lbl, busy)
 		}
+	}
+	t := r.table.Load()
+	for _, id := range t.ids {
+		up := uint64(1)
+		if t.byID[id].health.down.Load() {
+			up = 0
+		}
+		metrics.WriteGaugeUint64(w, fmt.Sprintf(`kvroute_worker_up{worker="%d"}`, id), up)
 	}
 	metrics.WriteGaugeUint64(w, "kvroute_batcher_queue_depth", uint64(len(r.in)))
 	throttled := uint64(0)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
+	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/sched"
@@ -44,6 +45,10 @@ type Hooks struct {
 	// IngestRunning reports whether KV-event ingest runs (for /ready). Nil
 	// means it does (approximate mode needs none).
 	IngestRunning func() bool
+	// EventPlane reports why the event plane (the NATS connection carrying
+	// registrations, load and KV events) is down, or nil while it is up
+	// (for /ready). Nil: always up.
+	EventPlane func() error
 	// Publish sends AllWorkersBusy messages to the other replicas. Nil:
 	// nothing is published.
 	Publish Publisher
@@ -65,8 +70,10 @@ type Router struct {
 	s     *sched.Scheduler // owned by the batcher goroutine
 	hooks Hooks
 	proxy *proxy.Proxy
-	epoch time.Time
-	m     *metricSet
+	// probeClient asks down workers' GET /health.
+	probeClient *fasthttp.Client
+	epoch       time.Time
+	m           *metricSet
 
 	in   chan *pending // handler → batcher
 	ops  chan op       // prefill done, free
@@ -75,6 +82,7 @@ type Router struct {
 	done chan struct{}
 
 	closed    atomic.Bool
+	draining  atomic.Bool  // /ready answers 503 (shutdown began)
 	throttled atomic.Int64 // end of the rejection window (router clock), 0 if never
 	nworkers  atomic.Int32 // dp ranks in the scheduler
 	table     atomic.Pointer[workerTable]
@@ -99,7 +107,8 @@ type batcherState struct {
 	routeOf  map[uint64]string   // /route bookings: scheduler id → request id
 	registry *plane.Registry
 	changes  []plane.Change
-	workers  map[uint64]*workerInfo // mutable table; snapshots are published
+	workers  map[uint64]*workerInfo   // mutable table; snapshots are published
+	down     map[uint64]*workerHealth // ejected workers, being probed
 	treeBuf  []radix.Overlap
 }
 
@@ -158,11 +167,13 @@ func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
 		return nil, err
 	}
 	r := &Router{
-		cfg:      cfg,
-		ix:       ix,
-		s:        s,
-		hooks:    hooks,
-		proxy:    proxy.New(cfg.Proxy),
+		cfg:   cfg,
+		ix:    ix,
+		s:     s,
+		hooks: hooks,
+		proxy: proxy.New(cfg.Proxy),
+		probeClient: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxConnsPerHost: 4,
+			ReadTimeout: cfg.ProbeTimeout, WriteTimeout: cfg.ProbeTimeout, MaxIdleConnDuration: time.Second},
 		epoch:    time.Now(),
 		in:       make(chan *pending, cfg.QueueSize),
 		ops:      make(chan op, cfg.QueueSize),
@@ -177,6 +188,7 @@ func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
 	r.b.routeOf = map[uint64]string{}
 	r.b.registry = plane.NewRegistry()
 	r.b.workers = map[uint64]*workerInfo{}
+	r.b.down = map[uint64]*workerHealth{}
 	for _, w := range cfg.Workers {
 		r.addStatic(w)
 	}
@@ -525,6 +537,9 @@ func (r *Router) tick() {
 	wall := time.Now()
 	r.b.changes = r.b.registry.Tick(wall, r.b.changes[:0])
 	r.applyChanges()
+	if len(r.b.down) > 0 {
+		r.forgetDown(wall)
+	}
 	if r.cfg.Approx {
 		_, _ = r.ix.Tick(wall)
 	}

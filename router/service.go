@@ -37,6 +37,12 @@ type ServiceConfig struct {
 	// ShutdownGrace bounds how long Close waits for in-flight requests and
 	// streams before cutting them (--shutdown-grace). Default 10 s.
 	ShutdownGrace time.Duration
+	// ShutdownReadyDelay is the first part of ShutdownGrace, during which
+	// /ready answers 503 while the listener still serves, so that load
+	// balancers polling /ready stop sending before connections are refused
+	// (--shutdown-ready-delay). 0 takes min(5 s, ShutdownGrace/2); negative:
+	// none. It must be shorter than ShutdownGrace.
+	ShutdownReadyDelay time.Duration
 
 	Logger *slog.Logger
 }
@@ -68,6 +74,14 @@ func StartService(cfg ServiceConfig) (*Service, error) {
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
+	}
+	switch {
+	case cfg.ShutdownReadyDelay == 0:
+		cfg.ShutdownReadyDelay = min(5*time.Second, cfg.ShutdownGrace/2)
+	case cfg.ShutdownReadyDelay < 0:
+		cfg.ShutdownReadyDelay = 0
+	case cfg.ShutdownReadyDelay >= cfg.ShutdownGrace:
+		return nil, fmt.Errorf("--shutdown-ready-delay %v must be shorter than --shutdown-grace %v", cfg.ShutdownReadyDelay, cfg.ShutdownGrace)
 	}
 	cfg.Router.Logger = cfg.Logger
 	cfg.Node.Logger = cfg.Logger
@@ -104,8 +118,9 @@ func (s *Service) start() error {
 		return err
 	}
 	hooks := Hooks{
-		Publish: s.NC.Publish,
-		Metrics: []func(w io.Writer){s.Ingest.WriteMetrics},
+		Publish:    s.NC.Publish,
+		EventPlane: s.Node.EventPlane,
+		Metrics:    []func(w io.Writer){s.Ingest.WriteMetrics, s.Node.WriteMetrics},
 	}
 	if !cfg.Router.Approx {
 		hooks.IngestRunning = s.Ingest.Running
@@ -171,16 +186,23 @@ func (s *Service) Close() error {
 	return s.stop()
 }
 
-// Drain stops the API listener and waits, at most ShutdownGrace, for
-// in-flight requests and streams to finish; those still running then are
-// cut (their connections closed, which frees their load). The rest of the
-// service keeps running until Close. Idempotent.
+// Drain shuts the API down in two steps within ShutdownGrace: for the
+// first ShutdownReadyDelay /ready answers 503 while requests are still
+// served (load balancers stop sending), then the listener stops and
+// in-flight requests and streams get the rest of the grace to finish; those
+// still running then are cut (their connections closed, which frees their
+// load). The rest of the service keeps running until Close. Idempotent.
 func (s *Service) Drain() error {
 	if s.http == nil || s.drained {
 		return nil
 	}
 	s.drained = true
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	s.Router.draining.Store(true)
+	if d := s.cfg.ShutdownReadyDelay; d > 0 {
+		s.cfg.Logger.Info("shutting down: /ready answers 503, still serving", "for", d)
+		time.Sleep(d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace-s.cfg.ShutdownReadyDelay)
 	defer cancel()
 	err := s.http.ShutdownWithContext(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {

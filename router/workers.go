@@ -27,6 +27,7 @@ type workerInfo struct {
 	Static    bool
 	Transport string
 	Joined    time.Time
+	health    *workerHealth // shared by every snapshot of the worker
 }
 
 // workerTable is an immutable snapshot of the workers, read by handlers.
@@ -52,7 +53,7 @@ func (r *Router) addStatic(w StaticWorker) {
 	if len(ranks) == 0 {
 		ranks = []uint32{0}
 	}
-	info := &workerInfo{ID: w.ID, URL: w.URL, Ranks: slices.Clone(ranks), Capacity: w.Capacity, Static: true, Joined: time.Now()}
+	info := &workerInfo{ID: w.ID, URL: w.URL, Ranks: slices.Clone(ranks), Capacity: w.Capacity, Static: true, Joined: time.Now(), health: new(workerHealth)}
 	r.b.workers[w.ID] = info
 	for _, rank := range ranks {
 		r.s.AddWorker(wire.WorkerKey{Worker: w.ID, Dp: rank}, w.Capacity)
@@ -165,7 +166,9 @@ func (r *Router) applyChanges() {
 				ranks = []uint32{0}
 			}
 			capa := sched.Capacity{TotalBlocks: uint64(max(c.Reg.KVBlocks, 0)), MaxBatchedTokens: uint64(max(c.Reg.MaxBatchedTokens, 0))}
+			health := new(workerHealth)
 			if old, ok := r.b.workers[id]; ok {
+				health = old.health
 				for _, rank := range old.Ranks {
 					if !slices.Contains(ranks, rank) {
 						r.s.RemoveRank(wire.WorkerKey{Worker: id, Dp: rank}, now)
@@ -173,15 +176,17 @@ func (r *Router) applyChanges() {
 					}
 				}
 			}
-			for _, rank := range ranks {
-				r.s.AddWorker(wire.WorkerKey{Worker: id, Dp: rank}, capa)
+			if !health.down.Load() { // a down worker's heartbeats keep it known, not routable
+				for _, rank := range ranks {
+					r.s.AddWorker(wire.WorkerKey{Worker: id, Dp: rank}, capa)
+				}
 			}
 			joined := time.Now()
 			if old, ok := r.b.workers[id]; ok {
 				joined = old.Joined
 			}
 			r.b.workers[id] = &workerInfo{ID: id, URL: c.Reg.URL, Model: c.Reg.Model, Ranks: slices.Clone(ranks),
-				Capacity: capa, Transport: c.Reg.EventTransport, Joined: joined}
+				Capacity: capa, Transport: c.Reg.EventTransport, Joined: joined, health: health}
 			if c.Kind == plane.Joined {
 				r.m.joined.Inc()
 				r.cfg.Logger.Info("worker joined", "worker", id, "url", c.Reg.URL, "ranks", ranks, "events", c.Reg.EventTransport)
@@ -207,6 +212,7 @@ func (r *Router) removeWorker(id uint64, now int64) {
 	r.s.RemoveWorker(id, now)
 	_, _ = r.ix.RemoveWorker(id)
 	delete(r.b.workers, id)
+	r.stopProbe(id)
 	if r.hooks.WorkerLeft != nil {
 		r.hooks.WorkerLeft(id)
 	}
@@ -245,7 +251,10 @@ func (r *Router) workers(ctx *fasthttp.RequestCtx) {
 		b = strconv.AppendFloat(b, time.Since(w.Joined).Round(time.Millisecond).Seconds(), 'f', 3, 64)
 		health := "ok"
 		ranks := byWorker[id]
-		if len(ranks) > 0 && ranks[0].WorkerBusy {
+		switch {
+		case w.health.down.Load():
+			health = "down"
+		case len(ranks) > 0 && ranks[0].WorkerBusy:
 			health = "busy"
 		}
 		b = append(b, `,"health":`...)

@@ -48,6 +48,33 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
+// autoDuration is a duration flag whose default is computed from other
+// flags: "auto" until set.
+type autoDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (a *autoDuration) String() string {
+	if a == nil || !a.set {
+		return "auto"
+	}
+	return a.d.String()
+}
+
+func (a *autoDuration) Set(v string) error {
+	if v == "auto" {
+		*a = autoDuration{}
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	*a = autoDuration{d: d, set: true}
+	return nil
+}
+
 // schedFlags are the scheduler's flags, shared by serve and replay so that a
 // replay runs the scheduler exactly as a router configured the same way.
 type schedFlags struct {

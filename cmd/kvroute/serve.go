@@ -21,6 +21,7 @@ import (
 	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/proxy"
 )
 
 // serveOptions are `kvroute serve`'s flags that do not map one to one onto
@@ -62,6 +63,11 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		maxBody    = fs.Int("max-body-bytes", 16<<20, "largest request body accepted (413 beyond)")
 		readTO     = fs.Duration("http-read-timeout", 30*time.Second, "time to read a request")
 		grace      = fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, time in-flight requests get to finish")
+		readyDelay = autoDuration{}
+		fbTimeout  = fs.Duration("worker-first-byte-timeout", 10*time.Second, "a streamed request whose worker sends no byte within this is retried on another worker and the worker ejected (0: off)")
+		ejectAfter = fs.Int("worker-eject-failures", 1, "consecutive connection failures (refused, timed out, dropped) after which a worker is taken out of routing")
+		probeIvl   = fs.Duration("worker-probe-interval", time.Second, "first wait before a down worker's GET /health is asked; doubles after each failure")
+		probeMax   = fs.Duration("worker-probe-max-interval", 30*time.Second, "longest wait between health probes of a down worker")
 		pprofOn    = fs.Bool("pprof", false, "serve /debug/pprof/* and /metrics on --admin-addr")
 		adminAddr  = fs.String("admin-addr", "127.0.0.1:6060", "admin listener (with --pprof)")
 		routerID   = fs.String("router-id", "", "this replica's name in all-workers-busy messages (default: kvroute-<pid>-<random>)")
@@ -71,6 +77,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		zmqWorkers stringList
 		o          serveOptions
 	)
+	fs.Var(&readyDelay, "shutdown-ready-delay", "first part of --shutdown-grace during which /ready answers 503 while requests are still served (auto: min(5s, grace/2); 0: none)")
 	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3] that does not register (repeatable)")
 	fs.Var(&zmqWorkers, "zmq-worker", "subscribe to a vLLM/SGLang engine's ZMQ KV events: ID[:DP]=tcp://host:port[,model=NAME][,replay=tcp://host:port] (repeatable)")
 	fs.IntVar(&o.demoFleet, "demo-fleet", 0, "also run this many simulated workers in the process (evaluation without GPUs)")
@@ -108,6 +115,31 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	if *qTimeout <= 0 || *readTO <= 0 || *grace <= 0 || *approxTTL <= 0 {
 		return cfg, o, errors.New("--queue-timeout, --http-read-timeout, --shutdown-grace and --approx-ttl must be > 0")
 	}
+	if *fbTimeout < 0 {
+		return cfg, o, fmt.Errorf("--worker-first-byte-timeout must be >= 0 (got %v)", *fbTimeout)
+	}
+	if *ejectAfter < 1 {
+		return cfg, o, fmt.Errorf("--worker-eject-failures must be >= 1 (got %d)", *ejectAfter)
+	}
+	if *probeIvl <= 0 || *probeMax <= 0 {
+		return cfg, o, errors.New("--worker-probe-interval and --worker-probe-max-interval must be > 0")
+	}
+	if *probeMax < *probeIvl {
+		return cfg, o, fmt.Errorf("--worker-probe-max-interval %v is shorter than --worker-probe-interval %v", *probeMax, *probeIvl)
+	}
+	var shutdownReady time.Duration // 0: auto
+	if readyDelay.set {
+		switch d := readyDelay.d; {
+		case d < 0:
+			return cfg, o, fmt.Errorf("--shutdown-ready-delay must be >= 0 (got %v)", d)
+		case d == 0:
+			shutdownReady = -1 // none
+		case d >= *grace:
+			return cfg, o, fmt.Errorf("--shutdown-ready-delay %v must be shorter than --shutdown-grace %v (in-flight requests need the rest)", d, *grace)
+		default:
+			shutdownReady = d
+		}
+	}
 	if sc.BusyPrefillFrac > 0 && *staticMBT == 0 && len(workers) > 0 {
 		fmt.Fprintln(os.Stderr, "kvroute serve: warning: --busy-prefill-frac cannot apply to --worker engines without --worker-max-batched-tokens")
 	}
@@ -135,7 +167,9 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	}
 
 	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
-		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, ReadTimeout: *readTO}
+		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, ReadTimeout: *readTO,
+		Proxy:      proxy.Config{FirstByteTimeout: *fbTimeout},
+		EjectAfter: *ejectAfter, ProbeInterval: *probeIvl, ProbeMaxInterval: *probeMax}
 	for _, w := range workers {
 		sw, err := parseStaticWorker(w)
 		if err != nil {
@@ -176,7 +210,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		return cfg, o, err
 	}
 	cfg = router.ServiceConfig{
-		Router: rc, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn, ShutdownGrace: *grace,
+		Router: rc, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn, ShutdownGrace: *grace, ShutdownReadyDelay: shutdownReady,
 		Node: node.Config{Index: ic, NATSURL: *natsURL, NATSCreds: *natsCreds, NATSCA: *natsCA, NATSCert: *natsCert,
 			NATSKey: *natsKey, DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs},
 	}

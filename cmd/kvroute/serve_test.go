@@ -36,6 +36,13 @@ func TestServeConfigRejects(t *testing.T) {
 		{[]string{"--namespace", "a.b"}, "--namespace"},
 		{[]string{"--tokenizer", "tiktoken"}, "--tokenizer"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"--worker-first-byte-timeout", "-1s"}, "--worker-first-byte-timeout"},
+		{[]string{"--worker-eject-failures", "0"}, "--worker-eject-failures"},
+		{[]string{"--worker-probe-interval", "0s"}, "--worker-probe-interval"},
+		{[]string{"--worker-probe-interval", "10s", "--worker-probe-max-interval", "5s"}, "--worker-probe-max-interval"},
+		{[]string{"--shutdown-ready-delay", "10s"}, "--shutdown-ready-delay"},
+		{[]string{"--shutdown-ready-delay", "-1s"}, "--shutdown-ready-delay"},
+		{[]string{"--shutdown-ready-delay", "soon"}, "shutdown-ready-delay"},
 	}
 	for _, c := range cases {
 		_, _, err := serveConfig(c.args)
@@ -52,6 +59,8 @@ func TestServeConfigMapsFlags(t *testing.T) {
 		"--rejection-window", "2s", "--worker", "5=http://10.0.0.5:8000/,ranks=0-1", "--worker-kv-blocks", "1000",
 		"--zmq-worker", "9:1=tcp://10.0.0.9:5557,model=m", "--no-kv-events=false", "--demo-fleet", "3",
 		"--shards", "2", "--pprof", "--admin-addr", "127.0.0.1:0",
+		"--worker-first-byte-timeout", "3s", "--worker-eject-failures", "2", "--worker-probe-interval", "500ms",
+		"--worker-probe-max-interval", "1m", "--shutdown-ready-delay", "2s",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +77,18 @@ func TestServeConfigMapsFlags(t *testing.T) {
 	if len(cfg.Node.ZMQWorkers) != 1 || cfg.Node.ZMQWorkers[0].Worker != 9 || cfg.Node.ZMQWorkers[0].DpRank != 1 {
 		t.Errorf("zmq workers %+v", cfg.Node.ZMQWorkers)
 	}
+	r := cfg.Router
+	if r.Proxy.FirstByteTimeout != 3*time.Second || r.EjectAfter != 2 || r.ProbeInterval != 500*time.Millisecond ||
+		r.ProbeMaxInterval != time.Minute || cfg.ShutdownReadyDelay != 2*time.Second {
+		t.Errorf("health config: first byte %v, eject %d, probe %v..%v, ready delay %v",
+			r.Proxy.FirstByteTimeout, r.EjectAfter, r.ProbeInterval, r.ProbeMaxInterval, cfg.ShutdownReadyDelay)
+	}
+	if c, _, err := serveConfig([]string{"--shutdown-ready-delay", "0"}); err != nil || c.ShutdownReadyDelay >= 0 {
+		t.Errorf("--shutdown-ready-delay 0: %v, %v; want a negative (none)", c.ShutdownReadyDelay, err)
+	}
+	if c, _, err := serveConfig(nil); err != nil || c.ShutdownReadyDelay != 0 || c.Router.Proxy.FirstByteTimeout != 10*time.Second {
+		t.Errorf("defaults: ready delay %v (want 0: auto), first byte %v, %v", c.ShutdownReadyDelay, c.Router.Proxy.FirstByteTimeout, err)
+	}
 	if o.demoFleet != 3 || cfg.Node.Index.Shards != 2 || !cfg.Pprof {
 		t.Errorf("options %+v, index %+v, pprof %v", o, cfg.Node.Index, cfg.Pprof)
 	}
@@ -78,7 +99,8 @@ func TestServeConfigMapsFlags(t *testing.T) {
 // worker that cached it, and shuts down cleanly.
 func TestServeDemoFleet(t *testing.T) {
 	cfg, o, err := serveConfig([]string{"--http-addr", "127.0.0.1:0", "--demo-fleet", "2", "--demo-speedup", "20",
-		"--data-dir", t.TempDir(), "--log-level", "error", "--pprof", "--admin-addr", "127.0.0.1:0"})
+		"--data-dir", t.TempDir(), "--log-level", "error", "--pprof", "--admin-addr", "127.0.0.1:0",
+		"--shutdown-ready-delay", "100ms"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@
 package natstest
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -17,6 +18,26 @@ func Server(tb testing.TB) *server.Server {
 	tb.Helper()
 	opts := natsserver.DefaultTestOptions
 	opts.Port = -1
+	opts.JetStream = true
+	opts.StoreDir = tb.TempDir()
+	s := natsserver.RunServer(&opts)
+	tb.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// Port returns the client port of s (call it while s runs).
+func Port(s *server.Server) int { return s.Addr().(*net.TCPAddr).Port }
+
+// Restart starts a JetStream-enabled nats-server on 127.0.0.1 at port,
+// where a server shut down by the test ran (its clients reconnect to it),
+// with a fresh store; it is shut down when the test ends.
+func Restart(tb testing.TB, port int) *server.Server {
+	tb.Helper()
+	opts := natsserver.DefaultTestOptions
+	opts.Port = port
 	opts.JetStream = true
 	opts.StoreDir = tb.TempDir()
 	s := natsserver.RunServer(&opts)

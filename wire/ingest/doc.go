@@ -43,6 +43,13 @@
 //     applied again);
 //   - id 0 (a transport without ids) is not tracked.
 //
+// After the NATS connection was lost and came back, MarkReconnected marks
+// every tracked key: its next event is checked against the last id seen
+// before the loss (a skip is a gap), and an id at or below it, which would
+// otherwise be a duplicate, is a restart during the loss (and a gap from id
+// 1 when above 1), since core NATS redelivers nothing. The stale blocks of
+// such a worker are not removed (recovery is a later layer's).
+//
 // Forget drops a worker's tracking when it leaves the fleet. A Dynamo
 // event of a kind kvroute does not know (counted as ignored) carries an id
 // the tracker never sees, so the worker's next event reports a gap of one.
@@ -78,7 +85,7 @@
 // WriteMetrics writes, at scrape time, with source="nats-dynamo",
 // "nats-native" or "zmq":
 //
-//	kvroute_ingest_running                                  1 while running (gauge)
+//	kvroute_ingest_running                                  1 while events can arrive: NATS subscribed and connected, or a ZMQ subscription (gauge)
 //	kvroute_ingest_messages_total{source}                   messages (NATS) or batches (ZMQ) received
 //	kvroute_ingest_events_total{source}                     events handed to the index
 //	kvroute_ingest_blocks_total{source}                     blocks in those events

@@ -218,9 +218,42 @@ func (in *Ingest) subscribe(nc *nats.Conn, subject string, cb nats.MsgHandler) (
 	return s, nil
 }
 
-// Running reports whether ingest is running: true once SubscribeNATS
-// succeeded or a ZMQ worker was added, until Close.
-func (in *Ingest) Running() bool { return in.running.Load() }
+// Running reports whether events can arrive: SubscribeNATS succeeded and
+// its connection is connected now, or a ZMQ worker is subscribed; false
+// after Close. While the NATS connection is down (reconnecting) and no ZMQ
+// subscription exists, nothing can arrive and Running is false.
+func (in *Ingest) Running() bool {
+	if !in.running.Load() {
+		return false
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return (in.mu.nc != nil && in.mu.nc.IsConnected()) || len(in.mu.zmq) > 0
+}
+
+// MarkReconnected tells ingest that its NATS connection was lost and came
+// back: the events published meanwhile are lost (core NATS does not
+// redeliver). Every tracked (worker, dp rank) of the NATS sources is marked
+// so that its next event is checked against the last id seen before the
+// loss: a skip is counted as a gap; an id at or below the last, which would
+// otherwise be dropped as a duplicate, means the worker restarted during the
+// loss, and is counted as a restart and, above 1, a gap from id 1. It
+// returns the number of keys marked. Recovering the lost events is left to
+// a later layer.
+func (in *Ingest) MarkReconnected() int {
+	in.mu.Lock()
+	pipes := [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
+	in.mu.Unlock()
+	n := 0
+	for _, p := range pipes {
+		if p != nil {
+			p.mu.Lock()
+			n += p.tr.markSuspect()
+			p.mu.Unlock()
+		}
+	}
+	return n
+}
 
 // Forget drops the event-id tracking of every dp rank of worker on the NATS
 // sources, so that its next event is taken as a first sighting (no gap, no

@@ -159,6 +159,9 @@ func (p *pipe) deliver(err error) {
 			p.in.gap(p.src, ev.Worker, ev.ID-missing, ev.ID, false)
 		case vRestart:
 			restarts++
+		case vRestartGap:
+			restarts++
+			p.in.gap(p.src, ev.Worker, 1, ev.ID, false)
 		}
 		if n != i {
 			evs[n] = evs[i]

@@ -31,16 +31,31 @@ func TestTracker(t *testing.T) {
 		{"duplicate of event 1", []step{{1, S, "apply"}, {1, S, "dup"}, {2, S, "apply"}}},
 		{"Cleared 1 right after 1 restarts", []step{{1, S, "apply"}, {1, C, "restart"}, {2, S, "apply"}}},
 		{"id 0 untracked", []step{{0, S, "apply"}, {3, S, "apply"}, {0, S, "apply"}, {0, S, "apply"}, {4, S, "apply"}}},
+		// After a reconnect the next event is checked against the last id
+		// seen before: nothing can have been redelivered, so an id at or
+		// below it is a restart during the loss, not a duplicate.
+		{"reconnect, in order", []step{{1, S, "apply"}, {2, S, "apply"}, {want: "mark"}, {3, S, "apply"}, {3, S, "dup"}}},
+		{"reconnect, gap", []step{{1, S, "apply"}, {2, S, "apply"}, {want: "mark"}, {5, S, "gap 2"}, {6, S, "apply"}}},
+		{"reconnect, restarted", []step{{1, S, "apply"}, {5, S, "gap 3"}, {want: "mark"}, {3, S, "restart+gap 2"}, {4, S, "apply"}, {4, S, "dup"}}},
+		{"reconnect, restarted at 1", []step{{4, S, "apply"}, {want: "mark"}, {1, S, "restart"}, {2, S, "apply"}}},
+		{"reconnect before any event", []step{{want: "mark"}, {7, S, "apply"}, {7, S, "dup"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tr := newTracker()
 			k := wire.WorkerKey{Worker: 1, Dp: 2}
 			for i, s := range c.steps {
+				if s.want == "mark" { // a reconnect
+					tr.markSuspect()
+					continue
+				}
 				v, missing := tr.check(k, s.id, s.kind)
 				got := names[v]
-				if v == vGap {
+				switch v {
+				case vGap:
 					got = fmt.Sprintf("gap %d", missing)
+				case vRestartGap:
+					got = fmt.Sprintf("restart+gap %d", missing)
 				}
 				if got != s.want {
 					t.Fatalf("step %d (id %d): %s, want %s", i, s.id, got, s.want)

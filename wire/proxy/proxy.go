@@ -26,10 +26,18 @@ type Config struct {
 	ReadTimeout     time.Duration // per read from the worker (default 5m: long generations)
 	WriteTimeout    time.Duration // default 30s
 	DialTimeout     time.Duration // default 5s
+	// FirstByteTimeout bounds, for a streamed request, the wait for the
+	// first byte of the worker's answer (--worker-first-byte-timeout); 0:
+	// only ReadTimeout. A streaming engine sends its headers as soon as it
+	// accepted the request, before prefill, so the wait is short on a
+	// healthy engine and a stopped one (SIGSTOP: its kernel still accepts
+	// connections) is found out. A non-streamed answer comes only with the
+	// whole generation, so no such bound applies to it.
+	FirstByteTimeout time.Duration
 }
 
-// Hooks are called by Forward. FirstToken is called at most once, before
-// Done; Done is called exactly once. Either may be nil.
+// Hooks are called by Relay and Forward. FirstToken is called at most once,
+// before Done; Done is called exactly once. Either may be nil.
 type Hooks struct {
 	FirstToken func()
 	Done       func(err error)
@@ -40,7 +48,10 @@ var ErrClientGone = errors.New("client disconnected")
 
 // Proxy forwards requests. It is goroutine-safe.
 type Proxy struct {
-	client *fasthttp.Client
+	plain  *fasthttp.Client // non-streamed requests
+	stream *fasthttp.Client // streamed: connections bound the first byte
+
+	firstByte bool // Config.FirstByteTimeout is set and shorter than ReadTimeout
 }
 
 // New returns a Proxy with keep-alive connection pools per worker.
@@ -58,26 +69,132 @@ func New(cfg Config) *Proxy {
 		cfg.DialTimeout = 5 * time.Second
 	}
 	dialer := &fasthttp.TCPDialer{}
-	return &Proxy{client: &fasthttp.Client{
-		MaxConnsPerHost:          cfg.MaxConnsPerHost,
-		ReadTimeout:              cfg.ReadTimeout,
-		WriteTimeout:             cfg.WriteTimeout,
-		StreamResponseBody:       true,
-		NoDefaultUserAgentHeader: true,
-		Dial: func(addr string) (net.Conn, error) {
-			return dialer.DialTimeout(addr, cfg.DialTimeout)
-		},
-	}}
+	client := func(dial fasthttp.DialFunc) *fasthttp.Client {
+		return &fasthttp.Client{
+			MaxConnsPerHost:          cfg.MaxConnsPerHost,
+			ReadTimeout:              cfg.ReadTimeout,
+			WriteTimeout:             cfg.WriteTimeout,
+			StreamResponseBody:       true,
+			NoDefaultUserAgentHeader: true,
+			Dial:                     dial,
+			// A keep-alive connection the worker closed while idle fails
+			// the next request with EOF before any answer: try once more,
+			// on a fresh connection, before calling the worker down.
+			RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
+				return false, attempts < 2 && (errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed))
+			},
+		}
+	}
+	dial := func(addr string) (net.Conn, error) { return dialer.DialTimeout(addr, cfg.DialTimeout) }
+	p := &Proxy{plain: client(dial), stream: client(dial)}
+	if fbt := cfg.FirstByteTimeout; fbt > 0 && fbt < cfg.ReadTimeout {
+		p.firstByte = true
+		p.stream = client(func(addr string) (net.Conn, error) {
+			c, err := dial(addr)
+			if err != nil {
+				return nil, err
+			}
+			return &firstByteConn{Conn: c, timeout: fbt}, nil
+		})
+	}
+	return p
 }
 
-// Forward sends body as a POST to url (e.g. http://host:port/v1/completions)
-// and writes the worker's answer to ctx. With stream set, the answer is
-// relayed as it arrives, flushed after every SSE event; FirstToken is called
-// at the first event. Without it, the whole answer is relayed at once and
-// FirstToken is called when it arrives. Forward returns before a streamed
-// body is relayed (fasthttp writes it after the handler returns); Done tells
-// the end. A worker that cannot be reached is answered with 502.
-func (p *Proxy) Forward(ctx *fasthttp.RequestCtx, url string, body []byte, stream bool, h Hooks) {
+// Upstream is a worker's answer that Send received and nothing has yet
+// written to a client: the headers of a streamed answer with status 200,
+// the whole answer otherwise. Pass it to Relay or Release, once.
+type Upstream struct {
+	resp   *fasthttp.Response
+	body   []byte
+	url    string
+	stream bool
+}
+
+var upstreamPool = sync.Pool{New: func() any { return new(Upstream) }}
+
+// StatusCode is the worker's HTTP status.
+func (u *Upstream) StatusCode() int { return u.resp.StatusCode() }
+
+// Release gives back an Upstream that will not be relayed.
+func (u *Upstream) Release() {
+	if u.resp != nil {
+		_ = u.resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(u.resp)
+	}
+	if cap(u.body) > 1<<20 {
+		*u = Upstream{} // do not keep a large answer's buffer
+	} else {
+		*u = Upstream{body: u.body[:0]}
+	}
+	upstreamPool.Put(u)
+}
+
+// Send posts body to url (e.g. http://host:port/v1/completions) and waits
+// for the worker's answer: for a streamed request, its headers (at most
+// Config.FirstByteTimeout for the first byte), for any other, or an error
+// status, the whole body. It writes nothing to any client, so a request
+// whose Send fails can be sent to another worker. An error is a transport
+// failure: the worker could not be dialed, did not answer in time
+// (ErrFirstByteTimeout) or closed the connection before the answer was
+// complete; an HTTP error status is an answer, not an error.
+func (p *Proxy) Send(url string, body []byte, stream bool) (*Upstream, error) {
+	client := p.plain
+	if stream {
+		client = p.stream
+	}
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	req.SetRequestURI(url)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyRaw(body)
+	err := client.Do(req, resp)
+	fasthttp.ReleaseRequest(req)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		if stream && p.firstByte && errors.Is(err, fasthttp.ErrTimeout) {
+			err = ErrFirstByteTimeout
+		}
+		return nil, fmt.Errorf("worker %s: %w", url, err)
+	}
+	u := upstreamPool.Get().(*Upstream)
+	u.resp, u.url, u.stream = resp, url, stream && resp.StatusCode() == fasthttp.StatusOK
+	if !u.stream {
+		b, rerr := readAll(u.body[:0], resp.BodyStream())
+		u.body = b
+		if rerr != nil {
+			u.Release()
+			return nil, fmt.Errorf("read from worker %s: %w", url, rerr)
+		}
+	}
+	return u, nil
+}
+
+func readAll(b []byte, r io.Reader) ([]byte, error) {
+	if r == nil {
+		return b, nil
+	}
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// Relay writes u to ctx and releases it. A streamed answer is relayed as it
+// arrives, flushed after every SSE event, and FirstToken is called at the
+// first event; Relay returns before it is relayed (fasthttp writes it after
+// the handler returns) and Done tells the end. A non-streamed answer is
+// written at once, FirstToken and Done called before Relay returns.
+func (p *Proxy) Relay(ctx *fasthttp.RequestCtx, u *Upstream, h Hooks) {
 	var once sync.Once
 	done := func(err error) {
 		once.Do(func() {
@@ -91,39 +208,23 @@ func (p *Proxy) Forward(ctx *fasthttp.RequestCtx, url string, body []byte, strea
 			h.FirstToken()
 		}
 	}
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	req.SetRequestURI(url)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.SetBodyRaw(body)
-	err := p.client.Do(req, resp)
-	fasthttp.ReleaseRequest(req)
-	if err != nil {
-		fasthttp.ReleaseResponse(resp)
-		WriteError(ctx, fasthttp.StatusBadGateway, fmt.Sprintf("worker %s: %v", url, err))
-		done(fmt.Errorf("worker %s: %w", url, err))
-		return
-	}
+	resp, url := u.resp, u.url
 	ctx.SetStatusCode(resp.StatusCode())
 	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
-	if !stream || resp.StatusCode() != fasthttp.StatusOK {
-		b, rerr := io.ReadAll(resp.BodyStream())
-		_ = resp.CloseBodyStream()
-		fasthttp.ReleaseResponse(resp)
-		ctx.SetBody(b)
-		if rerr != nil {
-			done(fmt.Errorf("read from worker %s: %w", url, rerr))
-			return
-		}
-		if ctx.Response.StatusCode() == fasthttp.StatusOK {
+	if !u.stream {
+		ctx.SetBody(u.body)
+		code := resp.StatusCode()
+		u.Release()
+		if code == fasthttp.StatusOK {
 			first()
 			done(nil)
 			return
 		}
-		done(fmt.Errorf("worker %s answered %d", url, resp.StatusCode()))
+		done(fmt.Errorf("worker %s answered %d", url, code))
 		return
 	}
+	u.resp = nil
+	u.Release()
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		body := resp.BodyStream()
@@ -139,6 +240,20 @@ func (p *Proxy) Forward(ctx *fasthttp.RequestCtx, url string, body []byte, strea
 		fasthttp.ReleaseResponse(resp)
 		done(err)
 	})
+}
+
+// Forward is Send then Relay: it answers a worker that cannot be reached
+// with 502 (and Done gets the error) instead of letting the caller retry.
+func (p *Proxy) Forward(ctx *fasthttp.RequestCtx, url string, body []byte, stream bool, h Hooks) {
+	u, err := p.Send(url, body, stream)
+	if err != nil {
+		WriteError(ctx, fasthttp.StatusBadGateway, err.Error())
+		if h.Done != nil {
+			h.Done(err)
+		}
+		return
+	}
+	p.Relay(ctx, u, h)
 }
 
 // relaySSE copies SSE events from r to w, flushing after each, and calls

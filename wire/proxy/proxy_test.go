@@ -194,3 +194,86 @@ func TestNonStreamingAndErrors(t *testing.T) {
 		}
 	}
 }
+
+// silent accepts connections and never answers (a stopped process's kernel
+// still completes the TCP handshake).
+func silent(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range conns {
+					c.Close()
+				}
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return "http://" + ln.Addr().String()
+}
+
+// A streamed request to a worker that accepts but never answers fails with
+// ErrFirstByteTimeout; nothing has been written, so the caller may retry.
+func TestSendFirstByteTimeout(t *testing.T) {
+	p := New(Config{FirstByteTimeout: 100 * time.Millisecond})
+	_, err := p.Send(silent(t)+"/v1/completions", []byte(`{}`), true)
+	if !errors.Is(err, ErrFirstByteTimeout) {
+		t.Fatalf("Send to a silent worker: %v, want ErrFirstByteTimeout", err)
+	}
+}
+
+// The first-byte bound ends at the first byte: a stream whose events come
+// slower than it afterwards is relayed whole, and the connection is reused
+// for the next request with the bound armed again.
+func TestFirstByteTimeoutOnlyBoundsTheStart(t *testing.T) {
+	upstream := serve(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for i := range 3 {
+				fmt.Fprintf(w, "data: {\"n\":%d}\n\n", i)
+				w.Flush()
+				time.Sleep(150 * time.Millisecond) // the upstream's pace, not synchronization
+			}
+			fmt.Fprintf(w, "data: [DONE]\n\n")
+		})
+	})
+	p := New(Config{FirstByteTimeout: 100 * time.Millisecond})
+	for i := range 2 {
+		u, err := p.Send(upstream+"/v1/completions", []byte(`{}`), true)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body := u.resp.BodyStream()
+		b, err := readAll(nil, body)
+		u.Release()
+		if err != nil || !strings.Contains(string(b), "[DONE]") {
+			t.Fatalf("request %d: %q %v", i, b, err)
+		}
+	}
+}
+
+// A worker that refuses connections fails Send with a dial error.
+func TestSendRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	p := New(Config{FirstByteTimeout: time.Second})
+	for _, stream := range []bool{false, true} {
+		if _, err := p.Send("http://"+addr+"/v1/completions", []byte(`{}`), stream); err == nil {
+			t.Errorf("stream=%v: Send to a closed port succeeded", stream)
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"time"
+)
+
+// ErrFirstByteTimeout is the error of a streamed Send whose worker accepted
+// the request but sent no byte of its answer within Config.FirstByteTimeout.
+// (fasthttp reports every timeout as fasthttp.ErrTimeout; on the streamed
+// client, where the first-byte bound is the shortest deadline, Send reports
+// a timeout as this error.)
+var ErrFirstByteTimeout = errors.New("no answer within the first-byte timeout (--worker-first-byte-timeout)")
+
+// firstByteConn bounds the wait for the first byte of each answer on a
+// keep-alive connection to a worker. The fasthttp client sets one read
+// deadline per request (Config.ReadTimeout, long: it must let a generation
+// run); a write (the next request) arms a shorter deadline, which the first
+// byte read disarms, restoring the client's. The client uses a connection
+// for one request at a time, so the fields need no lock.
+type firstByteConn struct {
+	net.Conn
+	timeout  time.Duration
+	armed    bool
+	deadline time.Time // the client's read deadline
+	fbAt     time.Time // the armed first-byte deadline
+}
+
+func (c *firstByteConn) Write(b []byte) (int, error) {
+	if !c.armed {
+		c.armed = true
+		c.fbAt = time.Now().Add(c.timeout)
+		if err := c.Conn.SetReadDeadline(c.earliest()); err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *firstByteConn) earliest() time.Time {
+	if c.armed && (c.deadline.IsZero() || c.fbAt.Before(c.deadline)) {
+		return c.fbAt
+	}
+	return c.deadline
+}
+
+func (c *firstByteConn) SetReadDeadline(t time.Time) error {
+	c.deadline = t
+	return c.Conn.SetReadDeadline(c.earliest())
+}
+
+func (c *firstByteConn) SetDeadline(t time.Time) error {
+	c.deadline = t
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetReadDeadline(c.earliest())
+}
+
+func (c *firstByteConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if !c.armed {
+		return n, err
+	}
+	if n > 0 {
+		c.armed = false
+		if derr := c.Conn.SetReadDeadline(c.deadline); derr != nil && err == nil {
+			err = derr
+		}
+	}
+	return n, err
+}

@@ -46,6 +46,9 @@ type envOptions struct {
 	maxBatch  int
 	grace     time.Duration
 	pprof     bool
+	model     string         // the fleet's model (default mock's "mock")
+	static    []StaticWorker // static workers besides the fleet
+	maxBody   int
 }
 
 func quietLogger() *slog.Logger {
@@ -80,7 +83,8 @@ func startEnv(t *testing.T, o envOptions) *env {
 		o.sched(&sc)
 	}
 	cfg := ServiceConfig{
-		Router:        Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second},
+		Router: Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second,
+			Workers: o.static, MaxBodyBytes: o.maxBody},
 		HTTPAddr:      "127.0.0.1:0",
 		ShutdownGrace: o.grace,
 		Pprof:         o.pprof,
@@ -107,15 +111,15 @@ func startEnv(t *testing.T, o envOptions) *env {
 	}
 	e.fleet, err = mock.Start(mock.Config{
 		Workers: o.workers, Port: 0, BlockSize: testBlockSize, KVBlocks: o.kvBlocks, Speedup: 20,
-		MaxBatchedTokens: o.maxBatch,
-		Namespace:        "test", Component: "backend", Transport: transport, Heartbeat: o.heartbeat,
+		MaxBatchedTokens: o.maxBatch, Model: o.model,
+		Namespace: "test", Component: "backend", Transport: transport, Heartbeat: o.heartbeat,
 		LoadInterval: 10 * time.Millisecond, Logger: quietLogger(),
 	}, e.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.fleet.Close() })
-	e.waitWorkers(o.workers)
+	e.waitWorkers(o.workers + len(o.static))
 	return e
 }
 

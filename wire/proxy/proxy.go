@@ -2,7 +2,10 @@
 // keep-alive fasthttp client and streams the response back chunk by chunk,
 // telling the caller when the first token arrived and when the request ended
 // (completed, failed, or the client went away), so the router can mark
-// prefill done and free the request's load.
+// prefill done and free the request's load. A stream the worker breaks off,
+// or that CutStreams cuts at shutdown, ends with an SSE error event so it
+// never passes for a complete answer. WriteAPIError is the one writer of
+// OpenAI-style error answers.
 package proxy
 
 import (

@@ -18,9 +18,17 @@ type StaticWorker struct {
 	URL string // http://host:port
 	// DpRanks the worker serves; nil means rank 0 only.
 	DpRanks []uint32
+	// Model the worker serves (--worker ...,model=NAME). Empty: the router
+	// asks the worker (GET URL/v1/models) once it answers.
+	Model string
 	// Capacity of each rank, if known (zero fields are unknown).
 	Capacity sched.Capacity
 }
+
+// DefaultMaxHeaderBytes is the default of Config.MaxHeaderBytes: room for
+// long Authorization tokens and tracing headers, where fasthttp's own 4 KiB
+// default is tight; nginx allows 8 KiB per header line.
+const DefaultMaxHeaderBytes = 16 << 10
 
 // Config configures a Router. It is plain data, copied by New; zero fields
 // take the defaults noted.
@@ -59,6 +67,10 @@ type Config struct {
 
 	// MaxBodyBytes limits a request body (--max-body-bytes). Default 16 MiB.
 	MaxBodyBytes int
+	// MaxHeaderBytes limits a request's line and headers
+	// (--max-header-bytes; fasthttp's ReadBufferSize, allocated per
+	// connection); beyond it: 431. Default 16 KiB.
+	MaxHeaderBytes int
 	// ReadTimeout bounds reading a request (--http-read-timeout). Default 30 s.
 	ReadTimeout time.Duration
 	// IdleTimeout closes idle keep-alive connections. Default 2 min.
@@ -106,6 +118,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 16 << 20
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 30 * time.Second

@@ -23,25 +23,18 @@
 // # Endpoints
 //
 //	POST /v1/completions, /v1/chat/completions  route and proxy (SSE streamed chunk by chunk)
-//	POST /route                                 decision only: {"token_ids"|"prompt", "request_id",
+//	GET  /v1/models                             the union of the workers' models (OpenAI list shape)
+//	POST /route                                 decision only: {"token_ids"|"prompt", "model", "request_id",
 //	                                            "lora_name", "explain", "overrides"}
 //	POST /route/{id}/prefill_done, /route/{id}/free
 //	GET  /workers, /health, /ready, /metrics
 //
-// A proxied response carries X-Kvroute-Worker, X-Kvroute-Dp-Rank and
-// X-Kvroute-Cached-Blocks. Its load is booked at the decision, its prefill
-// marked done at the first streamed event (or the whole answer), and freed
-// when the stream ends, fails, or the client disconnects. A /route decision
-// books load the same way until /free or expiry (--request-expiry).
-//
-// Errors are JSON ({"error": {"message", "type", "code"}}): 400 for a bad
-// body, 404/405 for a wrong path or method, 409 for a request_id already
-// active, 413 for a body over --max-body-bytes, 429 with Retry-After while the
-// all-workers-busy window is open (opened by this router's scheduler, which
-// also publishes the event on NATS, or by another replica's message), 503
-// with no workers (or all down), a full decision queue, or a queue timeout,
-// 502 when the worker cannot be reached and neither can the one the request
-// was retried on.
+// Another method gets 405 with Allow. A proxied response carries
+// X-Kvroute-Worker, X-Kvroute-Dp-Rank and X-Kvroute-Cached-Blocks. Its load
+// is booked at the decision, its prefill marked done at the first streamed
+// event (or the whole answer), and freed when the stream ends, fails, or the
+// client disconnects. A /route decision books load the same way until /free
+// or expiry (--request-expiry).
 //
 // GET /ready answers 503 with the reason while the router shuts down (the
 // first ServiceConfig.ShutdownReadyDelay of Service.Drain, while requests are
@@ -72,6 +65,51 @@
 // index entries. A registered worker's heartbeats keep it registered while
 // down but do not make it routable.
 //
+// # Models
+//
+// A worker's models come from its registration, from --worker ...,model=NAME,
+// or, for a static worker without one, from asking it (GET URL/v1/models,
+// retried until it answers once; until then it declares none). The worker
+// table keeps, per model, the dp ranks that may serve it: its workers' and
+// those of workers declaring no model. A request naming a model is
+// restricted to those ranks through the scheduler's allowed-workers override
+// (the one /route's allowed_workers uses; /route intersects the two); a model
+// no worker serves gets 404 model_not_found. Without a model, or when no
+// worker declares one, any rank may serve.
+//
+// # Errors
+//
+// Errors are OpenAI-style JSON, {"error": {"message", "type", "param",
+// "code"}} with code a string and param the field at fault (null when none),
+// written by proxy.WriteAPIError: 400 invalid_request_error for a bad body or
+// a /route override naming an unknown worker or rank; 404 not_found for a
+// wrong path, model_not_found for a model no worker serves; 405
+// method_not_allowed; 409 conflict for a request_id already active; 429
+// rate_limit_exceeded with Retry-After while the all-workers-busy window is
+// open (opened by this router's scheduler, which also publishes the event on
+// NATS, or by another replica's message); 503 service_unavailable with no
+// workers (or all down), a full decision queue, or a queue timeout; 502
+// bad_gateway when the worker cannot be reached (or its non-streamed answer
+// breaks off) and neither can the one the request was retried on.
+//
+// Requests fasthttp cannot read are answered by connError: 413 for a body
+// over --max-body-bytes, 431 for a request line and headers over
+// --max-header-bytes (fasthttp's ReadBufferSize), 408 for a read timeout,
+// 400 for malformed HTTP; the messages never quote the request (fasthttp's
+// errors embed its head, Authorization included), the answers are counted
+// under the path's endpoint or "connection", and the connection is closed
+// lingeringly (internal/linger, on the listener Service wraps) so that a
+// client still uploading reads the answer instead of a reset.
+//
+// A stream whose worker breaks off (read error, or end before data: [DONE])
+// ends with an SSE error event (code worker_stream_interrupted) unless the
+// worker sent one; it is counted (kvroute_proxy_worker_gone_total) and
+// logged once. At shutdown, Service.Drain waits --shutdown-grace, then cuts
+// the streams from the worker side (Router.CutStreams) so each client gets an
+// error event (code shutting_down), waits up to a second for them, and closes
+// the client connections still open: a request still waiting for a worker's
+// whole answer sees its connection close without an answer.
+//
 // # Workers
 //
 // Static workers (--worker) are configured and never expire. Registered
@@ -93,7 +131,7 @@
 // kvroute_requests_{queued,admitted,throttled,queue_timeout,batcher_full,expired}_total,
 // kvroute_requests_rejected_total{reason}, kvroute_all_workers_busy_total,
 // kvroute_all_workers_busy_remote_total, kvroute_workers_{joined,left,expired}_total,
-// kvroute_proxy_{ttft,duration}_seconds, kvroute_proxy_{errors,client_gone,worker_gone}_total,
+// kvroute_proxy_{ttft,duration}_seconds, kvroute_proxy_{errors,client_gone,worker_gone,worker_left}_total,
 // kvroute_proxy_retries_total, kvroute_proxy_first_byte_timeouts_total,
 // kvroute_worker_{ejections,recoveries}_total,
 // and at scrape time kvroute_queue_depth, kvroute_active_requests,

@@ -240,20 +240,29 @@ func TestBadRequests(t *testing.T) {
 		method, path, body string
 		code               int
 		msg                string
+		errCode, param     string // OpenAI error code and param ("" for null)
 	}{
-		{"POST", "/v1/completions", `{"prompt":`, 400, "bad request"},
-		{"POST", "/v1/completions", `{"max_tokens":3}`, 400, "prompt"},
-		{"POST", "/v1/completions", `{"prompt":""}`, 400, "empty"},
-		{"POST", "/v1/chat/completions", `{"messages":7}`, 400, "messages"},
-		{"GET", "/v1/completions", ``, 405, "use POST"},
-		{"POST", "/workers", ``, 405, "use GET"},
-		{"GET", "/nope", ``, 404, "no such endpoint"},
-		{"POST", "/route", `[1,2]`, 400, "object"},
-		{"POST", "/route", `{"token_ids":[1,"x"]}`, 400, "token_ids[1]"},
-		{"POST", "/route", `{"token_ids":[1],"overrides":{"router_temperature":-1}}`, 400, "router_temperature"},
-		{"POST", "/route", `{"token_ids":[1],"request_id":"a/b"}`, 400, "request_id"},
-		{"POST", "/route/unknown/free", ``, 404, "not active"},
-		{"POST", "/route/x/explode", ``, 404, "unknown action"},
+		{"POST", "/v1/completions", `{"prompt":`, 400, "bad request", "invalid_request_error", ""},
+		{"POST", "/v1/completions", `{"max_tokens":3}`, 400, "prompt", "invalid_request_error", "prompt"},
+		{"POST", "/v1/completions", `{"prompt":""}`, 400, "empty", "invalid_request_error", "prompt"},
+		{"POST", "/v1/chat/completions", `{"messages":7}`, 400, "messages", "invalid_request_error", "messages"},
+		{"GET", "/v1/completions", ``, 405, "use POST", "method_not_allowed", ""},
+		{"POST", "/workers", ``, 405, "use GET", "method_not_allowed", ""},
+		{"POST", "/health", ``, 405, "use GET", "method_not_allowed", ""},
+		{"PUT", "/ready", ``, 405, "use GET", "method_not_allowed", ""},
+		{"POST", "/metrics", ``, 405, "use GET", "method_not_allowed", ""},
+		{"POST", "/v1/models", ``, 405, "use GET", "method_not_allowed", ""},
+		{"GET", "/nope", ``, 404, "no such endpoint", "not_found", ""},
+		{"POST", "/route", `[1,2]`, 400, "object", "invalid_request_error", ""},
+		{"POST", "/route", `{"token_ids":[1,"x"]}`, 400, "token_ids[1]", "invalid_request_error", "token_ids[1]"},
+		{"POST", "/route", `{"token_ids":[1],"overrides":{"router_temperature":-1}}`, 400, "router_temperature", "invalid_request_error", "overrides.router_temperature"},
+		{"POST", "/route", `{"token_ids":[1],"request_id":"a/b"}`, 400, "request_id", "invalid_request_error", "request_id"},
+		{"POST", "/route", `{"token_ids":[1],"overrides":{"worker_id":77}}`, 400, "worker_id 77 names no known worker", "invalid_request_error", "overrides.worker_id"},
+		{"POST", "/route", `{"token_ids":[1],"overrides":{"worker_id":1,"dp_rank":5}}`, 400, "dp_rank 5: worker 1 has dp ranks [0]", "invalid_request_error", "overrides.dp_rank"},
+		{"POST", "/route", `{"token_ids":[1],"overrides":{"allowed_workers":[1,78]}}`, 400, "allowed_workers[1]: 78 names no known worker", "invalid_request_error", "overrides.allowed_workers[1]"},
+		{"POST", "/route", `{"token_ids":[1],"overrides":{"allowed_workers":[79]}}`, 400, "79 names no known worker", "invalid_request_error", "overrides.allowed_workers[0]"},
+		{"POST", "/route/unknown/free", ``, 404, "not active", "not_found", ""},
+		{"POST", "/route/x/explode", ``, 404, "unknown action", "not_found", ""},
 	}
 	for _, c := range cases {
 		code, body, h := e.do(c.method, c.path, c.body)
@@ -263,12 +272,27 @@ func TestBadRequests(t *testing.T) {
 		}
 		var doc struct {
 			Error struct {
-				Message string `json:"message"`
-				Code    int    `json:"code"`
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Param   *string `json:"param"`
+				Code    *string `json:"code"`
 			} `json:"error"`
 		}
-		if err := json.Unmarshal(body, &doc); err != nil || doc.Error.Message == "" || h.Get("Content-Type") != "application/json" {
+		if err := json.Unmarshal(body, &doc); err != nil || doc.Error.Message == "" || doc.Error.Type == "" || h.Get("Content-Type") != "application/json" {
 			t.Errorf("%s %s: error body is not JSON: %v %.200s", c.method, c.path, err, body)
+			continue
+		}
+		if doc.Error.Code == nil || *doc.Error.Code != c.errCode {
+			t.Errorf("%s %s: code in %s, want %q", c.method, c.path, body, c.errCode)
+		}
+		if param := ""; (doc.Error.Param != nil) != (c.param != "") || doc.Error.Param != nil && *doc.Error.Param != c.param {
+			if doc.Error.Param != nil {
+				param = *doc.Error.Param
+			}
+			t.Errorf("%s %s: param %q, want %q", c.method, c.path, param, c.param)
+		}
+		if c.code == 405 && h.Get("Allow") == "" {
+			t.Errorf("%s %s: 405 without Allow", c.method, c.path)
 		}
 	}
 	// A body over the limit: 413 as soon as the headers announce it.

@@ -52,13 +52,15 @@ type envOptions struct {
 	// readyDelay is ShutdownReadyDelay; 0 here means none (tests close
 	// many services).
 	readyDelay time.Duration
-	// static are static workers (--worker); proxy and health tune the
-	// proxy and the passive health checks.
+	// static are static workers (--worker) besides the fleet; proxy and
+	// health tune the proxy and the passive health checks.
 	static []StaticWorker
 	proxy  proxy.Config
 	health func(*Config)
 	// noFleet starts no simulated fleet.
 	noFleet bool
+	model   string // the fleet's model (default mock's "mock")
+	maxBody int
 }
 
 func quietLogger() *slog.Logger {
@@ -97,7 +99,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 	}
 	cfg := ServiceConfig{
 		Router: Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second,
-			Workers: o.static, Proxy: o.proxy},
+			Workers: o.static, Proxy: o.proxy, MaxBodyBytes: o.maxBody},
 		HTTPAddr:           "127.0.0.1:0",
 		ShutdownGrace:      o.grace,
 		ShutdownReadyDelay: o.readyDelay,
@@ -131,15 +133,15 @@ func startEnv(t *testing.T, o envOptions) *env {
 	}
 	e.fleet, err = mock.Start(mock.Config{
 		Workers: o.workers, Port: 0, BlockSize: testBlockSize, KVBlocks: o.kvBlocks, Speedup: 20,
-		MaxBatchedTokens: o.maxBatch,
-		Namespace:        "test", Component: "backend", Transport: transport, Heartbeat: o.heartbeat,
+		MaxBatchedTokens: o.maxBatch, Model: o.model,
+		Namespace: "test", Component: "backend", Transport: transport, Heartbeat: o.heartbeat,
 		LoadInterval: 10 * time.Millisecond, Logger: quietLogger(),
 	}, e.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.fleet.Close() })
-	e.waitWorkers(o.workers)
+	e.waitWorkers(o.workers + len(o.static))
 	return e
 }
 

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
+	"github.com/kvroute/kvroute/internal/linger"
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/openai"
@@ -27,30 +29,79 @@ const (
 
 var routeParsers fastjson.ParserPool
 
-// Server returns a fasthttp server for Handler with the configured body
-// limit and timeouts; malformed HTTP gets a JSON error body too.
+// Server returns a fasthttp server for Handler with the configured body and
+// header limits and timeouts; malformed HTTP gets a JSON error body too
+// (connError). Serve it on a linger.Listen listener so that those answers
+// reach a client that is still sending.
 func (r *Router) Server() *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:               r.Handler,
 		Name:                  "kvroute",
 		MaxRequestBodySize:    r.cfg.MaxBodyBytes,
+		ReadBufferSize:        r.cfg.MaxHeaderBytes,
 		ReadTimeout:           r.cfg.ReadTimeout,
 		IdleTimeout:           r.cfg.IdleTimeout,
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
+		SecureErrorLogMessage: true,
 		Logger:                fasthttpLogger{r.cfg.Logger},
-		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			code := fasthttp.StatusBadRequest
-			switch {
-			case errors.Is(err, fasthttp.ErrBodyTooLarge):
-				code = fasthttp.StatusRequestEntityTooLarge
-				err = fmt.Errorf("request body larger than %d bytes (--max-body-bytes)", r.cfg.MaxBodyBytes)
-			case isTimeout(err):
-				code = fasthttp.StatusRequestTimeout
-			}
-			proxy.WriteError(ctx, code, err.Error())
-		},
+		ErrorHandler:          r.connError,
 	}
+}
+
+// connError answers a request fasthttp could not read: 413 for a body over
+// --max-body-bytes, 431 for headers over --max-header-bytes, 408 for a
+// request not read within --http-read-timeout, 400 for malformed HTTP. The
+// messages never quote the request (fasthttp's errors embed its head,
+// Authorization included). The connection is then closed lingeringly (see
+// internal/linger) so a client still sending its body reads the answer
+// instead of a reset. Counted in kvroute_http_requests_total under the
+// path's endpoint when the request line was read, else "connection".
+func (r *Router) connError(ctx *fasthttp.RequestCtx, err error) {
+	ep, status, msg := epConnection, fasthttp.StatusBadRequest, "malformed HTTP request: its request line or headers could not be parsed"
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		ep, status = endpointOf(ctx.Path()), fasthttp.StatusRequestEntityTooLarge
+		msg = fmt.Sprintf("request body larger than %d bytes (--max-body-bytes)", r.cfg.MaxBodyBytes)
+	case errors.As(err, &small):
+		status = fasthttp.StatusRequestHeaderFieldsTooLarge
+		msg = fmt.Sprintf("request line and headers larger than %d bytes (--max-header-bytes)", r.cfg.MaxHeaderBytes)
+	case isTimeout(err):
+		status = fasthttp.StatusRequestTimeout
+		msg = fmt.Sprintf("request not received within %s (--http-read-timeout)", r.cfg.ReadTimeout)
+	}
+	proxy.WriteError(ctx, status, msg)
+	if status != fasthttp.StatusRequestTimeout {
+		linger.Set(ctx.Conn())
+	}
+	r.m.request(ep, status, 0)
+}
+
+// endpointOf returns the metrics endpoint of a path.
+func endpointOf(path []byte) endpoint {
+	switch string(path) {
+	case "/v1/completions":
+		return epCompletions
+	case "/v1/chat/completions":
+		return epChat
+	case "/v1/models":
+		return epModels
+	case "/route":
+		return epRoute
+	case "/workers":
+		return epWorkers
+	case "/health":
+		return epHealth
+	case "/ready":
+		return epReady
+	case "/metrics":
+		return epMetrics
+	}
+	if bytes.HasPrefix(path, []byte("/route/")) {
+		return epRouteOp
+	}
+	return epOther
 }
 
 // fasthttpLogger sends fasthttp's connection errors to the debug log: each
@@ -82,6 +133,11 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		if r.method(ctx, fasthttp.MethodPost) {
 			r.completion(ctx, true)
 		}
+	case "/v1/models":
+		ep = epModels
+		if r.method(ctx, fasthttp.MethodGet) {
+			r.models(ctx)
+		}
 	case "/route":
 		ep = epRoute
 		if r.method(ctx, fasthttp.MethodPost) {
@@ -94,15 +150,21 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		}
 	case "/health":
 		ep = epHealth
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"ok"}`)
+		if r.method(ctx, fasthttp.MethodGet) {
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"status":"ok"}`)
+		}
 	case "/ready":
 		ep = epReady
-		r.ready(ctx)
+		if r.method(ctx, fasthttp.MethodGet) {
+			r.ready(ctx)
+		}
 	case "/metrics":
 		ep = epMetrics
-		ctx.SetContentType("text/plain; version=0.0.4")
-		r.WritePrometheus(ctx)
+		if r.method(ctx, fasthttp.MethodGet) {
+			ctx.SetContentType("text/plain; version=0.0.4")
+			r.WritePrometheus(ctx)
+		}
 	default:
 		if bytes.HasPrefix(path, []byte("/route/")) {
 			ep = epRouteOp
@@ -183,15 +245,23 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	defer openai.ReleaseRequest(req)
 	body := ctx.PostBody()
 	if err := openai.Parse(body, chat, r.cfg.Tokenizer, req); err != nil {
-		proxy.WriteError(ctx, fasthttp.StatusBadRequest, err.Error())
+		badRequest(ctx, err)
 		return
 	}
 	if len(req.Tokens) == 0 {
-		proxy.WriteError(ctx, fasthttp.StatusBadRequest, "prompt is empty")
+		badRequest(ctx, emptyPrompt(chat))
+		return
+	}
+	ranks, restrict, ok := r.table.Load().ranksFor(req.Model)
+	if !ok {
+		modelNotFound(ctx, req.Model)
 		return
 	}
 	p := r.acquire()
 	defer r.release(p)
+	if restrict {
+		p.allowed = append(p.allowed[:0], ranks...)
+	}
 	r.hash(p, req.Tokens, req.LoRA)
 	r.submit(p)
 	if p.err != nil {
@@ -203,7 +273,7 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	if u == nil {
 		return // answered
 	}
-	id := p.id
+	id, wid := p.id, p.dec.Worker.Worker
 	r.proxy.Relay(ctx, u, proxy.Hooks{
 		FirstToken: func() {
 			r.m.ttft.UpdateDuration(start)
@@ -214,6 +284,13 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 			switch {
 			case errors.Is(err, proxy.ErrClientGone):
 				r.m.clientGone.Inc()
+			case errors.Is(err, proxy.ErrWorkerGone):
+				r.m.proxyErrors.Inc()
+				r.m.workerGone.Inc()
+				r.cfg.Logger.Warn("worker stream interrupted; the client got an error event", "worker", wid, "request", id, "err", err)
+			case errors.Is(err, proxy.ErrShutdown):
+				r.m.proxyErrors.Inc()
+				r.cfg.Logger.Warn("stream cut at shutdown; the client got an error event", "worker", wid, "request", id)
 			case err != nil:
 				r.m.proxyErrors.Inc()
 			}
@@ -291,17 +368,22 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
 	if err := openai.ParsePrompt(v, r.cfg.Tokenizer, req); err != nil {
-		proxy.WriteError(ctx, fasthttp.StatusBadRequest, err.Error())
+		badRequest(ctx, err)
 		return
 	}
 	if len(req.Tokens) == 0 {
-		proxy.WriteError(ctx, fasthttp.StatusBadRequest, "prompt is empty")
+		badRequest(ctx, emptyPrompt(false))
 		return
 	}
 	p := r.acquire()
 	defer r.release(p)
 	if err := r.parseRouteOptions(v, p, req); err != nil {
-		proxy.WriteError(ctx, fasthttp.StatusBadRequest, err.Error())
+		var mnf *modelNotFoundError
+		if errors.As(err, &mnf) {
+			modelNotFound(ctx, mnf.model)
+			return
+		}
+		badRequest(ctx, err)
 		return
 	}
 	r.hash(p, req.Tokens, req.LoRA)
@@ -387,82 +469,169 @@ func (r *Router) parseRouteOptions(v *fastjson.Value, p *pending, req *openai.Re
 	if x := v.Get("request_id"); x != nil {
 		s, err := x.StringBytes()
 		if err != nil || len(s) == 0 || len(s) > 256 || bytes.ContainsRune(s, '/') {
-			return errors.New("request_id must be a non-empty string of at most 256 bytes without '/'")
+			return fieldErr("request_id", "request_id must be a non-empty string of at most 256 bytes without '/'")
 		}
 		p.routeID = string(s)
 	}
 	if x := v.Get("lora_name"); x != nil && x.Type() != fastjson.TypeNull {
 		s, err := x.StringBytes()
 		if err != nil {
-			return errors.New("lora_name must be a string")
+			return fieldErr("lora_name", "lora_name must be a string")
 		}
 		req.LoRA = append(req.LoRA[:0], s...)
 	}
 	if x := v.Get("explain"); x != nil {
 		b, err := x.Bool()
 		if err != nil {
-			return errors.New("explain must be true or false")
+			return fieldErr("explain", "explain must be true or false")
 		}
 		p.explain = b
 	}
-	o := v.Get("overrides")
+	if err := r.parseOverrides(v.Get("overrides"), p); err != nil {
+		return err
+	}
+	if x := v.Get("model"); x != nil && x.Type() != fastjson.TypeNull {
+		s, err := x.StringBytes()
+		if err != nil {
+			return fieldErr("model", "model must be a string")
+		}
+		req.Model = append(req.Model[:0], s...)
+		return restrictToModel(p, r.table.Load(), req.Model)
+	}
+	return nil
+}
+
+// parseOverrides reads /route's "overrides" into p. A worker or rank it
+// names must be known.
+func (r *Router) parseOverrides(o *fastjson.Value, p *pending) error {
 	if o == nil || o.Type() == fastjson.TypeNull {
 		return nil
 	}
 	if o.Type() != fastjson.TypeObject {
-		return errors.New("overrides must be an object")
+		return fieldErr("overrides", "overrides must be an object")
 	}
 	if x := o.Get("overlap_score_weight"); x != nil {
 		f, err := x.Float64()
 		if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
-			return errors.New("overrides.overlap_score_weight must be a number >= 0")
+			return fieldErr("overrides.overlap_score_weight", "overrides.overlap_score_weight must be a number >= 0")
 		}
 		p.override.Weight, p.override.WeightSet = f, true
 	}
 	if x := o.Get("router_temperature"); x != nil {
 		f, err := x.Float64()
 		if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
-			return errors.New("overrides.router_temperature must be a number >= 0")
+			return fieldErr("overrides.router_temperature", "overrides.router_temperature must be a number >= 0")
 		}
 		p.override.Temperature, p.override.TemperatureSet = f, true
 	}
+	t := r.table.Load()
 	if x := o.Get("worker_id"); x != nil {
 		id, err := x.Uint64()
 		if err != nil {
-			return errors.New("overrides.worker_id must be a worker id (an unsigned integer)")
+			return fieldErr("overrides.worker_id", "overrides.worker_id must be a worker id (an unsigned integer)")
 		}
 		rank := uint64(0)
 		if y := o.Get("dp_rank"); y != nil {
 			if rank, err = y.Uint64(); err != nil || rank > wire.MaxDPRank {
-				return fmt.Errorf("overrides.dp_rank must be an integer in [0, %d]", wire.MaxDPRank)
+				return fieldErr("overrides.dp_rank", "overrides.dp_rank must be an integer in [0, %d]", wire.MaxDPRank)
 			}
+		}
+		w := t.byID[id]
+		if w == nil {
+			return fieldErr("overrides.worker_id", "overrides.worker_id %d names no known worker (GET /workers lists them)", id)
+		}
+		if !slices.Contains(w.Ranks, uint32(rank)) {
+			return fieldErr("overrides.dp_rank", "overrides.dp_rank %d: worker %d has dp ranks %v", rank, id, w.Ranks)
 		}
 		p.override.Pinned, p.override.PinnedSet = wire.WorkerKey{Worker: id, Dp: uint32(rank)}, true
 	} else if o.Get("dp_rank") != nil {
-		return errors.New("overrides.dp_rank needs overrides.worker_id")
+		return fieldErr("overrides.dp_rank", "overrides.dp_rank needs overrides.worker_id")
 	}
 	if x := o.Get("allowed_workers"); x != nil {
 		arr, err := x.Array()
 		if err != nil {
-			return errors.New("overrides.allowed_workers must be an array of worker ids")
+			return fieldErr("overrides.allowed_workers", "overrides.allowed_workers must be an array of worker ids")
 		}
-		t := r.table.Load()
 		for i, e := range arr {
 			id, err := e.Uint64()
 			if err != nil {
-				return fmt.Errorf("overrides.allowed_workers[%d] must be a worker id", i)
+				return fieldErr(fmt.Sprintf("overrides.allowed_workers[%d]", i), "overrides.allowed_workers[%d] must be a worker id", i)
 			}
-			if w := t.byID[id]; w != nil {
-				for _, rank := range w.Ranks {
-					p.allowed = append(p.allowed, wire.WorkerKey{Worker: id, Dp: rank})
-				}
+			w := t.byID[id]
+			if w == nil {
+				return fieldErr(fmt.Sprintf("overrides.allowed_workers[%d]", i),
+					"overrides.allowed_workers[%d]: %d names no known worker (GET /workers lists them)", i, id)
+			}
+			for _, rank := range w.Ranks {
+				p.allowed = append(p.allowed, wire.WorkerKey{Worker: id, Dp: rank})
 			}
 		}
 		if len(p.allowed) == 0 {
-			return errors.New("overrides.allowed_workers names no known worker")
+			return fieldErr("overrides.allowed_workers", "overrides.allowed_workers is empty")
 		}
 	}
 	return nil
+}
+
+// restrictToModel narrows p's candidates to the ranks serving the model
+// /route names: a pinned rank must serve it, allowed workers are
+// intersected with its workers, and otherwise its workers become the
+// allowed set.
+func restrictToModel(p *pending, t *workerTable, model []byte) error {
+	ranks, restrict, ok := t.ranksFor(model)
+	if !ok {
+		return &modelNotFoundError{model: string(model)}
+	}
+	if !restrict {
+		return nil
+	}
+	switch {
+	case p.override.PinnedSet:
+		if !slices.Contains(ranks, p.override.Pinned) {
+			return fieldErr("overrides.worker_id", "worker %d (dp rank %d) does not serve model %q",
+				p.override.Pinned.Worker, p.override.Pinned.Dp, model)
+		}
+	case len(p.allowed) > 0:
+		p.allowed = slices.DeleteFunc(p.allowed, func(k wire.WorkerKey) bool { return !slices.Contains(ranks, k) })
+		if len(p.allowed) == 0 {
+			return fieldErr("overrides.allowed_workers", "no worker of overrides.allowed_workers serves model %q", model)
+		}
+	default:
+		p.allowed = append(p.allowed[:0], ranks...)
+	}
+	return nil
+}
+
+// modelNotFoundError is a request naming a model no worker serves.
+type modelNotFoundError struct{ model string }
+
+func (e *modelNotFoundError) Error() string {
+	return fmt.Sprintf("model %q is not served by any worker", e.model)
+}
+
+// modelNotFound answers 404 model_not_found, as OpenAI does.
+func modelNotFound[S ~string | ~[]byte](ctx *fasthttp.RequestCtx, model S) {
+	proxy.WriteAPIError(ctx, fasthttp.StatusNotFound, openai.Error{
+		Message: fmt.Sprintf("model %q is not served by any worker (GET /v1/models lists the models served)", model),
+		Type:    openai.TypeInvalidRequest, Param: "model", Code: openai.CodeModelNotFound,
+	})
+}
+
+// badRequest answers 400 with err's message and, when err names a field
+// (openai.FieldError), that field as the error's param.
+func badRequest(ctx *fasthttp.RequestCtx, err error) {
+	proxy.WriteAPIError(ctx, fasthttp.StatusBadRequest, openai.Error{Message: err.Error(), Param: openai.ParamOf(err)})
+}
+
+func fieldErr(param, format string, args ...any) error {
+	return &openai.FieldError{Param: param, Msg: fmt.Sprintf(format, args...)}
+}
+
+func emptyPrompt(chat bool) error {
+	if chat {
+		return fieldErr("messages", "messages render to an empty prompt")
+	}
+	return fieldErr("prompt", "prompt is empty")
 }
 
 // routeOp answers POST /route/{id}/prefill_done and /route/{id}/free.

@@ -24,10 +24,13 @@ const (
 	epReady
 	epMetrics
 	epOther
+	epModels
+	epConnection // a request fasthttp could not read (connError)
 	numEndpoints
 )
 
-var endpointNames = [numEndpoints]string{"completions", "chat_completions", "route", "route_op", "workers", "health", "ready", "metrics", "other"}
+var endpointNames = [numEndpoints]string{"completions", "chat_completions", "route", "route_op", "workers", "health", "ready", "metrics", "other",
+	"models", "connection"}
 
 // metricSet holds the router's metrics. Counters are VictoriaMetrics
 // counters (one atomic each, bumped once per request, not per block);
@@ -49,6 +52,7 @@ type metricSet struct {
 
 	ttft, e2e                                  *metrics.Histogram
 	proxyErrors, clientGone, workerGoneRequest *metrics.Counter
+	workerGone                                 *metrics.Counter
 
 	retries, firstByteTimeouts, ejections, recoveries *metrics.Counter
 }
@@ -87,7 +91,8 @@ func newMetricSet(r *Router) *metricSet {
 	m.e2e = s.NewHistogram("kvroute_proxy_duration_seconds")
 	m.proxyErrors = s.NewCounter("kvroute_proxy_errors_total")
 	m.clientGone = s.NewCounter("kvroute_proxy_client_gone_total")
-	m.workerGoneRequest = s.NewCounter("kvroute_proxy_worker_gone_total")
+	m.workerGoneRequest = s.NewCounter("kvroute_proxy_worker_left_total")
+	m.workerGone = s.NewCounter("kvroute_proxy_worker_gone_total")
 	m.retries = s.NewCounter("kvroute_proxy_retries_total")
 	m.firstByteTimeouts = s.NewCounter("kvroute_proxy_first_byte_timeouts_total")
 	m.ejections = s.NewCounter("kvroute_worker_ejections_total")

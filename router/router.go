@@ -196,8 +196,17 @@ func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
 	return r, nil
 }
 
-// Start starts the batcher goroutine.
-func (r *Router) Start() { go r.loop() }
+// Start starts the batcher goroutine, and asks static workers given no
+// model which models they serve.
+func (r *Router) Start() {
+	go r.loop()
+	r.askModels()
+}
+
+// CutStreams ends the streams being proxied (see proxy.Proxy.CutStreams):
+// their clients get an SSE error event. It waits at most timeout and
+// returns how many streams are still running.
+func (r *Router) CutStreams(timeout time.Duration) int64 { return r.proxy.CutStreams(timeout) }
 
 // Close stops the batcher: requests waiting for a decision are answered
 // with ErrClosed and the load of every active request is dropped. It does

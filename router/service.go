@@ -14,6 +14,7 @@ import (
 	"github.com/puzpuzpuz/xsync/v4"
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvroute/kvroute/internal/linger"
 	"github.com/kvroute/kvroute/node"
 )
 
@@ -105,6 +106,9 @@ func (s *Service) start() error {
 	if s.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
 	}
+	// Connection-level error answers (413, 431, 400) close lingeringly, so
+	// that a client still sending reads them (Router.Server).
+	s.ln = linger.Listen(s.ln, linger.Config{})
 	if cfg.Pprof {
 		addr := cfg.AdminAddr
 		if addr == "" {
@@ -206,8 +210,15 @@ func (s *Service) Drain() error {
 	defer cancel()
 	err := s.http.ShutdownWithContext(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		// Cut what is still running: a stream's next write fails, the
-		// proxy closes the worker connection and frees the request's load.
+		// Cut what is still running. Streams first, from the worker side:
+		// each relay sends its client an SSE error event (code
+		// shutting_down) and ends, freeing the request's load. Then the
+		// client connections still open (requests waiting for a worker's
+		// whole answer, or a client that does not read) are closed: those
+		// clients see the connection end without an answer.
+		if n := s.Router.CutStreams(time.Second); n > 0 {
+			s.cfg.Logger.Warn("streams still running after being cut at shutdown", "streams", n)
+		}
 		s.conns.Range(func(c net.Conn, _ struct{}) bool {
 			_ = c.Close()
 			return true

@@ -62,8 +62,8 @@ func TestDrainFinishesStreams(t *testing.T) {
 	waitFor(t, "load freed", func() bool { return e.activeRequests() == 0 })
 }
 
-// A stream still running when the grace period ends is cut, and its load
-// freed.
+// A stream still running when the grace period ends is cut with an SSE
+// error event (code shutting_down), and its load freed.
 func TestDrainCutsLongStreams(t *testing.T) {
 	e := startEnv(t, envOptions{workers: 1, grace: 200 * time.Millisecond})
 	resp, r := openStream(t, e, 50000)
@@ -78,10 +78,19 @@ func TestDrainCutsLongStreams(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("drain took %v with a 200ms grace", d)
 	}
+	// The stream's last event is an error event saying why it ends.
+	last := ""
 	for {
-		if _, err := r.ReadString('\n'); err != nil {
+		line, err := r.ReadString('\n')
+		if strings.HasPrefix(line, "data: ") {
+			last = line
+		}
+		if err != nil {
 			break
 		}
+	}
+	if strings.Contains(last, "[DONE]") || !strings.Contains(last, `"code":"shutting_down"`) {
+		t.Errorf("last event of a stream cut at shutdown: %q", last)
 	}
 	waitFor(t, "load freed", func() bool { return e.activeRequests() == 0 })
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,9 +20,11 @@ import (
 // workerInfo is what the router knows of a worker besides its load. Values
 // in a published table are never modified.
 type workerInfo struct {
-	ID        uint64
-	URL       string
-	Model     string
+	ID  uint64
+	URL string
+	// Models the worker serves; empty when it declares none (it is then a
+	// candidate for every model).
+	Models    []string
 	Ranks     []uint32
 	Capacity  sched.Capacity
 	Static    bool
@@ -34,6 +37,33 @@ type workerInfo struct {
 type workerTable struct {
 	byID map[uint64]*workerInfo
 	ids  []uint64 // sorted
+	// models maps each model some worker declares to the dp ranks that may
+	// serve it: its workers' and those of workers declaring no model. Nil
+	// when no worker declares a model (requests are not restricted).
+	models map[string]modelRanks
+	// anyModel are the ranks of workers that declare no model: the only
+	// candidates for a model no worker declares.
+	anyModel []wire.WorkerKey
+	list     []openai.Model // GET /v1/models, sorted by id
+}
+
+// modelRanks are the ranks that may serve one model.
+type modelRanks struct {
+	ranks []wire.WorkerKey
+	all   bool // every rank of the fleet: no restriction needed
+}
+
+// ranksFor returns the ranks a request for model may go to: restrict is
+// false when any rank may (no model named, no worker declaring models, or
+// every worker serving it); ok is false when no worker serves model.
+func (t *workerTable) ranksFor(model []byte) (ranks []wire.WorkerKey, restrict, ok bool) {
+	if len(model) == 0 || t.models == nil {
+		return nil, false, true
+	}
+	if m, found := t.models[string(model)]; found {
+		return m.ranks, !m.all, true
+	}
+	return t.anyModel, true, len(t.anyModel) > 0
 }
 
 // publishTable publishes a snapshot of the batcher's worker map.
@@ -44,6 +74,39 @@ func (r *Router) publishTable() {
 		t.ids = append(t.ids, id)
 	}
 	slices.Sort(t.ids)
+	created := map[string]int64{}
+	nranks := 0
+	for _, id := range t.ids {
+		w := t.byID[id]
+		nranks += len(w.Ranks)
+		if len(w.Models) == 0 {
+			for _, rank := range w.Ranks {
+				t.anyModel = append(t.anyModel, wire.WorkerKey{Worker: id, Dp: rank})
+			}
+		}
+		for _, m := range w.Models {
+			if c, ok := created[m]; !ok || w.Joined.Unix() < c {
+				created[m] = w.Joined.Unix()
+			}
+		}
+	}
+	if len(created) > 0 {
+		t.models = make(map[string]modelRanks, len(created))
+		for m, c := range created {
+			var ranks []wire.WorkerKey
+			for _, id := range t.ids {
+				w := t.byID[id]
+				if len(w.Models) == 0 || slices.Contains(w.Models, m) {
+					for _, rank := range w.Ranks {
+						ranks = append(ranks, wire.WorkerKey{Worker: id, Dp: rank})
+					}
+				}
+			}
+			t.models[m] = modelRanks{ranks: ranks, all: len(ranks) == nranks}
+			t.list = append(t.list, openai.Model{ID: m, Created: c, OwnedBy: "kvroute"})
+		}
+		slices.SortFunc(t.list, func(a, b openai.Model) int { return strings.Compare(a.ID, b.ID) })
+	}
 	r.table.Store(t)
 	r.nworkers.Store(int32(r.s.Workers()))
 }
@@ -54,6 +117,9 @@ func (r *Router) addStatic(w StaticWorker) {
 		ranks = []uint32{0}
 	}
 	info := &workerInfo{ID: w.ID, URL: w.URL, Ranks: slices.Clone(ranks), Capacity: w.Capacity, Static: true, Joined: time.Now(), health: new(workerHealth)}
+	if w.Model != "" {
+		info.Models = []string{w.Model}
+	}
 	r.b.workers[w.ID] = info
 	for _, rank := range ranks {
 		r.s.AddWorker(wire.WorkerKey{Worker: w.ID, Dp: rank}, w.Capacity)
@@ -185,7 +251,11 @@ func (r *Router) applyChanges() {
 			if old, ok := r.b.workers[id]; ok {
 				joined = old.Joined
 			}
-			r.b.workers[id] = &workerInfo{ID: id, URL: c.Reg.URL, Model: c.Reg.Model, Ranks: slices.Clone(ranks),
+			var models []string
+			if c.Reg.Model != "" {
+				models = []string{c.Reg.Model}
+			}
+			r.b.workers[id] = &workerInfo{ID: id, URL: c.Reg.URL, Models: models, Ranks: slices.Clone(ranks),
 				Capacity: capa, Transport: c.Reg.EventTransport, Joined: joined, health: health}
 			if c.Kind == plane.Joined {
 				r.m.joined.Inc()
@@ -242,7 +312,19 @@ func (r *Router) workers(ctx *fasthttp.RequestCtx) {
 		b = append(b, `,"url":`...)
 		b = openai.AppendJSONString(b, w.URL)
 		b = append(b, `,"model":`...)
-		b = openai.AppendJSONString(b, w.Model)
+		if len(w.Models) > 0 {
+			b = openai.AppendJSONString(b, w.Models[0])
+		} else {
+			b = append(b, `""`...)
+		}
+		b = append(b, `,"models":[`...)
+		for j, m := range w.Models {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = openai.AppendJSONString(b, m)
+		}
+		b = append(b, ']')
 		b = append(b, `,"static":`...)
 		b = strconv.AppendBool(b, w.Static)
 		b = append(b, `,"event_transport":`...)
@@ -291,4 +373,53 @@ func (r *Router) workers(ctx *fasthttp.RequestCtx) {
 	b = append(b, "]}\n"...)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
+}
+
+// models answers GET /v1/models: the union of the models the workers
+// declare, in OpenAI's list shape.
+func (r *Router) models(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("application/json")
+	ctx.SetBody(openai.AppendModelList(nil, r.table.Load().list))
+}
+
+// askModels asks static workers that were given no model= which models they
+// serve (GET URL/v1/models), until each answers once or the router closes.
+// A worker is a candidate for every model until it has answered.
+func (r *Router) askModels() {
+	for _, w := range r.cfg.Workers {
+		if w.Model == "" {
+			go r.askModelsOf(w.ID, w.URL)
+		}
+	}
+}
+
+func (r *Router) askModelsOf(id uint64, url string) {
+	wait := 500 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		models, err := r.proxy.Models(url, 5*time.Second)
+		if err == nil {
+			r.post(func() {
+				w, ok := r.b.workers[id]
+				if !ok {
+					return
+				}
+				c := *w
+				c.Models = models
+				r.b.workers[id] = &c
+				r.publishTable()
+			})
+			r.cfg.Logger.Info("static worker models", "worker", id, "url", url, "models", models)
+			return
+		}
+		if attempt == 0 {
+			r.cfg.Logger.Warn("static worker does not list its models yet; it takes requests for any model until it does (or set --worker ...,model=NAME)",
+				"worker", id, "url", url, "err", err)
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
 }

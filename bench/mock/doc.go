@@ -85,5 +85,9 @@
 // Drop and duplicate a fraction of event messages (seeded), Pause and Resume
 // a worker (its engine and heartbeats stop; requests queue), Restart a
 // worker (in-flight requests fail with 503, the engine starts over with an
-// empty cache and announces Cleared as its event 1).
+// empty cache and announces Cleared as its event 1), CutConnections (every
+// open HTTP connection closes mid-answer, as when the engine crashes).
+//
+// Besides the completion endpoints a worker serves GET /v1/models (its
+// model, in OpenAI's list shape, as vLLM does), /health and /metrics.
 package mock

@@ -25,6 +25,9 @@ func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		w.complete(ctx, path == "/v1/chat/completions")
+	case "/v1/models":
+		ctx.SetContentType("application/json")
+		ctx.SetBody(openai.AppendModelList(nil, []openai.Model{{ID: w.cfg.Model, Created: w.epoch.Unix(), OwnedBy: "kvroute-mock"}}))
 	case "/health":
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"status":"ok"}`)
@@ -36,31 +39,37 @@ func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
 }
 
 func (w *Worker) fail(ctx *fasthttp.RequestCtx, code int, msg, typ string) {
+	e := openai.StatusError(code, msg)
+	e.Type = typ
 	ctx.SetStatusCode(code)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(openai.AppendError(nil, msg, typ, code))
+	ctx.SetBody(openai.AppendError(nil, e))
 }
 
-func (w *Worker) badRequest(ctx *fasthttp.RequestCtx, msg string) {
+func (w *Worker) badRequest(ctx *fasthttp.RequestCtx, msg, param string) {
 	w.mu.Lock()
 	w.mu.c.badRequests++
 	w.mu.Unlock()
-	w.fail(ctx, fasthttp.StatusBadRequest, msg, "invalid_request_error")
+	e := openai.StatusError(fasthttp.StatusBadRequest, msg)
+	e.Param = param
+	ctx.SetStatusCode(fasthttp.StatusBadRequest)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(openai.AppendError(nil, e))
 }
 
 func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
 	if err := openai.Parse(ctx.PostBody(), chat, openai.BytesTokenizer{}, req); err != nil {
-		w.badRequest(ctx, err.Error())
+		w.badRequest(ctx, err.Error(), openai.ParamOf(err))
 		return
 	}
 	if len(req.Tokens) == 0 {
-		w.badRequest(ctx, "prompt is empty")
+		w.badRequest(ctx, "prompt is empty", "prompt")
 		return
 	}
 	if req.N > 1 {
-		w.badRequest(ctx, fmt.Sprintf("n > 1 is not supported: the simulated engine generates one choice per request (n = %d)", req.N))
+		w.badRequest(ctx, fmt.Sprintf("n > 1 is not supported: the simulated engine generates one choice per request (n = %d)", req.N), "n")
 		return
 	}
 	maxTokens := req.MaxTokens
@@ -71,7 +80,7 @@ func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	switch {
 	case errors.Is(err, engine.ErrTooLong):
 		w.badRequest(ctx, fmt.Sprintf("prompt of %d tokens plus max_tokens %d exceeds the KV cache of %d blocks of %d tokens",
-			len(req.Tokens), maxTokens, w.cfg.KVBlocks, w.cfg.BlockSize))
+			len(req.Tokens), maxTokens, w.cfg.KVBlocks, w.cfg.BlockSize), "max_tokens")
 		return
 	case err != nil:
 		w.fail(ctx, fasthttp.StatusServiceUnavailable, err.Error(), "server_error")
@@ -149,9 +158,7 @@ func (w *Worker) stream(bw *bufio.Writer, c *call, h openai.Header) {
 			return
 		}
 		if err != nil {
-			buf = append(buf[:0], "data: "...)
-			buf = openai.AppendError(buf, err.Error(), "server_error", fasthttp.StatusServiceUnavailable)
-			buf = append(buf, "\n\n"...)
+			buf = openai.AppendErrorEvent(buf[:0], openai.StatusError(fasthttp.StatusServiceUnavailable, err.Error()))
 			bw.Write(buf) //nolint:errcheck // the stream ends either way
 			bw.Flush()    //nolint:errcheck
 			return

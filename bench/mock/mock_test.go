@@ -19,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/zmq"
 )
@@ -64,7 +65,7 @@ type completion struct {
 	} `json:"usage"`
 	Error *struct {
 		Message string `json:"message"`
-		Code    int    `json:"code"`
+		Code    string `json:"code"`
 	} `json:"error"`
 }
 
@@ -602,7 +603,7 @@ func TestBadRequests(t *testing.T) {
 		resp.Body.Close()
 		var r completion
 		if err := json.Unmarshal(body, &r); err != nil || resp.StatusCode != c.code || r.Error == nil ||
-			r.Error.Code != c.code || !strings.Contains(r.Error.Message, c.msg) {
+			r.Error.Code != openai.StatusError(c.code, "").Code || !strings.Contains(r.Error.Message, c.msg) {
 			t.Errorf("%s %s: %d %s, want %d mentioning %q", c.path, c.body, resp.StatusCode, body, c.code, c.msg)
 		}
 	}
@@ -638,11 +639,21 @@ func TestHealthAndMetrics(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("health: %d", resp.StatusCode)
 	}
-	resp, err = client.Get(url + "/metrics")
+	// GET /v1/models lists the worker's model, as vLLM does.
+	resp, err = client.Get(url + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if ids, err := openai.ParseModelIDs(nil, body); err != nil || len(ids) != 1 || ids[0] != "mock" {
+		t.Errorf("/v1/models: %q %v: %s", ids, err, body)
+	}
+	resp, err = client.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
 		`mock_requests_total{worker="1"} 2`, `mock_prompt_tokens_total{worker="1"} 72`,

@@ -367,6 +367,18 @@ func (w *Worker) Restart() {
 	w.ring()
 }
 
+// CutConnections closes every open HTTP connection at once, without an
+// answer or the end of a stream, as a crashed engine process looks to its
+// peers; the worker keeps accepting new connections. Requests in flight
+// run on in the engine (the model cannot abort them).
+func (w *Worker) CutConnections() {
+	w.conns.Lock()
+	defer w.conns.Unlock()
+	for c := range w.conns.m {
+		c.Close()
+	}
+}
+
 func (w *Worker) ring() {
 	select {
 	case w.wake <- struct{}{}:

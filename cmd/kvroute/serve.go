@@ -61,6 +61,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		shards     = fs.Int("shards", 1, "index shards")
 		cpus       = fs.String("cpus", "", "pin index shards to these CPUs, e.g. 0-3,8 (empty: no pinning)")
 		maxBody    = fs.Int("max-body-bytes", 16<<20, "largest request body accepted (413 beyond)")
+		maxHeader  = fs.Int("max-header-bytes", router.DefaultMaxHeaderBytes, "largest request line and headers accepted (431 beyond); also the per-connection read buffer")
 		readTO     = fs.Duration("http-read-timeout", 30*time.Second, "time to read a request")
 		grace      = fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, time in-flight requests get to finish")
 		readyDelay = autoDuration{}
@@ -78,7 +79,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		o          serveOptions
 	)
 	fs.Var(&readyDelay, "shutdown-ready-delay", "first part of --shutdown-grace during which /ready answers 503 while requests are still served (auto: min(5s, grace/2); 0: none)")
-	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3] that does not register (repeatable)")
+	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3][,model=NAME] that does not register (repeatable); without model= the router asks GET /v1/models")
 	fs.Var(&zmqWorkers, "zmq-worker", "subscribe to a vLLM/SGLang engine's ZMQ KV events: ID[:DP]=tcp://host:port[,model=NAME][,replay=tcp://host:port] (repeatable)")
 	fs.IntVar(&o.demoFleet, "demo-fleet", 0, "also run this many simulated workers in the process (evaluation without GPUs)")
 	fs.StringVar(&o.demoTransport, "demo-transport", plane.TransportDynamo, "KV events of the demo fleet: dynamo, native or zmq")
@@ -111,6 +112,9 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	}
 	if !(o.demoSpeedup > 0) {
 		return cfg, o, fmt.Errorf("--demo-speedup must be > 0 (got %g)", o.demoSpeedup)
+	}
+	if *maxHeader < 1024 || *maxHeader > 1<<20 {
+		return cfg, o, fmt.Errorf("--max-header-bytes must be in [1024, 1048576] (got %d)", *maxHeader)
 	}
 	if *qTimeout <= 0 || *readTO <= 0 || *grace <= 0 || *approxTTL <= 0 {
 		return cfg, o, errors.New("--queue-timeout, --http-read-timeout, --shutdown-grace and --approx-ttl must be > 0")
@@ -167,7 +171,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	}
 
 	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
-		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, ReadTimeout: *readTO,
+		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
 		Proxy:      proxy.Config{FirstByteTimeout: *fbTimeout},
 		EjectAfter: *ejectAfter, ProbeInterval: *probeIvl, ProbeMaxInterval: *probeMax}
 	for _, w := range workers {
@@ -217,7 +221,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	return cfg, o, nil
 }
 
-// parseStaticWorker parses --worker ID=http://host:port[,ranks=0-3].
+// parseStaticWorker parses --worker ID=http://host:port[,ranks=0-3][,model=NAME].
 func parseStaticWorker(s string) (router.StaticWorker, error) {
 	var w router.StaticWorker
 	idStr, rest, ok := strings.Cut(s, "=")
@@ -236,8 +240,15 @@ func parseStaticWorker(s string) (router.StaticWorker, error) {
 	}
 	for _, p := range parts[1:] {
 		k, v, _ := strings.Cut(p, "=")
+		if k == "model" {
+			if v == "" {
+				return w, fmt.Errorf("--worker %q: model= needs a model name", s)
+			}
+			w.Model = v
+			continue
+		}
 		if k != "ranks" {
-			return w, fmt.Errorf("--worker %q: unknown option %q (supported: ranks=0-3)", s, k)
+			return w, fmt.Errorf("--worker %q: unknown option %q (supported: ranks=0-3, model=NAME)", s, k)
 		}
 		list, err := cpuset.Parse(v)
 		if err != nil {

@@ -30,6 +30,10 @@ func TestServeConfigRejects(t *testing.T) {
 		{[]string{"--worker", "1"}, "--worker"},
 		{[]string{"--worker", "1=localhost:8000"}, "http://"},
 		{[]string{"--worker", "1=http://a:1", "--worker", "1=http://b:1"}, "given twice"},
+		{[]string{"--worker", "1=http://a:1,model="}, "model= needs"},
+		{[]string{"--worker", "1=http://a:1,gpu=1"}, "model=NAME"},
+		{[]string{"--max-header-bytes", "100"}, "--max-header-bytes"},
+		{[]string{"--max-header-bytes", "4194304"}, "--max-header-bytes"},
 		{[]string{"--overlap-credit", "2"}, "--router-credit-cost"},
 		{[]string{"--demo-transport", "carrier-pigeon"}, "--demo-transport"},
 		{[]string{"--demo-speedup", "0"}, "--demo-speedup"},
@@ -54,9 +58,10 @@ func TestServeConfigRejects(t *testing.T) {
 
 func TestServeConfigMapsFlags(t *testing.T) {
 	t.Setenv("KVROUTE_ROUTER_MODE", "least-loaded")
+	t.Setenv("KVROUTE_MAX_HEADER_BYTES", "32768")
 	cfg, o, err := serveConfig([]string{
 		"--block-size", "64", "--kv-overlap-score-weight", "2.5", "--queue-policy", "wspt", "--queue-depth", "7",
-		"--rejection-window", "2s", "--worker", "5=http://10.0.0.5:8000/,ranks=0-1", "--worker-kv-blocks", "1000",
+		"--rejection-window", "2s", "--worker", "5=http://10.0.0.5:8000/,ranks=0-1,model=llama", "--worker-kv-blocks", "1000",
 		"--zmq-worker", "9:1=tcp://10.0.0.9:5557,model=m", "--no-kv-events=false", "--demo-fleet", "3",
 		"--shards", "2", "--pprof", "--admin-addr", "127.0.0.1:0",
 		"--worker-first-byte-timeout", "3s", "--worker-eject-failures", "2", "--worker-probe-interval", "500ms",
@@ -71,7 +76,7 @@ func TestServeConfigMapsFlags(t *testing.T) {
 		t.Errorf("sched config %+v", s)
 	}
 	if len(cfg.Router.Workers) != 1 || cfg.Router.Workers[0].URL != "http://10.0.0.5:8000" ||
-		len(cfg.Router.Workers[0].DpRanks) != 2 || cfg.Router.Workers[0].Capacity.TotalBlocks != 1000 {
+		len(cfg.Router.Workers[0].DpRanks) != 2 || cfg.Router.Workers[0].Capacity.TotalBlocks != 1000 || cfg.Router.Workers[0].Model != "llama" {
 		t.Errorf("static workers %+v", cfg.Router.Workers)
 	}
 	if len(cfg.Node.ZMQWorkers) != 1 || cfg.Node.ZMQWorkers[0].Worker != 9 || cfg.Node.ZMQWorkers[0].DpRank != 1 {
@@ -88,6 +93,9 @@ func TestServeConfigMapsFlags(t *testing.T) {
 	}
 	if c, _, err := serveConfig(nil); err != nil || c.ShutdownReadyDelay != 0 || c.Router.Proxy.FirstByteTimeout != 10*time.Second {
 		t.Errorf("defaults: ready delay %v (want 0: auto), first byte %v, %v", c.ShutdownReadyDelay, c.Router.Proxy.FirstByteTimeout, err)
+	}
+	if cfg.Router.MaxHeaderBytes != 32768 {
+		t.Errorf("KVROUTE_MAX_HEADER_BYTES: MaxHeaderBytes %d", cfg.Router.MaxHeaderBytes)
 	}
 	if o.demoFleet != 3 || cfg.Node.Index.Shards != 2 || !cfg.Pprof {
 		t.Errorf("options %+v, index %+v, pprof %v", o, cfg.Node.Index, cfg.Pprof)

@@ -1,7 +1,9 @@
 // Package openai provides the OpenAI-compatible request parsing and response
 // encoding that kvroute's proxy, decision API and simulated workers share:
 // POST /v1/completions and /v1/chat/completions bodies, prompts as token ids or
-// text, the chat template, tokenizers, and SSE chunks.
+// text, the chat template, tokenizers, SSE chunks, GET /v1/models lists, and
+// error bodies ({"error":{"message","type","param","code"}}, Error and
+// StatusError; FieldError names the field a bad request is about).
 //
 // Chat template. Chat messages are rendered to text with ChatML before they are
 // tokenized, so the router and the simulated fleet agree on the prompt:

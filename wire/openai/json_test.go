@@ -20,7 +20,7 @@ func TestAppendJSONString(t *testing.T) {
 		}
 	}
 	// Error bodies carry user text (paths, ids): they must stay JSON.
-	b := AppendError(nil, "no such endpoint: /\a\x00", "not_found_error", 404)
+	b := AppendError(nil, StatusError(404, "no such endpoint: /\a\x00"))
 	if !json.Valid(b) {
 		t.Errorf("AppendError wrote invalid JSON: %s", b)
 	}

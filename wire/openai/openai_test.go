@@ -115,9 +115,60 @@ func TestResponsesAreValidJSON(t *testing.T) {
 			t.Fatalf("final chunk: %v %v", err, v)
 		}
 	}
-	var e map[string]any
-	if err := json.Unmarshal(AppendError(nil, `bad "x"`, "invalid_request_error", 400), &e); err != nil {
-		t.Fatal(err)
+}
+
+// Error bodies have OpenAI's shape: message, type, param and code, with
+// code a string and an empty param or code written as null.
+func TestAppendError(t *testing.T) {
+	type body struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    *string `json:"code"`
+		} `json:"error"`
+	}
+	var e body
+	b := AppendError(nil, Error{Message: `bad "x"`, Type: TypeInvalidRequest, Param: "model", Code: CodeModelNotFound})
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	if e.Error.Message != `bad "x"` || e.Error.Type != TypeInvalidRequest || e.Error.Param == nil || *e.Error.Param != "model" ||
+		e.Error.Code == nil || *e.Error.Code != CodeModelNotFound {
+		t.Errorf("decoded %+v from %s", e.Error, b)
+	}
+	b = AppendError(nil, Error{Message: "m", Type: TypeServer})
+	if !strings.Contains(string(b), `"param":null,"code":null`) {
+		t.Errorf("empty param and code: %s", b)
+	}
+	for status, code := range map[int]string{400: CodeInvalidRequest, 404: CodeNotFound, 405: CodeMethodNotAllowed,
+		413: CodeRequestTooLarge, 429: CodeRateLimitExceeded, 431: CodeHeadersTooLarge, 502: CodeBadGateway,
+		503: CodeServiceUnavailable, 500: CodeInternal} {
+		e := StatusError(status, "x")
+		if e.Code != code || e.Type == "" {
+			t.Errorf("StatusError(%d) = %+v, want code %s", status, e, code)
+		}
+	}
+	ev := AppendErrorEvent(nil, StatusError(502, "gone"))
+	if !strings.HasPrefix(string(ev), "data: {") || !strings.HasSuffix(string(ev), "}\n\n") || !json.Valid(ev[6:len(ev)-2]) {
+		t.Errorf("error event %q", ev)
+	}
+}
+
+// A bad field is named in the error's Param.
+func TestParseParam(t *testing.T) {
+	var r Request
+	for body, param := range map[string]string{
+		`{"model":3,"prompt":"x"}`:                "model",
+		`{"prompt":[1,"x"]}`:                      "prompt[1]",
+		`{"max_tokens":-1,"prompt":"x"}`:          "max_tokens",
+		`{"messages":[{"role":1}]}`:               "messages[0].role",
+		`{"messages":[{"role":"u","content":1}]}`: "messages[0].content",
+	} {
+		err := Parse([]byte(body), body[2] == 'm' && body[3] == 'e', BytesTokenizer{}, &r)
+		if !errors.Is(err, ErrBadRequest) || ParamOf(err) != param {
+			t.Errorf("%s: %v, param %q, want %q", body, err, ParamOf(err), param)
+		}
 	}
 }
 
@@ -186,6 +237,8 @@ func TestParseSamplingFields(t *testing.T) {
 			t.Errorf("%s: %v", c.body, err)
 		case c.want != "" && (err == nil || !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: got %v, want ErrBadRequest containing %q", c.body, err, c.want)
+		case c.want != "" && ParamOf(err) == "":
+			t.Errorf("%s: %v names no param", c.body, err)
 		}
 	}
 	var r Request
@@ -194,5 +247,33 @@ func TestParseSamplingFields(t *testing.T) {
 	}
 	if err := Parse([]byte(`{"prompt":[1]}`), false, BytesTokenizer{}, &r); err != nil || r.N != 0 || r.MaxTokens != 0 {
 		t.Fatalf("absent n and max_tokens: %d %d %v", r.N, r.MaxTokens, err)
+	}
+}
+
+// A model list written by AppendModelList reads back with ParseModelIDs and
+// has OpenAI's shape.
+func TestModelList(t *testing.T) {
+	b := AppendModelList(nil, []Model{{ID: "a", Created: 7, OwnedBy: "kvroute"}, {ID: `b"c`, OwnedBy: "kvroute"}})
+	var doc struct {
+		Object string `json:"object"`
+		Data   []struct {
+			ID      string `json:"id"`
+			Object  string `json:"object"`
+			Created int64  `json:"created"`
+			OwnedBy string `json:"owned_by"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil || doc.Object != "list" || len(doc.Data) != 2 ||
+		doc.Data[0].Object != "model" || doc.Data[0].Created != 7 || doc.Data[1].ID != `b"c` || doc.Data[1].OwnedBy != "kvroute" {
+		t.Fatalf("%v: %s", err, b)
+	}
+	ids, err := ParseModelIDs(nil, b)
+	if err != nil || len(ids) != 2 || ids[0] != "a" || ids[1] != `b"c` {
+		t.Errorf("ParseModelIDs: %q %v", ids, err)
+	}
+	for _, bad := range []string{`[`, `{"data":7}`, `{"data":[{"id":""}]}`, `{"object":"list"}`} {
+		if _, err := ParseModelIDs(nil, []byte(bad)); err == nil {
+			t.Errorf("ParseModelIDs(%s) accepted", bad)
+		}
 	}
 }

@@ -45,6 +45,32 @@ func NewTokenizer(name string) (Tokenizer, error) {
 // answers it with 400.
 var ErrBadRequest = errors.New("bad request")
 
+// FieldError is a bad request caused by one field of the body. It wraps
+// ErrBadRequest; Param names the field as OpenAI's error "param" does
+// (e.g. "messages[2].role").
+type FieldError struct {
+	Param string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return ErrBadRequest.Error() + ": " + e.Msg }
+
+// Unwrap returns ErrBadRequest.
+func (e *FieldError) Unwrap() error { return ErrBadRequest }
+
+// ParamOf returns the field an error names (see FieldError), or "".
+func ParamOf(err error) string {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe.Param
+	}
+	return ""
+}
+
+func badField(param, format string, args ...any) error {
+	return &FieldError{Param: param, Msg: fmt.Sprintf(format, args...)}
+}
+
 // Request is a parsed completion or chat request. Its slices are owned by the
 // Request and reused by the next Parse into it; the zero value is ready.
 // Not goroutine-safe.
@@ -94,7 +120,7 @@ func Parse(body []byte, chat bool, tok Tokenizer, r *Request) error {
 	}
 	if m := v.Get("model"); m != nil {
 		if m.Type() != fastjson.TypeString {
-			return fmt.Errorf("%w: model must be a string", ErrBadRequest)
+			return badField("model", "model must be a string")
 		}
 		r.Model = append(r.Model, m.GetStringBytes()...)
 	}
@@ -155,7 +181,7 @@ func checkNumber(v *fastjson.Value, f *field) (float64, bool, error) {
 	}
 	n, err := x.Float64()
 	if err != nil || n < f.lo || (f.loOpen && n == f.lo) || n > f.hi || (f.integer && n != math.Trunc(n)) {
-		return 0, false, fmt.Errorf("%w: %s must be %s, got %s", ErrBadRequest, f.name, f.rule, brief(x))
+		return 0, false, badField(f.name, "%s must be %s, got %s", f.name, f.rule, brief(x))
 	}
 	return n, true, nil
 }
@@ -186,11 +212,11 @@ func parseCommon(v *fastjson.Value, r *Request) error {
 		}
 	}
 	if r.MaxTokens > 0 && minTokens > r.MaxTokens {
-		return fmt.Errorf("%w: min_tokens must be ≤ max_tokens (%d), got %d", ErrBadRequest, r.MaxTokens, minTokens)
+		return badField("min_tokens", "min_tokens must be ≤ max_tokens (%d), got %d", r.MaxTokens, minTokens)
 	}
 	for _, name := range [...]string{"ignore_eos", "echo", "skip_special_tokens"} {
 		if b := v.Get(name); b != nil && b.Type() != fastjson.TypeNull && b.Type() != fastjson.TypeTrue && b.Type() != fastjson.TypeFalse {
-			return fmt.Errorf("%w: %s must be a boolean, got %s", ErrBadRequest, name, brief(b))
+			return badField(name, "%s must be a boolean, got %s", name, brief(b))
 		}
 	}
 	if st := v.Get("stop"); st != nil {
@@ -199,18 +225,18 @@ func parseCommon(v *fastjson.Value, r *Request) error {
 		case fastjson.TypeArray:
 			for i, e := range st.GetArray() {
 				if e.Type() != fastjson.TypeString {
-					return fmt.Errorf("%w: stop[%d] must be a string, got %s", ErrBadRequest, i, brief(e))
+					return badField(fmt.Sprintf("stop[%d]", i), "stop[%d] must be a string, got %s", i, brief(e))
 				}
 			}
 		default:
-			return fmt.Errorf("%w: stop must be a string or an array of strings, got %s", ErrBadRequest, brief(st))
+			return badField("stop", "stop must be a string or an array of strings, got %s", brief(st))
 		}
 	}
 	// logprobs: a count of top tokens on /v1/completions, a boolean on chat.
 	if lp := v.Get("logprobs"); lp != nil && lp.Type() != fastjson.TypeNull {
 		if r.Chat {
 			if lp.Type() != fastjson.TypeTrue && lp.Type() != fastjson.TypeFalse {
-				return fmt.Errorf("%w: logprobs must be a boolean, got %s", ErrBadRequest, brief(lp))
+				return badField("logprobs", "logprobs must be a boolean, got %s", brief(lp))
 			}
 		} else if _, _, err := checkNumber(v, &field{"logprobs", true, 0, 1 << 24, false, "an integer ≥ 0"}); err != nil {
 			return err
@@ -219,19 +245,19 @@ func parseCommon(v *fastjson.Value, r *Request) error {
 	if s := v.Get("stream"); s != nil && s.Type() != fastjson.TypeNull {
 		b, err := s.Bool()
 		if err != nil {
-			return fmt.Errorf("%w: stream must be a boolean, got %s", ErrBadRequest, brief(s))
+			return badField("stream", "stream must be a boolean, got %s", brief(s))
 		}
 		r.Stream = b
 	}
 	if id := v.Get("request_id"); id != nil {
 		if id.Type() != fastjson.TypeString {
-			return fmt.Errorf("%w: request_id must be a string", ErrBadRequest)
+			return badField("request_id", "request_id must be a string")
 		}
 		r.RequestID = append(r.RequestID, id.GetStringBytes()...)
 	}
 	if l := v.Get("lora_name"); l != nil && l.Type() != fastjson.TypeNull {
 		if l.Type() != fastjson.TypeString {
-			return fmt.Errorf("%w: lora_name must be a string", ErrBadRequest)
+			return badField("lora_name", "lora_name must be a string")
 		}
 		r.LoRA = append(r.LoRA, l.GetStringBytes()...)
 	}
@@ -248,7 +274,7 @@ func ParsePrompt(v *fastjson.Value, tok Tokenizer, r *Request) error {
 		p = v.Get("token_ids")
 	}
 	if p == nil {
-		return fmt.Errorf("%w: prompt is required (a string or an array of token ids)", ErrBadRequest)
+		return badField("prompt", "prompt is required (a string or an array of token ids)")
 	}
 	switch p.Type() {
 	case fastjson.TypeString:
@@ -265,32 +291,32 @@ func ParsePrompt(v *fastjson.Value, tok Tokenizer, r *Request) error {
 		}
 		for i, t := range arr {
 			if t.Type() != fastjson.TypeNumber {
-				return fmt.Errorf("%w: %s[%d] must be a token id (batched prompts are not supported)", ErrBadRequest, field, i)
+				return badField(fmt.Sprintf("%s[%d]", field, i), "%s[%d] must be a token id (batched prompts are not supported)", field, i)
 			}
 			n, err := t.Uint()
 			if err != nil || n > math.MaxUint32 {
-				return fmt.Errorf("%w: %s[%d] is not a token id in [0, 2^32)", ErrBadRequest, field, i)
+				return badField(fmt.Sprintf("%s[%d]", field, i), "%s[%d] is not a token id in [0, 2^32)", field, i)
 			}
 			r.Tokens = append(r.Tokens, uint32(n))
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: %s must be a string or an array of token ids", ErrBadRequest, field)
+	return badField(field, "%s must be a string or an array of token ids", field)
 }
 
 func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 	m := v.Get("messages")
 	if m == nil || m.Type() != fastjson.TypeArray || len(m.GetArray()) == 0 {
-		return fmt.Errorf("%w: messages must be a non-empty array", ErrBadRequest)
+		return badField("messages", "messages must be a non-empty array")
 	}
 	text := r.text[:0]
 	for i, msg := range m.GetArray() {
 		if msg.Type() != fastjson.TypeObject {
-			return fmt.Errorf("%w: messages[%d] must be an object", ErrBadRequest, i)
+			return badField(fmt.Sprintf("messages[%d]", i), "messages[%d] must be an object", i)
 		}
 		role := msg.Get("role")
 		if role == nil || role.Type() != fastjson.TypeString {
-			return fmt.Errorf("%w: messages[%d].role must be a string", ErrBadRequest, i)
+			return badField(fmt.Sprintf("messages[%d].role", i), "messages[%d].role must be a string", i)
 		}
 		text = append(text, "<|im_start|>"...)
 		text = append(text, role.GetStringBytes()...)
@@ -304,14 +330,14 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 			for j, part := range c.GetArray() {
 				t := part.Get("text")
 				if part.Type() != fastjson.TypeObject {
-					return fmt.Errorf("%w: messages[%d].content[%d] must be an object", ErrBadRequest, i, j)
+					return badField(fmt.Sprintf("messages[%d].content[%d]", i, j), "messages[%d].content[%d] must be an object", i, j)
 				}
 				if t != nil && t.Type() == fastjson.TypeString {
 					text = append(text, t.GetStringBytes()...)
 				}
 			}
 		default:
-			return fmt.Errorf("%w: messages[%d].content must be a string or an array of parts", ErrBadRequest, i)
+			return badField(fmt.Sprintf("messages[%d].content", i), "messages[%d].content must be a string or an array of parts", i)
 		}
 		text = append(text, "<|im_end|>\n"...)
 	}

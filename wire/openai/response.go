@@ -100,13 +100,100 @@ func AppendChunk(dst []byte, h Header, text, finish string, u *Usage) []byte {
 // Done is the SSE terminator.
 const Done = "data: [DONE]\n\n"
 
-// AppendError appends an OpenAI-style JSON error body.
-func AppendError(dst []byte, message, typ string, code int) []byte {
+// Error is an OpenAI-style error object, written by AppendError as
+// {"error":{"message","type","param","code"}}. Param names the request field
+// at fault; Code is a short machine-readable string (model_not_found,
+// rate_limit_exceeded, ...). An empty Param or Code is written as null, as
+// OpenAI and vLLM do.
+type Error struct {
+	Message string
+	Type    string
+	Param   string
+	Code    string
+}
+
+// Error types and codes kvroute answers with. The types are OpenAI's; the
+// codes follow OpenAI's where it has one (model_not_found,
+// rate_limit_exceeded) and name the condition otherwise.
+const (
+	TypeInvalidRequest = "invalid_request_error"
+	TypeNotFound       = "not_found_error"
+	TypeRateLimit      = "rate_limit_error"
+	TypeServer         = "server_error"
+
+	CodeInvalidRequest        = "invalid_request_error"
+	CodeNotFound              = "not_found"
+	CodeModelNotFound         = "model_not_found"
+	CodeMethodNotAllowed      = "method_not_allowed"
+	CodeRequestTimeout        = "request_timeout"
+	CodeConflict              = "conflict"
+	CodeRequestTooLarge       = "request_too_large"
+	CodeHeadersTooLarge       = "request_header_fields_too_large"
+	CodeRateLimitExceeded     = "rate_limit_exceeded"
+	CodeInternal              = "internal_error"
+	CodeBadGateway            = "bad_gateway"
+	CodeServiceUnavailable    = "service_unavailable"
+	CodeWorkerStreamInterrupt = "worker_stream_interrupted"
+	CodeShuttingDown          = "shutting_down"
+)
+
+// StatusError returns the error for an HTTP status with msg, its type and
+// code the defaults for that status.
+func StatusError(status int, msg string) Error {
+	e := Error{Message: msg, Type: TypeInvalidRequest}
+	switch status {
+	case 400:
+		e.Code = CodeInvalidRequest
+	case 404:
+		e.Type, e.Code = TypeNotFound, CodeNotFound
+	case 405:
+		e.Code = CodeMethodNotAllowed
+	case 408:
+		e.Code = CodeRequestTimeout
+	case 409:
+		e.Code = CodeConflict
+	case 413:
+		e.Code = CodeRequestTooLarge
+	case 429:
+		e.Type, e.Code = TypeRateLimit, CodeRateLimitExceeded
+	case 431:
+		e.Code = CodeHeadersTooLarge
+	case 502:
+		e.Type, e.Code = TypeServer, CodeBadGateway
+	case 503:
+		e.Type, e.Code = TypeServer, CodeServiceUnavailable
+	default:
+		if status >= 500 {
+			e.Type, e.Code = TypeServer, CodeInternal
+		}
+	}
+	return e
+}
+
+// AppendError appends e as an OpenAI-style JSON error body.
+func AppendError(dst []byte, e Error) []byte {
 	dst = append(dst, `{"error":{"message":`...)
-	dst = AppendJSONString(dst, message)
+	dst = AppendJSONString(dst, e.Message)
 	dst = append(dst, `,"type":`...)
-	dst = AppendJSONString(dst, typ)
+	dst = AppendJSONString(dst, e.Type)
+	dst = append(dst, `,"param":`...)
+	dst = appendStringOrNull(dst, e.Param)
 	dst = append(dst, `,"code":`...)
-	dst = strconv.AppendInt(dst, int64(code), 10)
+	dst = appendStringOrNull(dst, e.Code)
 	return append(dst, "}}"...)
+}
+
+// AppendErrorEvent appends e as an SSE event (data: {"error":{...}}\n\n), the
+// way OpenAI-compatible servers report an error inside a stream.
+func AppendErrorEvent(dst []byte, e Error) []byte {
+	dst = append(dst, "data: "...)
+	dst = AppendError(dst, e)
+	return append(dst, "\n\n"...)
+}
+
+func appendStringOrNull(dst []byte, s string) []byte {
+	if s == "" {
+		return append(dst, "null"...)
+	}
+	return AppendJSONString(dst, s)
 }

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -43,8 +44,18 @@ type Hooks struct {
 	Done       func(err error)
 }
 
-// ErrClientGone is passed to Done when the client disconnected mid-stream.
-var ErrClientGone = errors.New("client disconnected")
+// Errors passed to Hooks.Done when a stream did not complete.
+var (
+	// ErrClientGone: the client disconnected mid-stream.
+	ErrClientGone = errors.New("client disconnected")
+	// ErrWorkerGone: the worker's answer broke off (a stream failed, or
+	// ended before its "data: [DONE]": the client got an SSE error event;
+	// from Send: a non-streamed answer was cut short).
+	ErrWorkerGone = errors.New("worker stream ended before [DONE]")
+	// ErrShutdown: CutStreams cut the stream; the client got an SSE error
+	// event.
+	ErrShutdown = errors.New("stream cut at shutdown")
+)
 
 // Proxy forwards requests. It is goroutine-safe.
 type Proxy struct {
@@ -52,6 +63,28 @@ type Proxy struct {
 	stream *fasthttp.Client // streamed: connections bound the first byte
 
 	firstByte bool // Config.FirstByteTimeout is set and shorter than ReadTimeout
+	cut       atomic.Bool
+	active    atomic.Int64 // streams being relayed
+	mu        struct {
+		sync.Mutex
+		conns map[*conn]struct{} // open connections to workers
+	}
+}
+
+// conn is a connection to a worker, tracked for CutStreams.
+type conn struct {
+	net.Conn
+	p    *Proxy
+	once sync.Once
+}
+
+func (c *conn) Close() error {
+	c.once.Do(func() {
+		c.p.mu.Lock()
+		delete(c.p.mu.conns, c)
+		c.p.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 // New returns a Proxy with keep-alive connection pools per worker.
@@ -85,8 +118,20 @@ func New(cfg Config) *Proxy {
 			},
 		}
 	}
-	dial := func(addr string) (net.Conn, error) { return dialer.DialTimeout(addr, cfg.DialTimeout) }
-	p := &Proxy{plain: client(dial), stream: client(dial)}
+	p := &Proxy{}
+	p.mu.conns = map[*conn]struct{}{}
+	dial := func(addr string) (net.Conn, error) {
+		nc, err := dialer.DialTimeout(addr, cfg.DialTimeout)
+		if err != nil {
+			return nil, err
+		}
+		c := &conn{Conn: nc, p: p}
+		p.mu.Lock()
+		p.mu.conns[c] = struct{}{}
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.plain, p.stream = client(dial), client(dial)
 	if fbt := cfg.FirstByteTimeout; fbt > 0 && fbt < cfg.ReadTimeout {
 		p.firstByte = true
 		p.stream = client(func(addr string) (net.Conn, error) {
@@ -98,6 +143,25 @@ func New(cfg Config) *Proxy {
 		})
 	}
 	return p
+}
+
+// CutStreams ends the streams being relayed, for a shutdown whose grace
+// period is over: it closes every connection to a worker, so each stream's
+// client gets an SSE error event (code shutting_down) and Done gets
+// ErrShutdown. It then waits, at most timeout, for the streams to end and
+// reports how many are still running. Requests forwarded afterwards fail too.
+func (p *Proxy) CutStreams(timeout time.Duration) int64 {
+	p.cut.Store(true)
+	p.mu.Lock()
+	for c := range p.mu.conns {
+		_ = c.Conn.Close()
+	}
+	p.mu.Unlock()
+	deadline := time.Now().Add(timeout)
+	for p.active.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // rare (shutdown): a poll is simpler than a condition
+	}
+	return p.active.Load()
 }
 
 // Upstream is a worker's answer that Send received and nothing has yet
@@ -164,7 +228,8 @@ func (p *Proxy) Send(url string, body []byte, stream bool) (*Upstream, error) {
 		u.body = b
 		if rerr != nil {
 			u.Release()
-			return nil, fmt.Errorf("read from worker %s: %w", url, rerr)
+			// A partial answer must not pass for a complete one.
+			return nil, fmt.Errorf("%w: read from worker %s: %w", ErrWorkerGone, url, rerr)
 		}
 	}
 	return u, nil
@@ -226,9 +291,11 @@ func (p *Proxy) Relay(ctx *fasthttp.RequestCtx, u *Upstream, h Hooks) {
 	u.resp = nil
 	u.Release()
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	p.active.Add(1)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer p.active.Add(-1)
 		body := resp.BodyStream()
-		err := relaySSE(w, bufio.NewReaderSize(body, 16<<10), first)
+		err := relaySSE(w, bufio.NewReaderSize(body, 16<<10), first, &p.cut)
 		if c, ok := body.(fasthttp.ReadCloserWithError); ok && err != nil {
 			// Closing with an error closes the worker connection instead of
 			// returning a half-read one to the pool: the worker sees the
@@ -256,22 +323,69 @@ func (p *Proxy) Forward(ctx *fasthttp.RequestCtx, url string, body []byte, strea
 	p.Relay(ctx, u, h)
 }
 
+// Models asks a worker which models it serves: GET baseURL/v1/models, the
+// list vLLM and SGLang serve, within timeout.
+func (p *Proxy) Models(baseURL string, timeout time.Duration) ([]string, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(baseURL + "/v1/models")
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.SetTimeout(timeout)
+	if err := p.plain.Do(req, resp); err != nil {
+		return nil, fmt.Errorf("GET %s/v1/models: %w", baseURL, err)
+	}
+	body, err := resp.Body(), error(nil)
+	if bs := resp.BodyStream(); bs != nil {
+		body, err = io.ReadAll(io.LimitReader(bs, 1<<20))
+		_ = resp.CloseBodyStream()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("GET %s/v1/models: %w", baseURL, err)
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return nil, fmt.Errorf("GET %s/v1/models: status %d", baseURL, resp.StatusCode())
+	}
+	ids, err := openai.ParseModelIDs(nil, body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s/v1/models: %w", baseURL, err)
+	}
+	return ids, nil
+}
+
 // relaySSE copies SSE events from r to w, flushing after each, and calls
 // first at the first data event. A write or flush failure means the client
-// went away: it returns ErrClientGone so the upstream stream is closed.
-func relaySSE(w *bufio.Writer, r *bufio.Reader, first func()) error {
-	seenData := false
+// went away: it returns ErrClientGone so the upstream stream is closed. A
+// read error, or the end of the worker's stream before "data: [DONE]",
+// means the worker failed (or, with cut set, the stream was cut at
+// shutdown): the client gets an SSE error event, unless the worker sent one
+// itself, so that the stream does not pass for a complete answer, and
+// relaySSE returns ErrWorkerGone (ErrShutdown).
+func relaySSE(w *bufio.Writer, r *bufio.Reader, first func(), cut *atomic.Bool) error {
+	seenData, seenDone, seenError, midEvent := false, false, false, false
 	for {
 		line, err := r.ReadSlice('\n')
 		if len(line) > 0 {
-			if !seenData && bytes.HasPrefix(line, []byte("data:")) && !bytes.HasPrefix(bytes.TrimSpace(line[5:]), []byte("[DONE]")) {
-				seenData = true
-				first()
+			if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+				data = bytes.TrimSpace(data)
+				switch {
+				case bytes.HasPrefix(data, []byte("[DONE]")):
+					seenDone = true
+				case bytes.HasPrefix(data, []byte(`{"error"`)):
+					seenError = true
+				}
+				if !seenData && !seenDone {
+					seenData = true
+					first()
+				}
 			}
 			if _, werr := w.Write(line); werr != nil {
 				return ErrClientGone
 			}
+			midEvent = true
 			if len(bytes.TrimRight(line, "\r\n")) == 0 { // blank line ends an event
+				midEvent = false
 				if ferr := w.Flush(); ferr != nil {
 					return ErrClientGone
 				}
@@ -280,26 +394,64 @@ func relaySSE(w *bufio.Writer, r *bufio.Reader, first func()) error {
 		if err == bufio.ErrBufferFull {
 			continue
 		}
-		if err == io.EOF {
+		if err == nil {
+			continue
+		}
+		if err == io.EOF && seenDone {
 			if ferr := w.Flush(); ferr != nil {
 				return ErrClientGone
 			}
 			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("read from worker: %w", err)
+		cause := err
+		if err == io.EOF {
+			cause = io.ErrUnexpectedEOF
 		}
+		e := openai.Error{
+			Message: "the worker's stream broke off before the end of the answer: " + cause.Error(),
+			Type:    openai.TypeServer, Code: openai.CodeWorkerStreamInterrupt,
+		}
+		end := fmt.Errorf("%w: %w", ErrWorkerGone, cause)
+		if cut.Load() {
+			e = openai.Error{Message: "kvroute is shutting down: the stream was cut at the end of the shutdown grace period",
+				Type: openai.TypeServer, Code: openai.CodeShuttingDown}
+			end = ErrShutdown
+		}
+		if !seenError {
+			var buf []byte
+			if midEvent { // end the broken event so the error event parses on its own
+				buf = append(buf, "\n\n"...)
+			}
+			buf = openai.AppendErrorEvent(buf, e)
+			if _, werr := w.Write(buf); werr != nil {
+				return end
+			}
+		}
+		_ = w.Flush()
+		return end
 	}
 }
 
-// WriteError answers with an OpenAI-style JSON error body.
-func WriteError(ctx *fasthttp.RequestCtx, code int, msg string) {
-	ctx.Response.Reset()
-	ctx.SetStatusCode(code)
-	ctx.SetContentType("application/json")
-	typ := "server_error"
-	if code < 500 {
-		typ = "invalid_request_error"
+// WriteError answers status with an OpenAI-style JSON error body carrying
+// msg, its type and code the defaults for status (openai.StatusError).
+func WriteError(ctx *fasthttp.RequestCtx, status int, msg string) {
+	WriteAPIError(ctx, status, openai.StatusError(status, msg))
+}
+
+// WriteAPIError answers status with e as an OpenAI-style JSON error body
+// ({"error":{"message","type","param","code"}}); it is the one writer of
+// the router's error answers. An empty e.Type or e.Code takes the default
+// for status.
+func WriteAPIError(ctx *fasthttp.RequestCtx, status int, e openai.Error) {
+	def := openai.StatusError(status, e.Message)
+	if e.Type == "" {
+		e.Type = def.Type
 	}
-	ctx.SetBody(openai.AppendError(nil, msg, typ, code))
+	if e.Code == "" {
+		e.Code = def.Code
+	}
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(openai.AppendError(nil, e))
 }

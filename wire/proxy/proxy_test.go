@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -274,6 +276,68 @@ func TestSendRefused(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		if _, err := p.Send("http://"+addr+"/v1/completions", []byte(`{}`), stream); err == nil {
 			t.Errorf("stream=%v: Send to a closed port succeeded", stream)
+		}
+	}
+}
+
+type failingReader struct {
+	data string
+	err  error
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.data == "" {
+		return 0, f.err
+	}
+	n := copy(p, f.data)
+	f.data = f.data[n:]
+	return n, nil
+}
+
+// A stream that breaks off (read error, or EOF before [DONE]) ends with one
+// SSE error event, after the broken event if any, unless the worker sent an
+// error event itself; a complete stream passes unchanged; a cut stream says
+// it was cut at shutdown.
+func TestRelayEndsBrokenStreamsWithErrorEvent(t *testing.T) {
+	const ev = "data: {\"x\":1}\n\n"
+	cases := []struct {
+		name, in string
+		err      error
+		cut      bool
+		want     error
+		tail     string // the output's end
+	}{
+		{"complete", ev + "data: [DONE]\n\n", io.EOF, false, nil, ev + "data: [DONE]\n\n"},
+		{"eof before done", ev, io.EOF, false, ErrWorkerGone, `"code":"worker_stream_interrupted"}}` + "\n\n"},
+		{"reset", ev, syscall.ECONNRESET, false, ErrWorkerGone, `"code":"worker_stream_interrupted"}}` + "\n\n"},
+		{"mid event", ev + "data: {\"x\"", io.EOF, false, ErrWorkerGone, `"code":"worker_stream_interrupted"}}` + "\n\n"},
+		{"worker error event", ev + "data: {\"error\":{\"message\":\"m\"}}\n\n", io.EOF, false, ErrWorkerGone, "data: {\"error\":{\"message\":\"m\"}}\n\n"},
+		{"cut", ev, net.ErrClosed, true, ErrShutdown, `"code":"shutting_down"}}` + "\n\n"},
+	}
+	for _, c := range cases {
+		var out strings.Builder
+		w := bufio.NewWriter(&out)
+		var cut atomic.Bool
+		cut.Store(c.cut)
+		firsts := 0
+		err := relaySSE(w, bufio.NewReader(&failingReader{c.in, c.err}), func() { firsts++ }, &cut)
+		got := out.String()
+		if !errors.Is(err, c.want) && !(c.want == nil && err == nil) {
+			t.Errorf("%s: err %v, want %v", c.name, err, c.want)
+		}
+		if !strings.HasSuffix(got, c.tail) || firsts != 1 {
+			t.Errorf("%s: output %q (first called %d times), want it to end with %q", c.name, got, firsts, c.tail)
+		}
+		if n := strings.Count(got, `{"error"`); c.want != nil && n != 1 {
+			t.Errorf("%s: %d error events: %q", c.name, n, got)
+		}
+		// Every event parses on its own: the error event is not glued to a broken one.
+		if c.want != nil {
+			events := strings.Split(strings.TrimSuffix(got, "\n\n"), "\n\n")
+			last := strings.TrimPrefix(events[len(events)-1], "data: ")
+			if !json.Valid([]byte(last)) {
+				t.Errorf("%s: last event %q is not JSON", c.name, last)
+			}
 		}
 	}
 }

@@ -6,7 +6,8 @@
 // and writes each family once, contiguous, after one # HELP and one # TYPE
 // line. Check is the pure-Go verifier of that property (plus histogram
 // bucket sanity), used by the tests of every package that exposes metrics;
-// promtexttest runs promtool itself.
+// promtexttest runs promtool itself. Histograms with le buckets come from
+// internal/promhist.
 //
 // Families are declared next to the code that writes them (router/metrics.go,
 // shard/metrics.go, wire/ingest/metrics.go, bench/mock/http.go, and

@@ -8,12 +8,11 @@ import (
 
 // WriteProcess writes the Go runtime and process metrics of
 // metrics.WriteProcessMetrics (go_*, process_*; samples only, ProcessFamilies
-// holds their metadata). Some process_* families exist only on Linux, and
-// the process_pressure_* ones only under cgroup v2 with PSI.
+// holds their metadata). Some process_* families exist only on Linux.
 func WriteProcess(w io.Writer) { metrics.WriteProcessMetrics(w) }
 
 // ProcessFamilies describes what WriteProcess writes (VictoriaMetrics/metrics
-// v1.38). Three names are changed to pass promtool's lint: the counters
+// v1.35). Three names are changed to pass promtool's lint: the counters
 // go_cgo_calls_count and go_gc_forced_count become go_cgo_calls_total and
 // go_gc_forced_total, and the gauge go_cpu_count becomes go_cpus; the
 // process_io_* counters, which the library writes as gauges, are typed
@@ -81,10 +80,4 @@ var ProcessFamilies = []Family{
 	{Name: "process_io_storage_written_bytes_total", Type: Counter, Help: "Bytes the process caused to be written to storage"},
 	{Name: "process_max_fds", Type: Gauge, Help: "Limit on open file descriptors"},
 	{Name: "process_open_fds", Type: Gauge, Help: "Open file descriptors"},
-	{Name: "process_pressure_cpu_waiting_seconds_total", Type: Counter, Help: "Time some tasks of the cgroup waited for CPU (PSI some)"},
-	{Name: "process_pressure_cpu_stalled_seconds_total", Type: Counter, Help: "Time all non-idle tasks of the cgroup waited for CPU (PSI full)"},
-	{Name: "process_pressure_io_waiting_seconds_total", Type: Counter, Help: "Time some tasks of the cgroup waited for I/O (PSI some)"},
-	{Name: "process_pressure_io_stalled_seconds_total", Type: Counter, Help: "Time all non-idle tasks of the cgroup waited for I/O (PSI full)"},
-	{Name: "process_pressure_memory_waiting_seconds_total", Type: Counter, Help: "Time some tasks of the cgroup waited for memory (PSI some)"},
-	{Name: "process_pressure_memory_stalled_seconds_total", Type: Counter, Help: "Time all non-idle tasks of the cgroup waited for memory (PSI full)"},
 }

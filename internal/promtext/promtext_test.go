@@ -9,6 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/kvroute/kvroute/internal/promhist"
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
 )
@@ -27,7 +28,7 @@ var testFamilies = []promtext.Family{
 func TestWriteGroupsFamilies(t *testing.T) {
 	reg := promtext.NewRegistry(testFamilies)
 	set := metrics.NewSet()
-	h := set.NewPrometheusHistogramExt(`t_latency_seconds{op="a"}`, []float64{0.1, 1})
+	h := promhist.New(set, `t_latency_seconds{op="a"}`, []float64{0.1, 1})
 	h.Update(0.05)
 	h.Update(5)
 	var out bytes.Buffer

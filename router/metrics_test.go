@@ -86,8 +86,9 @@ func TestMetricsExposition(t *testing.T) {
 	})
 }
 
-// checkDashboard: the Grafana dashboard is valid JSON with panels, and every
-// kvroute_* name in its queries is a sample name in the exposition.
+// checkDashboard: the Grafana dashboard is valid JSON whose panels all have
+// queries, and every kvroute_* name in it (queries, variables, descriptions)
+// is a family or a sample name of the exposition.
 func checkDashboard(t *testing.T, path, exposition string) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -96,6 +97,7 @@ func checkDashboard(t *testing.T, path, exposition string) {
 	var d struct {
 		Title  string `json:"title"`
 		Panels []struct {
+			Type    string `json:"type"`
 			Title   string `json:"title"`
 			Targets []struct {
 				Expr string `json:"expr"`
@@ -105,33 +107,44 @@ func checkDashboard(t *testing.T, path, exposition string) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	if d.Title == "" || len(d.Panels) < 8 {
+	if d.Title == "" || len(d.Panels) < 10 {
 		t.Fatalf("%s: title %q, %d panels", path, d.Title, len(d.Panels))
 	}
-	samples := map[string]bool{}
-	for l := range strings.Lines(exposition) {
-		if l != "" && l[0] != '#' {
-			samples[l[:strings.IndexAny(l, "{ ")]] = true
-		}
-	}
-	name := regexp.MustCompile(`kvroute_[a-z_]+`)
-	var used []string
 	for _, p := range d.Panels {
-		if len(p.Targets) == 0 && !strings.HasPrefix(p.Title, "Row") {
-			continue // a row
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
 		}
 		for _, tg := range p.Targets {
-			if tg.Expr == "" {
-				t.Errorf("panel %q has a target without expr", p.Title)
-			}
-			for _, n := range name.FindAllString(tg.Expr, -1) {
-				used = append(used, n)
-				if !samples[n] {
-					t.Errorf("panel %q queries %s, which /metrics does not have", p.Title, n)
-				}
+			if strings.TrimSpace(tg.Expr) == "" {
+				t.Errorf("panel %q has an empty query", p.Title)
 			}
 		}
 	}
+	known := map[string]bool{}
+	for l := range strings.Lines(exposition) {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
+			known[f[2]] = true
+		} else if l != "" && l[0] != '#' {
+			known[l[:strings.IndexAny(l, "{ ")]] = true
+		}
+	}
+	used := regexp.MustCompile(`kvroute_[a-z_]+`).FindAllString(string(b), -1)
 	slices.Sort(used)
-	t.Logf("dashboard uses %d metric names: %v", len(slices.Compact(used)), slices.Compact(used))
+	used = slices.Compact(used)
+	for _, n := range used {
+		if !known[n] {
+			t.Errorf("%s uses %s, which the router's /metrics does not have", path, n)
+		}
+	}
+	t.Logf("the dashboard uses %d metric names, all exposed: %v", len(used), used)
+	var exprs []string
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, strings.NewReplacer("$__rate_interval", "5m", "$instance", ".*").Replace(tg.Expr))
+		}
+	}
+	t.Run("promql", func(t *testing.T) { promtexttest.PromtoolQueries(t, path, exprs) })
 }

@@ -56,4 +56,12 @@
 // a worker (its engine and heartbeats stop; requests queue), Restart a
 // worker (in-flight requests fail with 503, the engine starts over with an
 // empty cache and announces Cleared as its event 1).
+//
+// # Metrics
+//
+// GET /metrics serves mock_*{worker} counters (requests, streams, failed and
+// bad requests, prompt, completion and cached tokens, preemptions, engine
+// steps) and gauges (KV used, total and usage, waiting and running requests)
+// in Prometheus text with HELP and TYPE lines (a promtext.Registry;
+// TestHealthAndMetrics checks it with promtext.Check and promtool).
 package mock

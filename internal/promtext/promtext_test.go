@@ -64,7 +64,7 @@ t_calls_total 2
 		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
 	}
 	promtexttest.Check(t, "the grouped exposition", out.Bytes())
-	promtexttest.Promtool(t, "the grouped exposition", out.Bytes())
+	t.Run("promtool", func(t *testing.T) { promtexttest.Promtool(t, "the grouped exposition", out.Bytes()) })
 	// The pooled buffers are reused: a second scrape gives the same text.
 	var again bytes.Buffer
 	reg.Write(&again, set.WritePrometheus)
@@ -162,7 +162,7 @@ func TestProcessMetrics(t *testing.T) {
 	var out bytes.Buffer
 	reg.Write(&out, promtext.WriteProcess)
 	promtexttest.Check(t, "the process metrics", out.Bytes())
-	promtexttest.Promtool(t, "the process metrics", out.Bytes())
+	t.Run("promtool", func(t *testing.T) { promtexttest.Promtool(t, "the process metrics", out.Bytes()) })
 	for _, want := range []string{"\ngo_goroutines ", "\ngo_cgo_calls_total ", "\ngo_cpus ", "\ngo_gc_forced_total ", "\nprocess_resident_memory_bytes "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("process metrics lack %q", strings.TrimSpace(want))

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/internal/natsembed"
+	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
@@ -205,9 +206,16 @@ func (n *Node) EventPlane() error {
 	return errors.New(why)
 }
 
-// WriteMetrics writes the NATS connection's metrics in Prometheus text
-// format: kvroute_nats_connected (gauge), kvroute_nats_disconnects_total and
-// kvroute_nats_reconnects_total.
+// MetricFamilies declares the families WriteMetrics writes, for a
+// promtext.Registry.
+var MetricFamilies = []promtext.Family{
+	{Name: "kvroute_nats_connected", Type: promtext.Gauge, Help: "1 while the NATS connection (registrations, load, KV events) is up"},
+	{Name: "kvroute_nats_disconnects_total", Type: promtext.Counter, Help: "Times the NATS connection was lost"},
+	{Name: "kvroute_nats_reconnects_total", Type: promtext.Counter, Help: "Times the NATS connection was re-established"},
+}
+
+// WriteMetrics writes the NATS connection's metrics (MetricFamilies) in
+// Prometheus text format.
 func (n *Node) WriteMetrics(w io.Writer) {
 	up := uint64(0)
 	if n.NC != nil && n.NC.IsConnected() {

@@ -123,22 +123,39 @@
 //
 // # Metrics
 //
-// kvroute_http_requests_total{endpoint,code}, kvroute_http_request_duration_seconds{endpoint},
-// kvroute_decision_duration_seconds (queue to decision), kvroute_decision_batch_size,
-// kvroute_decision_overlap_blocks (per decision), kvroute_decisions_total,
+// Router.WritePrometheus (GET /metrics, and the admin listener's) writes
+// Prometheus text through one promtext.Registry (routerFamilies in
+// metrics.go, shard.MetricFamilies, ingest.MetricFamilies,
+// promtext.ProcessFamilies): every family once, its samples together, after
+// one # HELP and one # TYPE line, so promtool check metrics passes
+// (TestMetricsExposition runs it and the pure-Go promtext.Check on a real
+// router). A metric added to metricSet needs a Family in routerFamilies;
+// without one it is exposed under promtext.UnregisteredHelp and the test
+// fails naming it. Histograms are Prometheus le histograms (promhist).
+//
+// kvroute_http_requests_total{endpoint,code}, kvroute_http_request_duration_seconds{endpoint} (histogram),
+// kvroute_decision_duration_seconds (queue to decision; histogram), kvroute_decision_batch_size (histogram),
+// kvroute_decision_overlap_blocks (per decision; histogram), kvroute_decisions_total,
 // kvroute_decision_{prompt,overlap,best_overlap}_blocks_total (achieved hit
 // rate = overlap/prompt, best available = best_overlap/prompt),
 // kvroute_requests_{queued,admitted,throttled,queue_timeout,batcher_full,expired}_total,
 // kvroute_requests_rejected_total{reason}, kvroute_all_workers_busy_total,
-// kvroute_all_workers_busy_remote_total, kvroute_workers_{joined,left,expired}_total,
-// kvroute_proxy_{ttft,duration}_seconds, kvroute_proxy_{errors,client_gone,worker_gone,worker_left}_total,
+// kvroute_all_workers_busy_remote_total, kvroute_publish_errors_total,
+// kvroute_workers_{joined,left,expired}_total,
+// kvroute_registration_block_size_mismatch_total, kvroute_control_messages_invalid_total,
+// kvroute_proxy_{ttft,duration}_seconds (histograms), kvroute_proxy_{errors,client_gone,worker_gone,worker_left}_total,
 // kvroute_proxy_retries_total, kvroute_proxy_first_byte_timeouts_total,
 // kvroute_worker_{ejections,recoveries}_total,
 // and at scrape time kvroute_queue_depth, kvroute_active_requests,
+// kvroute_sched_{decisions,rejections,expirations,dropped}_total,
 // kvroute_batcher_queue_depth, kvroute_throttled, kvroute_workers,
 // kvroute_worker_up{worker},
 // kvroute_worker_{decisions_total,active_blocks,prefill_tokens,requests,
 // reported_used_blocks,tree_blocks,busy}{worker,dp_rank}, the index's
-// kvroute_shard_*, the ingest's kvroute_ingest_* and the NATS connection's
-// kvroute_nats_{connected,disconnects_total,reconnects_total} (node.Node).
+// kvroute_shard_*, the ingest's kvroute_ingest_*, the NATS connection's
+// kvroute_nats_{connected,disconnects_total,reconnects_total} (node.Node),
+// and the Go runtime and
+// process metrics (go_*, process_*). docs/grafana-kvroute.json is a Grafana
+// dashboard over them; TestMetricsExposition checks that every metric name it
+// uses is exposed and that its queries parse.
 package router

@@ -8,7 +8,12 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/puzpuzpuz/xsync/v4"
 
+	"github.com/kvroute/kvroute/internal/promhist"
+	"github.com/kvroute/kvroute/internal/promtext"
+	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/sched"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire/ingest"
 )
 
 // endpoint indexes the HTTP endpoints in metrics.
@@ -32,17 +37,96 @@ const (
 var endpointNames = [numEndpoints]string{"completions", "chat_completions", "route", "route_op", "workers", "health", "ready", "metrics", "other",
 	"models", "connection"}
 
+// routerFamilies declares every family the router writes itself: its
+// metricSet and the scrape-time writers of WritePrometheus. A metric added
+// without an entry here is still exposed, but the router's exposition test
+// (TestMetricsExposition) fails naming it: add {Name, Type, Help} here.
+var routerFamilies = []promtext.Family{
+	{Name: "kvroute_http_requests_total", Type: promtext.Counter, Help: "HTTP requests answered, by endpoint and status code"},
+	{Name: "kvroute_http_request_duration_seconds", Type: promtext.Histogram, Help: "Time in the HTTP handler, by endpoint (a streamed response continues after it)"},
+	{Name: "kvroute_decision_duration_seconds", Type: promtext.Histogram, Help: "Time from a request entering the decision queue to its routing decision"},
+	{Name: "kvroute_decision_batch_size", Type: promtext.Histogram, Help: "Requests decided together in one batcher batch"},
+	{Name: "kvroute_decision_overlap_blocks", Type: promtext.Histogram, Help: "Prompt blocks cached on the chosen worker, per decision"},
+	{Name: "kvroute_decisions_total", Type: promtext.Counter, Help: "Routing decisions made"},
+	{Name: "kvroute_decision_prompt_blocks_total", Type: promtext.Counter, Help: "Prompt blocks of routed requests (the denominator of the hit rate)"},
+	{Name: "kvroute_decision_overlap_blocks_total", Type: promtext.Counter, Help: "Prompt blocks cached on the chosen worker (achieved hit rate = this / prompt blocks)"},
+	{Name: "kvroute_decision_best_overlap_blocks_total", Type: promtext.Counter, Help: "Prompt blocks cached on the best-matching worker (available hit rate = this / prompt blocks)"},
+	{Name: "kvroute_requests_queued_total", Type: promtext.Counter, Help: "Requests that waited in the scheduler queue because every worker was over its limits"},
+	{Name: "kvroute_requests_admitted_total", Type: promtext.Counter, Help: "Queued requests admitted to a worker later"},
+	{Name: "kvroute_requests_throttled_total", Type: promtext.Counter, Help: "Requests answered 429 while the all-workers-busy window was open"},
+	{Name: "kvroute_requests_queue_timeout_total", Type: promtext.Counter, Help: "Requests answered 503 after waiting --queue-timeout for a decision"},
+	{Name: "kvroute_requests_batcher_full_total", Type: promtext.Counter, Help: "Requests answered 503 because the batcher queue was full"},
+	{Name: "kvroute_requests_expired_total", Type: promtext.Counter, Help: "Booked requests freed by --request-expiry because nothing freed them"},
+	{Name: "kvroute_requests_rejected_total", Type: promtext.Counter, Help: "Requests the scheduler rejected, by reason (no_workers, queue_full, duplicate)"},
+	{Name: "kvroute_all_workers_busy_total", Type: promtext.Counter, Help: "All-workers-busy windows opened by this router (its queue overflowed)"},
+	{Name: "kvroute_all_workers_busy_remote_total", Type: promtext.Counter, Help: "All-workers-busy messages received from other router replicas"},
+	{Name: "kvroute_publish_errors_total", Type: promtext.Counter, Help: "Failed publishes on the NATS control plane"},
+	{Name: "kvroute_workers_joined_total", Type: promtext.Counter, Help: "Workers that registered"},
+	{Name: "kvroute_workers_left_total", Type: promtext.Counter, Help: "Workers that withdrew"},
+	{Name: "kvroute_workers_expired_total", Type: promtext.Counter, Help: "Workers removed after missing their heartbeats"},
+	{Name: "kvroute_registration_block_size_mismatch_total", Type: promtext.Counter, Help: "Worker registrations rejected because their block size differs from --block-size"},
+	{Name: "kvroute_control_messages_invalid_total", Type: promtext.Counter, Help: "Control-plane messages that could not be decoded"},
+	{Name: "kvroute_proxy_ttft_seconds", Type: promtext.Histogram, Help: "Time from forwarding a request to its worker to the first token (after the routing decision)"},
+	{Name: "kvroute_proxy_duration_seconds", Type: promtext.Histogram, Help: "Time from forwarding a request to its worker to the end of the response"},
+	{Name: "kvroute_proxy_errors_total", Type: promtext.Counter, Help: "Proxied requests that failed because the worker could not be reached or broke off"},
+	{Name: "kvroute_proxy_client_gone_total", Type: promtext.Counter, Help: "Proxied requests whose client disconnected before the end"},
+	{Name: "kvroute_proxy_worker_gone_total", Type: promtext.Counter, Help: "Proxied answers a worker broke off (the client got an SSE error event or a 502)"},
+	{Name: "kvroute_proxy_worker_left_total", Type: promtext.Counter, Help: "Routed requests answered 503 because their worker left before they were forwarded"},
+	{Name: "kvroute_proxy_retries_total", Type: promtext.Counter, Help: "Requests decided again and sent to another worker after a connection failure"},
+	{Name: "kvroute_proxy_first_byte_timeouts_total", Type: promtext.Counter, Help: "Streamed requests whose worker sent no byte within --worker-first-byte-timeout"},
+	{Name: "kvroute_worker_ejections_total", Type: promtext.Counter, Help: "Workers taken out of routing after consecutive connection failures"},
+	{Name: "kvroute_worker_recoveries_total", Type: promtext.Counter, Help: "Ejected workers put back after answering a health probe"},
+	{Name: "kvroute_worker_up", Type: promtext.Gauge, Help: "1 while the worker is routable, 0 while it is down (ejected and probed)"},
+	// Read from the batcher at scrape time.
+	{Name: "kvroute_queue_depth", Type: promtext.Gauge, Help: "Requests waiting in the scheduler queue"},
+	{Name: "kvroute_active_requests", Type: promtext.Gauge, Help: "Requests booked on workers (routed and not yet freed)"},
+	{Name: "kvroute_sched_decisions_total", Type: promtext.Counter, Help: "Decisions made by the scheduler"},
+	{Name: "kvroute_sched_rejections_total", Type: promtext.Counter, Help: "Requests rejected by the scheduler"},
+	{Name: "kvroute_sched_expirations_total", Type: promtext.Counter, Help: "Booked requests the scheduler expired"},
+	{Name: "kvroute_sched_dropped_total", Type: promtext.Counter, Help: "Booked requests dropped because their worker left"},
+	{Name: "kvroute_workers", Type: promtext.Gauge, Help: "Worker dp ranks known to the scheduler"},
+	{Name: "kvroute_worker_decisions_total", Type: promtext.Counter, Help: "Decisions that chose the worker's dp rank"},
+	{Name: "kvroute_worker_active_blocks", Type: promtext.Gauge, Help: "KV blocks booked on the worker's dp rank by routed requests"},
+	{Name: "kvroute_worker_prefill_tokens", Type: promtext.Gauge, Help: "Uncached prompt tokens booked on the worker's dp rank and not yet prefilled"},
+	{Name: "kvroute_worker_requests", Type: promtext.Gauge, Help: "Requests booked on the worker's dp rank"},
+	{Name: "kvroute_worker_reported_used_blocks", Type: promtext.Gauge, Help: "KV blocks in use as last reported by the worker"},
+	{Name: "kvroute_worker_tree_blocks", Type: promtext.Gauge, Help: "Blocks the index holds for the worker's dp rank"},
+	{Name: "kvroute_worker_busy", Type: promtext.Gauge, Help: "1 while the worker's dp rank is over its load limits"},
+	{Name: "kvroute_batcher_queue_depth", Type: promtext.Gauge, Help: "Requests waiting for the batcher"},
+	{Name: "kvroute_throttled", Type: promtext.Gauge, Help: "1 while the all-workers-busy window is open (requests get 429)"},
+}
+
+// registry is everything Router.WritePrometheus exposes: the router's
+// families, the index's, ingest's (Hooks.Metrics in a Service) and the Go
+// runtime and process metrics.
+var registry = promtext.NewRegistry(routerFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies, promtext.ProcessFamilies)
+
+// Histogram buckets. Latencies span 100 µs (a /route answer on loopback is
+// ~240 µs, README) to 60 s (a long generation); decisions start at 10 µs
+// (one batcher decision is ~4 µs at 2,048 tokens, BenchmarkBatcher).
+var (
+	latencyBuckets  = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	decisionBuckets = append([]float64{0.00001, 0.000025, 0.00005}, latencyBuckets...)
+	// Requests per batch, up to Config.BatchMax's default of 256 and beyond.
+	batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+	// Blocks: 0 (a miss) and powers of 2 up to 16,384 blocks (256k tokens
+	// of 16).
+	blockBuckets = []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
+)
+
 // metricSet holds the router's metrics. Counters are VictoriaMetrics
 // counters (one atomic each, bumped once per request, not per block);
+// histograms are Prometheus (le) histograms (promhist, registered on set);
 // scheduler and worker gauges are read from the batcher at scrape time.
+// Every name needs an entry in routerFamilies.
 type metricSet struct {
 	r   *Router
 	set *metrics.Set
 
 	requests *xsync.Map[uint32, *metrics.Counter] // endpoint<<16 | code
-	latency  [numEndpoints]*metrics.Histogram
+	latency  [numEndpoints]*promhist.Histogram
 
-	decisionLatency, batchSize, overlap                *metrics.Histogram
+	decisionLatency, batchSize, overlap                *promhist.Histogram
 	decisions, promptBlocks, overlapBlocks, bestBlocks *metrics.Counter
 
 	queued, admitted, throttled, queueTimeouts, queueFull, expired *metrics.Counter
@@ -50,7 +134,7 @@ type metricSet struct {
 	rejectNoWorkers, rejectQueueFull, rejectDuplicate              *metrics.Counter
 	joined, left, expiredWorkers, sizeMismatch, controlErrors      *metrics.Counter
 
-	ttft, e2e                                  *metrics.Histogram
+	ttft, e2e                                  *promhist.Histogram
 	proxyErrors, clientGone, workerGoneRequest *metrics.Counter
 	workerGone                                 *metrics.Counter
 
@@ -61,11 +145,11 @@ func newMetricSet(r *Router) *metricSet {
 	s := metrics.NewSet()
 	m := &metricSet{r: r, set: s, requests: xsync.NewMap[uint32, *metrics.Counter]()}
 	for i := range m.latency {
-		m.latency[i] = s.NewHistogram(fmt.Sprintf(`kvroute_http_request_duration_seconds{endpoint=%q}`, endpointNames[i]))
+		m.latency[i] = promhist.New(s, fmt.Sprintf(`kvroute_http_request_duration_seconds{endpoint=%q}`, endpointNames[i]), latencyBuckets)
 	}
-	m.decisionLatency = s.NewHistogram("kvroute_decision_duration_seconds")
-	m.batchSize = s.NewHistogram("kvroute_decision_batch_size")
-	m.overlap = s.NewHistogram("kvroute_decision_overlap_blocks")
+	m.decisionLatency = promhist.New(s, "kvroute_decision_duration_seconds", decisionBuckets)
+	m.batchSize = promhist.New(s, "kvroute_decision_batch_size", batchBuckets)
+	m.overlap = promhist.New(s, "kvroute_decision_overlap_blocks", blockBuckets)
 	m.decisions = s.NewCounter("kvroute_decisions_total")
 	m.promptBlocks = s.NewCounter("kvroute_decision_prompt_blocks_total")
 	m.overlapBlocks = s.NewCounter("kvroute_decision_overlap_blocks_total")
@@ -87,8 +171,8 @@ func newMetricSet(r *Router) *metricSet {
 	m.expiredWorkers = s.NewCounter("kvroute_workers_expired_total")
 	m.sizeMismatch = s.NewCounter("kvroute_registration_block_size_mismatch_total")
 	m.controlErrors = s.NewCounter("kvroute_control_messages_invalid_total")
-	m.ttft = s.NewHistogram("kvroute_proxy_ttft_seconds")
-	m.e2e = s.NewHistogram("kvroute_proxy_duration_seconds")
+	m.ttft = promhist.New(s, "kvroute_proxy_ttft_seconds", latencyBuckets)
+	m.e2e = promhist.New(s, "kvroute_proxy_duration_seconds", latencyBuckets)
 	m.proxyErrors = s.NewCounter("kvroute_proxy_errors_total")
 	m.clientGone = s.NewCounter("kvroute_proxy_client_gone_total")
 	m.workerGoneRequest = s.NewCounter("kvroute_proxy_worker_left_total")
@@ -134,8 +218,16 @@ func (m *metricSet) decided(p *pending, d sched.Decision, now int64) {
 
 // WritePrometheus writes every router metric in Prometheus text format:
 // HTTP, decisions, queueing and overload, workers (read from the batcher at
-// scrape time), the index's shards, and the Hooks' extra writers.
+// scrape time), the index's shards, the Hooks' extra writers, and the Go
+// runtime and process metrics; each family once, with its # HELP and # TYPE
+// lines (see registry).
 func (r *Router) WritePrometheus(w io.Writer) {
+	registry.Write(w, r.writeSamples, promtext.WriteProcess)
+}
+
+// writeSamples writes the router's samples in any order; registry.Write
+// groups them by family.
+func (r *Router) writeSamples(w io.Writer) {
 	r.m.set.WritePrometheus(w)
 	var (
 		st    sched.Stats

@@ -50,7 +50,8 @@
 //
 // Every shard keeps plain counters (events by kind and outcome, blocks,
 // lookups, approximate-mode activity), read on its own goroutine by
-// Index.Stats and exported at scrape time by Index.WriteMetrics. A Stored
+// Index.Stats and exported at scrape time by Index.WriteMetrics (samples;
+// MetricFamilies holds their HELP and TYPE for a promtext.Registry). A Stored
 // event whose parent is unknown is dropped, counted, and reported as a Gap
 // in an outbox drained by Index.Gaps.
 package shard

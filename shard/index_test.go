@@ -14,6 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/promtext"
+	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
 	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/wire"
 )
@@ -541,6 +543,16 @@ func TestApplyOrderAndGaps(t *testing.T) {
 	} {
 		if !strings.Contains(buf.String(), line+"\n") {
 			t.Errorf("metrics lack %q:\n%s", line, buf.String())
+		}
+	}
+	// Through a registry: valid Prometheus text (two shards' samples
+	// grouped by family), every declared family written.
+	var expo bytes.Buffer
+	promtext.NewRegistry(MetricFamilies).Write(&expo, ix.WriteMetrics)
+	promtexttest.Check(t, "the shard metrics", expo.Bytes())
+	for _, f := range MetricFamilies {
+		if !strings.Contains(expo.String(), "\n# TYPE "+f.Name+" ") {
+			t.Errorf("family %s not written", f.Name)
 		}
 	}
 }

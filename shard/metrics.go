@@ -6,13 +6,40 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/wire"
 )
 
-// WriteMetrics writes every shard's counters and gauges in Prometheus text
-// format, read at call time from the shards (see Stats). Register it with
-// metrics.RegisterMetricsWriter(ix.WriteMetrics) to export at scrape time.
-// A closed Index writes nothing.
+// MetricFamilies describes what WriteMetrics writes; a promtext.Registry
+// built with it adds the # HELP and # TYPE lines and groups the shards'
+// samples by family.
+var MetricFamilies = []promtext.Family{
+	{Name: "kvroute_shard_events_total", Type: promtext.Counter, Help: "KV events applied by the shard, by kind and outcome (ok, parent_missing, bad)"},
+	{Name: "kvroute_shard_blocks_total", Type: promtext.Counter, Help: "Blocks by operation: stored, removed, unknown (removed but not indexed), conflicting, and in approximate mode recorded, refreshed, expired, pruned"},
+	{Name: "kvroute_shard_gaps_dropped_total", Type: promtext.Counter, Help: "Gap notices lost because the shard's outbox was full"},
+	{Name: "kvroute_shard_lookups_total", Type: promtext.Counter, Help: "Requests matched against the shard's tree"},
+	{Name: "kvroute_shard_lookup_batches_total", Type: promtext.Counter, Help: "Batches the lookups came in"},
+	{Name: "kvroute_shard_event_batches_total", Type: promtext.Counter, Help: "KV event batches applied"},
+	{Name: "kvroute_shard_decisions_total", Type: promtext.Counter, Help: "Routing decisions recorded (approximate mode)"},
+	{Name: "kvroute_shard_producer_stalls_total", Type: promtext.Counter, Help: "Times a producer found the shard's queue full and waited (backpressure)"},
+	{Name: "kvroute_shard_workers", Type: promtext.Gauge, Help: "Worker ids assigned to the shard"},
+	{Name: "kvroute_shard_tree_nodes", Type: promtext.Gauge, Help: "Live radix tree nodes (runs of blocks)"},
+	{Name: "kvroute_shard_tree_entries", Type: promtext.Gauge, Help: "(block, worker) pairs in the tree"},
+	{Name: "kvroute_shard_tree_workers", Type: promtext.Gauge, Help: "Worker keys (worker, dp rank) holding at least one block"},
+	{Name: "kvroute_shard_tree_blocks", Type: promtext.Gauge, Help: "Distinct blocks in the tree"},
+	{Name: "kvroute_shard_tree_bytes", Type: promtext.Gauge, Help: "Memory held by the tree's arenas and tables (capacity)"},
+	{Name: "kvroute_shard_approx_blocks", Type: promtext.Gauge, Help: "(worker, block) entries recorded in approximate mode"},
+	{Name: "kvroute_shard_pending_gaps", Type: promtext.Gauge, Help: "Gap notices waiting in the shard's outbox"},
+	{Name: "kvroute_shard_event_queue_depth", Type: promtext.Gauge, Help: "Event batches queued behind the shard: its ingest lag, in batches"},
+	{Name: "kvroute_shard_event_queue_high_water", Type: promtext.Gauge, Help: "Largest event queue depth seen"},
+	{Name: "kvroute_shard_lookup_queue_high_water", Type: promtext.Gauge, Help: "Largest lookup queue depth seen"},
+	{Name: "kvroute_shard_pinned", Type: promtext.Gauge, Help: "1 when the shard's thread is pinned to CPUs"},
+}
+
+// WriteMetrics writes every shard's counters and gauges as Prometheus
+// samples (no metadata: expose them through a promtext.Registry holding
+// MetricFamilies, which adds it), read at call time from the shards (see
+// Stats). A closed Index writes nothing.
 func (ix *Index) WriteMetrics(w io.Writer) {
 	stats, err := ix.Stats(nil)
 	if err != nil {

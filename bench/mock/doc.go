@@ -90,4 +90,12 @@
 //
 // Besides the completion endpoints a worker serves GET /v1/models (its
 // model, in OpenAI's list shape, as vLLM does), /health and /metrics.
+//
+// # Metrics
+//
+// GET /metrics serves mock_*{worker} counters (requests, streams, failed and
+// bad requests, prompt, completion and cached tokens, preemptions, engine
+// steps) and gauges (KV used, total and usage, waiting and running requests)
+// in Prometheus text with HELP and TYPE lines (a promtext.Registry;
+// TestHealthAndMetrics checks it with promtext.Check and promtool).
 package mock

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvroute/kvroute/bench/engine"
+	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/wire/openai"
 )
 
@@ -189,7 +192,25 @@ func (w *Worker) stream(bw *bufio.Writer, c *call, h openai.Header) {
 	}
 }
 
-// metrics writes Prometheus text.
+// metricFamilies describes a worker's /metrics.
+var metricFamilies = promtext.NewRegistry([]promtext.Family{
+	{Name: "mock_requests_total", Type: promtext.Counter, Help: "Completion requests accepted by the simulated worker"},
+	{Name: "mock_stream_requests_total", Type: promtext.Counter, Help: "Accepted requests that asked for a streamed response"},
+	{Name: "mock_failed_requests_total", Type: promtext.Counter, Help: "Accepted requests that failed (engine stopped or the worker closed)"},
+	{Name: "mock_bad_requests_total", Type: promtext.Counter, Help: "Requests answered 400"},
+	{Name: "mock_prompt_tokens_total", Type: promtext.Counter, Help: "Prompt tokens of accepted requests"},
+	{Name: "mock_completion_tokens_total", Type: promtext.Counter, Help: "Tokens generated for finished requests"},
+	{Name: "mock_cached_tokens_total", Type: promtext.Counter, Help: "Prompt tokens of finished requests found in the KV cache"},
+	{Name: "mock_preemptions_total", Type: promtext.Counter, Help: "Requests the engine preempted to free KV blocks"},
+	{Name: "mock_engine_steps_total", Type: promtext.Counter, Help: "Engine scheduling steps"},
+	{Name: "mock_kv_used_blocks", Type: promtext.Gauge, Help: "KV cache blocks in use"},
+	{Name: "mock_kv_total_blocks", Type: promtext.Gauge, Help: "KV cache blocks in total"},
+	{Name: "mock_kv_usage", Type: promtext.Gauge, Help: "Fraction of the KV cache in use"},
+	{Name: "mock_requests_waiting", Type: promtext.Gauge, Help: "Requests waiting for the engine"},
+	{Name: "mock_requests_running", Type: promtext.Gauge, Help: "Requests the engine is running"},
+})
+
+// metrics writes Prometheus text, with HELP and TYPE lines (metricFamilies).
 func (w *Worker) metrics(ctx *fasthttp.RequestCtx) {
 	w.mu.Lock()
 	c := w.mu.c
@@ -198,33 +219,23 @@ func (w *Worker) metrics(ctx *fasthttp.RequestCtx) {
 	st := w.mu.eng.Stats()
 	w.mu.Unlock()
 	lbl := `{worker="` + strconv.FormatUint(w.cfg.ID, 10) + `"}`
-	var b []byte
-	line := func(name, typ string, v float64) {
-		b = append(b, "# TYPE "...)
-		b = append(b, name...)
-		b = append(b, ' ')
-		b = append(b, typ...)
-		b = append(b, '\n')
-		b = append(b, name...)
-		b = append(b, lbl...)
-		b = append(b, ' ')
-		b = strconv.AppendFloat(b, v, 'g', -1, 64)
-		b = append(b, '\n')
-	}
-	line("mock_requests_total", "counter", float64(c.requests))
-	line("mock_stream_requests_total", "counter", float64(c.streams))
-	line("mock_failed_requests_total", "counter", float64(c.failed))
-	line("mock_bad_requests_total", "counter", float64(c.badRequests))
-	line("mock_prompt_tokens_total", "counter", float64(c.promptTokens))
-	line("mock_completion_tokens_total", "counter", float64(c.completionTokens))
-	line("mock_cached_tokens_total", "counter", float64(c.cachedTokens))
-	line("mock_preemptions_total", "counter", float64(st.Preemptions))
-	line("mock_engine_steps_total", "counter", float64(st.Steps))
-	line("mock_kv_used_blocks", "gauge", float64(used))
-	line("mock_kv_total_blocks", "gauge", float64(total))
-	line("mock_kv_usage", "gauge", float64(used)/float64(total))
-	line("mock_requests_waiting", "gauge", float64(waiting))
-	line("mock_requests_running", "gauge", float64(running))
 	ctx.SetContentType("text/plain; version=0.0.4")
-	ctx.SetBody(b)
+	metricFamilies.Write(ctx, func(out io.Writer) {
+		counter := func(name string, v uint64) { metrics.WriteCounterUint64(out, name+lbl, v) }
+		gauge := func(name string, v float64) { metrics.WriteGaugeFloat64(out, name+lbl, v) }
+		counter("mock_requests_total", c.requests)
+		counter("mock_stream_requests_total", c.streams)
+		counter("mock_failed_requests_total", c.failed)
+		counter("mock_bad_requests_total", c.badRequests)
+		counter("mock_prompt_tokens_total", c.promptTokens)
+		counter("mock_completion_tokens_total", c.completionTokens)
+		counter("mock_cached_tokens_total", c.cachedTokens)
+		counter("mock_preemptions_total", st.Preemptions)
+		counter("mock_engine_steps_total", st.Steps)
+		gauge("mock_kv_used_blocks", float64(used))
+		gauge("mock_kv_total_blocks", float64(total))
+		gauge("mock_kv_usage", float64(used)/float64(total))
+		gauge("mock_requests_waiting", float64(waiting))
+		gauge("mock_requests_running", float64(running))
+	})
 }

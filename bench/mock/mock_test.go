@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvroute/kvroute/bench/engine"
 	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
 	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/openai"
@@ -625,7 +626,8 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-// TestHealthAndMetrics: /health answers, /metrics counts requests and tokens.
+// TestHealthAndMetrics: /health answers, /metrics counts requests and tokens
+// and is valid Prometheus text (pure-Go check, and promtool when present).
 func TestHealthAndMetrics(t *testing.T) {
 	f := startFleet(t, Config{Workers: 1, Speedup: 1000, BlockSize: 16, KVBlocks: 64, Transport: plane.TransportNone}, nil)
 	url := f.Workers()[0].URL()
@@ -664,6 +666,8 @@ func TestHealthAndMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
+	promtexttest.Check(t, "the mock worker's /metrics", body)
+	t.Run("promtool", func(t *testing.T) { promtexttest.Promtool(t, "the mock worker's /metrics", body) })
 }
 
 // TestFirstTokenSoonerWithCachedPrefix: in live mode, a request whose long

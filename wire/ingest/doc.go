@@ -82,8 +82,9 @@
 //
 // # Metrics
 //
-// WriteMetrics writes, at scrape time, with source="nats-dynamo",
-// "nats-native" or "zmq":
+// WriteMetrics writes the samples, at scrape time, with source="nats-dynamo",
+// "nats-native" or "zmq"; MetricFamilies holds their HELP and TYPE for a
+// promtext.Registry, which groups them by family:
 //
 //	kvroute_ingest_running                                  1 while events can arrive: NATS subscribed and connected, or a ZMQ subscription (gauge)
 //	kvroute_ingest_messages_total{source}                   messages (NATS) or batches (ZMQ) received

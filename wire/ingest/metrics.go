@@ -6,11 +6,45 @@ import (
 	"strconv"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/kvroute/kvroute/internal/promtext"
 )
 
-// WriteMetrics writes the counters in Prometheus text format (names
-// kvroute_ingest_*, listed in the package doc), read at call time. Register it
-// with metrics.RegisterMetricsWriter(in.WriteMetrics).
+// MetricFamilies describes what WriteMetrics writes; a promtext.Registry
+// built with it adds the # HELP and # TYPE lines and groups the sources'
+// samples by family.
+var MetricFamilies = []promtext.Family{
+	{Name: "kvroute_ingest_running", Type: promtext.Gauge, Help: "1 while KV-event ingest runs"},
+	{Name: "kvroute_ingest_messages_total", Type: promtext.Counter, Help: "KV-event messages (NATS) or batches (ZMQ) received, by source"},
+	{Name: "kvroute_ingest_events_total", Type: promtext.Counter, Help: "KV events handed to the index, by source"},
+	{Name: "kvroute_ingest_blocks_total", Type: promtext.Counter, Help: "Blocks in the KV events handed to the index, by source"},
+	{Name: "kvroute_ingest_malformed_messages_total", Type: promtext.Counter, Help: "Messages dropped as malformed, by source"},
+	{Name: "kvroute_ingest_rejected_events_total", Type: promtext.Counter, Help: "KV events rejected by the decoder, by source"},
+	{Name: "kvroute_ingest_block_size_mismatches_total", Type: promtext.Counter, Help: "Rejected KV events whose block size differs from the router's, by source"},
+	{Name: "kvroute_ingest_ignored_events_total", Type: promtext.Counter, Help: "KV events of unknown kinds, ignored, by source"},
+	{Name: "kvroute_ingest_duplicate_events_total", Type: promtext.Counter, Help: "Duplicate KV events dropped, by source"},
+	{Name: "kvroute_ingest_gaps_total", Type: promtext.Counter, Help: "Gaps in a worker's event ids or batch sequence numbers, by source"},
+	{Name: "kvroute_ingest_missing_events_total", Type: promtext.Counter, Help: "Event ids skipped by gaps (NATS), by source"},
+	{Name: "kvroute_ingest_missing_batches_total", Type: promtext.Counter, Help: "Event batches lost (ZMQ), by source"},
+	{Name: "kvroute_ingest_restarts_total", Type: promtext.Counter, Help: "Workers seen starting their event numbering over, by source"},
+	{Name: "kvroute_ingest_sink_errors_total", Type: promtext.Counter, Help: "Failed applies of events to the index, by source"},
+	{Name: "kvroute_ingest_dropped_messages_total", Type: promtext.Counter, Help: "NATS messages dropped by the slow-consumer limit, or ZMQ batches lost, by source"},
+	{Name: "kvroute_ingest_pending_messages", Type: promtext.Gauge, Help: "NATS messages waiting for the ingest callback, by source"},
+	{Name: "kvroute_ingest_pending_messages_high_water", Type: promtext.Gauge, Help: "Largest number of NATS messages waiting for the ingest callback, by source"},
+	{Name: "kvroute_ingest_dispatch_max_seconds", Type: promtext.Gauge, Help: "Longest ingest callback, by source"},
+	{Name: "kvroute_ingest_dispatch_seconds", Type: promtext.Histogram, Help: "Duration of the ingest callback per message, by source"},
+	{Name: "kvroute_ingest_zmq_connected", Type: promtext.Gauge, Help: "1 while the ZMQ SUB socket to the worker is dialed"},
+	{Name: "kvroute_ingest_zmq_batches_total", Type: promtext.Counter, Help: "ZMQ event batches by how they arrived: live, replayed, or lost"},
+	{Name: "kvroute_ingest_zmq_seq_gaps_total", Type: promtext.Counter, Help: "Sequence gaps seen by the ZMQ subscriber"},
+	{Name: "kvroute_ingest_zmq_restarts_total", Type: promtext.Counter, Help: "Engine restarts seen by the ZMQ subscriber"},
+	{Name: "kvroute_ingest_zmq_reconnects_total", Type: promtext.Counter, Help: "ZMQ re-dials after the first"},
+	{Name: "kvroute_ingest_zmq_malformed_frames_total", Type: promtext.Counter, Help: "ZMQ messages with bad framing"},
+}
+
+// WriteMetrics writes the counters as Prometheus samples (names
+// kvroute_ingest_*, listed in the package doc), read at call time. It writes
+// no metadata: expose it through a promtext.Registry holding MetricFamilies,
+// which adds it.
 func (in *Ingest) WriteMetrics(w io.Writer) {
 	st := in.Stats()
 	running := uint64(0)

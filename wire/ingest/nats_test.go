@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/internal/promtext"
+	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
 )
@@ -362,4 +364,9 @@ func TestWriteMetrics(t *testing.T) {
 		`kvroute_ingest_pending_messages{source="nats-dynamo"} 0`,
 		`kvroute_ingest_block_size_mismatches_total{source="zmq"} 0`,
 	)
+	// Through a registry: valid Prometheus text (the sources' samples
+	// grouped by family).
+	var expo bytes.Buffer
+	promtext.NewRegistry(MetricFamilies).Write(&expo, h.in.WriteMetrics)
+	promtexttest.Check(t, "the ingest metrics", expo.Bytes())
 }

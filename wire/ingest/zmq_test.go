@@ -7,10 +7,13 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/bench/mock"
+	"github.com/kvroute/kvroute/internal/promtext"
+	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/plane"
@@ -133,6 +136,14 @@ func TestZMQFromMockFleet(t *testing.T) {
 	in.WriteMetrics(&buf)
 	mustContain(t, buf.String(), fmt.Sprintf(`kvroute_ingest_zmq_connected{worker="%d",dp_rank="0"} 1`, w1.ID()),
 		fmt.Sprintf(`kvroute_ingest_zmq_batches_total{worker="%d",dp_rank="3",how="live"}`, w2.ID()))
+	var expo bytes.Buffer
+	promtext.NewRegistry(MetricFamilies).Write(&expo, in.WriteMetrics)
+	promtexttest.Check(t, "the ingest metrics with ZMQ subscriptions", expo.Bytes())
+	for _, f := range MetricFamilies {
+		if !strings.Contains(expo.String(), "# TYPE "+f.Name+" ") {
+			t.Errorf("family %s not written", f.Name)
+		}
+	}
 }
 
 // consecutivePorts returns a free port p with p+1 free too (a mock worker

@@ -155,11 +155,23 @@ func (r *Router) forgetDown(now time.Time) {
 	}
 }
 
-// allowedExcept fills p.allowed with every rank of the routable workers but
-// the one given; it reports whether any is left.
+// allowedExcept restricts p to the routable workers' ranks but the given
+// worker's, within p's existing restriction (its model) if it has one; it
+// reports whether any rank is left.
 func (r *Router) allowedExcept(p *pending, worker uint64) bool {
 	t := r.table.Load()
-	p.allowed = p.allowed[:0]
+	if len(p.allowed) > 0 {
+		// Already restricted (the request's model): keep that restriction,
+		// less the failed worker and workers that went down since.
+		kept := p.allowed[:0]
+		for _, k := range p.allowed {
+			if w := t.byID[k.Worker]; k.Worker != worker && w != nil && !w.health.down.Load() {
+				kept = append(kept, k)
+			}
+		}
+		p.allowed = kept
+		return len(kept) > 0
+	}
 	for _, id := range t.ids {
 		w := t.byID[id]
 		if id == worker || w.health.down.Load() {

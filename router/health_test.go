@@ -420,3 +420,37 @@ func TestDownWorkerKeepsIndexUntilForgotten(t *testing.T) {
 	}
 	waitFor(t, "worker 1's blocks dropped", func() bool { return e.treeBlocks(1) == 0 })
 }
+
+// A retry keeps the request's model restriction: when a worker serving the
+// requested model fails, the request goes to another worker serving it,
+// never to a worker of another model. With random routing and four workers
+// of another model, a retry that forgot the model would land on one of them
+// with probability 4/5 in each of the three rounds.
+func TestRetryKeepsModel(t *testing.T) {
+	fronts, static := staticFleet(t, 6)
+	for i := range static {
+		static[i].Model = "b"
+	}
+	static[0].Model, static[1].Model = "a", "a"
+	random := func(c *sched.Config) { c.Policy = sched.PolicyRandom }
+	e := startEnv(t, envOptions{noFleet: true, static: static, sched: random, health: fastProbes})
+	e.waitWorkers(6)
+	for round := range 3 {
+		fronts[0].kill()
+		for i := 0; e.health(1) != "down"; i++ {
+			if i == 200 {
+				t.Fatalf("round %d: worker 1 never tried", round)
+			}
+			body := fmt.Sprintf(`{"model":"a","prompt":%s,"max_tokens":2}`, promptJSON(tokens(i, i, 32, 8)))
+			code, b, h := e.do("POST", "/v1/completions", body)
+			if code != 200 || h.Get(HeaderWorker) != "2" {
+				t.Fatalf("round %d, request %d for model a: %d from worker %q: %s", round, i, code, h.Get(HeaderWorker), b)
+			}
+		}
+		fronts[0].restart()
+		waitFor(t, "worker 1 back", func() bool { return e.health(1) == "ok" })
+	}
+	if v := e.metric("kvroute_proxy_retries_total"); v != 3 {
+		t.Errorf("kvroute_proxy_retries_total = %v, want 3 (one per round)", v)
+	}
+}

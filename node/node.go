@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -172,7 +173,7 @@ func (n *Node) onDisconnect(nc *nats.Conn, err error) {
 	}
 	n.lastErr.Store(&msg)
 	n.cfg.Logger.Warn("NATS connection lost: no registrations, load reports or KV events arrive until it reconnects; /ready answers 503",
-		"url", nc.ConnectedUrlRedacted(), "err", msg)
+		"url", redactURL(n.NATSURL), "err", msg)
 }
 
 func (n *Node) onReconnect(nc *nats.Conn) {
@@ -308,4 +309,15 @@ func (n *Node) Close() error {
 		n.closeErr = errors.Join(errs...)
 	})
 	return n.closeErr
+}
+
+// redactURL hides passwords in a NATS URL list (url.URL.Redacted).
+func redactURL(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }

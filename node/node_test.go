@@ -79,3 +79,10 @@ func TestOffsetPort(t *testing.T) {
 		}
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	got := redactURL("nats://u:secret@a:4222,nats://b:4222")
+	if strings.Contains(got, "secret") || !strings.Contains(got, "nats://u:xxxxx@a:4222") || !strings.Contains(got, "nats://b:4222") {
+		t.Errorf("redactURL: %q", got)
+	}
+}

@@ -16,16 +16,7 @@ import (
 // port and registers its shutdown with t.Cleanup.
 func Server(tb testing.TB) *server.Server {
 	tb.Helper()
-	opts := natsserver.DefaultTestOptions
-	opts.Port = -1
-	opts.JetStream = true
-	opts.StoreDir = tb.TempDir()
-	s := natsserver.RunServer(&opts)
-	tb.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return start(tb, -1)
 }
 
 // Port returns the client port of s (call it while s runs).
@@ -36,6 +27,12 @@ func Port(s *server.Server) int { return s.Addr().(*net.TCPAddr).Port }
 // with a fresh store; it is shut down when the test ends.
 func Restart(tb testing.TB, port int) *server.Server {
 	tb.Helper()
+	return start(tb, port)
+}
+
+// start runs a JetStream-enabled server on port (-1: random) with a fresh
+// store, shut down when the test ends.
+func start(tb testing.TB, port int) *server.Server {
 	opts := natsserver.DefaultTestOptions
 	opts.Port = port
 	opts.JetStream = true

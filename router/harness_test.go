@@ -76,7 +76,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		o.transport = plane.TransportDynamo
 	}
 	if o.heartbeat == 0 {
-		o.heartbeat = 200 * time.Millisecond
+		o.heartbeat = time.Second // expiry after 3 s: a loaded machine must not expire a live worker
 	}
 	if o.grace == 0 {
 		o.grace = 3 * time.Second

@@ -338,7 +338,7 @@ func TestRegisteredWorkerRefusingIsEjected(t *testing.T) {
 	refused := "http://" + ln.Addr().String()
 	ln.Close()
 	reg := plane.Registration{WorkerID: 50, URL: refused, DpRanks: []uint32{0}, BlockSize: testBlockSize, KVBlocks: 4096,
-		EventTransport: plane.TransportDynamo, HeartbeatMillis: 50}
+		EventTransport: plane.TransportDynamo, HeartbeatMillis: 2000} // expiry 6 s: a loaded machine must not expire it mid-test
 	stop := make(chan struct{})
 	beats := make(chan struct{})
 	go func() {

@@ -86,7 +86,7 @@ func TestModels(t *testing.T) {
 		{ID: 51, URL: solo.URL(), Model: "delta"},
 	}})
 	beta, err := mock.Start(mock.Config{Workers: 1, WorkerIDs: []uint64{3}, Model: "beta", BlockSize: testBlockSize, Speedup: 20,
-		Namespace: "test", Component: "backend", Heartbeat: 200 * time.Millisecond, Logger: quietLogger()}, e.nc)
+		Namespace: "test", Component: "backend", Heartbeat: time.Second, Logger: quietLogger()}, e.nc)
 	if err != nil {
 		t.Fatal(err)
 	}

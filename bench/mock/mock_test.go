@@ -941,6 +941,25 @@ func TestFaultSwitchesOverNATS(t *testing.T) {
 	w := startFleet(t, cfg, nc).Workers()[0]
 	workload(t, w.URL(), 7, 20, cfg.BlockSize)
 	waitReproduced(t, m, w)
+	// The copy of the last message may still be on its way once the first
+	// has reproduced the cache: wait (bounded) until every event came twice.
+	twice := func() bool {
+		for _, n := range seen {
+			if n != 2 {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		mu.Lock()
+		ok := twice()
+		mu.Unlock()
+		if ok || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	mu.Lock()
 	for id, n := range seen {
 		if n != 2 {

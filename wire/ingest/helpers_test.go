@@ -131,7 +131,9 @@ func (h *natsHarness) native(t *testing.T, evs ...wire.Event) {
 // waitMessages waits until src has handled n messages, then flushes the index.
 func waitMessages(t testing.TB, in *Ingest, ix *shard.Index, src Source, n uint64) {
 	t.Helper()
-	waitFor(t, func() bool { return in.Stats().Sources[src].Messages >= n },
+	// DispatchCount counts handler calls that have finished (Messages is
+	// counted as a message arrives, before it is decoded and applied).
+	waitFor(t, func() bool { return in.Stats().Sources[src].DispatchCount >= n },
 		func() string { return "messages of " + src.String() })
 	if ix != nil {
 		if err := ix.Flush(); err != nil {

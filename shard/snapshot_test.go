@@ -7,10 +7,15 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+
+	"github.com/kvroute/kvroute/radix"
 
 	"github.com/kvroute/kvroute/wire"
 )
@@ -393,4 +398,157 @@ func fleetIndex(tb testing.TB, cfg Config) *Index {
 		tb.Fatal(err)
 	}
 	return ix
+}
+
+// BenchmarkSnapshot measures, on the benchmark fleet (≈1.3M entries, one
+// shard): writing a snapshot (bytes per entry after compression), restoring
+// it, a one-go arena copy, and a capture's longest step.
+func BenchmarkSnapshot(b *testing.B) {
+	ix := fleetIndex(b, Config{})
+	var buf bytes.Buffer
+	if err := ix.Snapshot(&buf, 1); err != nil {
+		b.Fatal(err)
+	}
+	data := bytes.Clone(buf.Bytes())
+	info, err := InspectSnapshot(bytes.NewReader(data))
+	if err != nil {
+		b.Fatal(err)
+	}
+	entries := float64(info.Header.Entries)
+	b.Logf("%+v", info.Header)
+	b.Run("write", func(b *testing.B) {
+		for b.Loop() {
+			buf.Reset()
+			if err := ix.Snapshot(&buf, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(data))/entries, "B/entry")
+		b.ReportMetric(float64(info.Raw)/entries, "rawB/entry")
+	})
+	b.Run("restore", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			re := newTestIndex(b, Config{})
+			b.StartTimer()
+			if _, err := re.Restore(bytes.NewReader(data)); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			re.Close()
+			b.StartTimer()
+		}
+		b.ReportMetric(entries, "entries")
+	})
+	b.Run("clone", func(b *testing.B) {
+		for b.Loop() {
+			ix.runners[0].Do(func(c *Core) { c.tree.Clone() })
+		}
+	})
+	// Per step on the shard's goroutine: wall time (includes preemption by
+	// other processes on a shared machine) and the thread's CPU time.
+	b.Run("capture-steps", func(b *testing.B) {
+		var wall, cpu time.Duration
+		steps := 0
+		for b.Loop() {
+			ix.runners[0].Do(func(c *Core) {
+				cc := c.startCapture(DefaultCaptureStepBytes)
+				for done := false; !done; steps++ {
+					w0, c0 := time.Now(), threadCPU()
+					done = cc.step(c)
+					wall, cpu = max(wall, time.Since(w0)), max(cpu, threadCPU()-c0)
+				}
+			})
+		}
+		b.ReportMetric(float64(wall.Microseconds()), "µs-longest-wall")
+		b.ReportMetric(float64(cpu.Microseconds()), "µs-longest-cpu")
+		b.ReportMetric(float64(steps)/float64(b.N), "steps")
+	})
+	for _, step := range []int{256 << 10, 1 << 20, 4 << 20} {
+		b.Run(fmt.Sprintf("capture/step=%dKiB", step>>10), func(b *testing.B) {
+			ix.cfg.CaptureStepBytes = step
+			var longest time.Duration
+			steps := 0
+			for b.Loop() {
+				cp, err := ix.Capture(1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, l, err := cp.Steps()
+				if err != nil {
+					b.Fatal(err)
+				}
+				longest, steps = max(longest, l[0]), n[0]
+			}
+			b.ReportMetric(float64(longest.Microseconds()), "µs-longest-step")
+			b.ReportMetric(float64(steps), "steps")
+		})
+	}
+}
+
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// BenchmarkMatchDuringSnapshots: Match latency and event throughput on the
+// fleet index while snapshots are taken back to back (capture, then encode
+// to io.Discard on another goroutine), against none.
+func BenchmarkMatchDuringSnapshots(b *testing.B) {
+	evs := fleet(1)
+	for _, snap := range []bool{false, true} {
+		b.Run(fmt.Sprint("snapshots=", snap), func(b *testing.B) {
+			ix := fleetIndex(b, Config{})
+			load := makeLoad(32, 256, 64)
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var writes atomic.Int64
+			var snaps atomic.Int64
+			wg.Go(func() {
+				for i := 0; !stop.Load(); i++ {
+					ix.Apply(load.batches[i%len(load.batches)])
+					writes.Add(int64(len(load.batches[i%len(load.batches)])))
+				}
+			})
+			if snap {
+				wg.Go(func() {
+					for !stop.Load() {
+						if err := ix.Snapshot(io.Discard, 1); err != nil {
+							return
+						}
+						snaps.Add(1)
+					}
+				})
+			}
+			lat := latencies{s: make([]time.Duration, 0, 1<<16), rng: 88172645463325252}
+			var ov []radix.Overlap
+			i := 0
+			for b.Loop() {
+				h := load.probes[i%len(load.probes)]
+				if i%2 == 0 {
+					h = evsHashes(evs[i%len(evs)])
+				}
+				t0 := time.Now()
+				ov, _ = ix.Match(ov[:0], h)
+				lat.add(time.Since(t0))
+				i++
+			}
+			stop.Store(true)
+			wg.Wait()
+			lat.report(b)
+			b.ReportMetric(float64(writes.Load())/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(snaps.Load()), "snapshots")
+		})
+	}
+}
+
+func evsHashes(ev wire.Event) []wire.BlockHash {
+	h := make([]wire.BlockHash, 0, len(ev.Blocks))
+	for _, b := range ev.Blocks {
+		h = append(h, b.Local)
+	}
+	return h
 }

@@ -54,4 +54,57 @@
 // MetricFamilies holds their HELP and TYPE for a promtext.Registry). A Stored
 // event whose parent is unknown is dropped, counted, and reported as a Gap
 // in an outbox drained by Index.Gaps.
+//
+// # Snapshots
+//
+// Index.Capture(streamSeq) freezes every shard at its event-queue position:
+// the shard applies the writes queued before it, then copies its tree's
+// arenas (radix.Tree.CopyTo) and its approximate-mode entries in steps of
+// Config.CaptureStepBytes (1 MiB), answering lookups between steps; writes
+// queued behind the capture wait until it completes (the whole copy, ≈9 ms of
+// CPU at 1.3M entries). Capture.WriteTo then encodes the frozen copies on the
+// caller's goroutine, streaming, while the shards go on; the copies cost as
+// much memory as the index until the Capture is dropped. Index.Restore reads
+// a whole snapshot, verifies it and only then installs it into a fresh Index
+// with the same shard count (workers keep their shards); any error leaves the
+// Index unchanged. streamSeq is opaque here: the JetStream consumer passes the
+// last sequence it applied, calling Capture from its Apply goroutine.
+//
+// Format (version 1, snapshot.go): an 80-byte uncompressed header (magic
+// "KVRSNAP\x00", version, block size, shards, stream sequence, totals of
+// nodes, blocks, entries, workers and approximate-mode entries, xxh3 of the
+// header), then one zstd stream with a section per shard: shard id, the tree
+// (radix.Tree.WriteContent: preorder runs with worker sets, then each
+// worker's engine hashes in block order, written as "the sequence hashes" or
+// "the node's first worker's" when they are), the approximate-mode entries
+// in expiry order with the TTL they have left, and an xxh3 of the section.
+// Bad magic, another version, a header or section checksum mismatch,
+// truncation, trailing data, or content that does not rebuild a canonical
+// tree with the declared counts: an error wrapping ErrSnapshot that says
+// which. FuzzReadSnapshot and radix.FuzzReadContent fuzz the decoders.
+//
+// Measured on the benchmark fleet (1,305,197 entries, 465,797 blocks, 6,730
+// nodes, 64 workers; BenchmarkSnapshot, one shard, 2 shared vCPUs under load
+// average ≈9 from other jobs):
+//
+//	snapshot size          10.92 bytes per entry (14,253,687 bytes; raw
+//	                       14,253,270: zstd gains nothing on random hashes)
+//	write (encode + zstd)  99 ms
+//	restore                419 ms (target ≤ 1 s)
+//	one-go arena copy      9.5 ms
+//	capture, 1 MiB steps   37 steps; longest 0.48 ms of thread CPU time,
+//	                       up to 6.8 ms wall when the OS preempts the thread
+//
+// The 8 bytes per entry target is not reachable on this workload: its
+// engine hashes are random 64-bit values, distinct per worker, so they alone
+// take 8 bytes per entry whatever the compression; the local hashes (8 bytes
+// per distinct block) and the structure add 2.9. Engine hashes equal to
+// sequence hashes (approximate mode) or shared by the workers of a node
+// (engines that hash content alike) are not written at all.
+//
+// Back-to-back snapshots (BenchmarkMatchDuringSnapshots, the same machine):
+// events applied 0.69× of no snapshots, Match p50 unchanged, p99 42 ms
+// against 4.5 ms. The encoder takes a core for ≈0.1–0.4 s per snapshot, so
+// at a snapshot interval of tens of seconds the cost is below 1%; the 0.9×
+// target under continuous snapshots is not met on 2 shared vCPUs.
 package shard

@@ -46,6 +46,14 @@ type Config struct {
 	// by itself (calling Tick with the current time). Zero means
 	// DefaultTickInterval; negative disables it (call Tick yourself).
 	TickInterval time.Duration
+	// BlockSize is the engines' block size in tokens, recorded in snapshots;
+	// Restore refuses a snapshot taken at another block size (0: unknown,
+	// not checked).
+	BlockSize int
+	// CaptureStepBytes bounds the bytes a shard copies per capture step
+	// (Capture); lookups are served between steps. Default
+	// DefaultCaptureStepBytes.
+	CaptureStepBytes int
 	// Logger receives NewIndex's warnings (pinning failed, shards >=
 	// GOMAXPROCS). Default slog.Default().
 	Logger *slog.Logger

@@ -284,6 +284,8 @@ func (r *Runner) step(w *work) bool {
 		_ = c.RecordDecision(w.key, w.local, w.seq, w.now) // lengths checked by the producer; tree errors are counted
 	case wkFunc:
 		w.fn(r.cfg.id, c)
+	case wkStep:
+		return w.stepFn(c)
 	}
 	return true
 }
@@ -403,6 +405,7 @@ const (
 	wkEvents workKind = iota
 	wkRecord
 	wkFunc
+	wkStep // stepFn until it returns true, serving lookups between calls
 )
 
 // work is one item of a runner's event queue. Event batches own copies of
@@ -426,6 +429,10 @@ type work struct {
 
 	// wkFunc
 	fn func(shard int, c *Core)
+
+	// wkStep: called once per step until it returns true; the event work
+	// queued behind it waits, lookups are served between calls
+	stepFn func(c *Core) bool
 
 	waiter *waiter // arrived at when the work is finished, if set
 }

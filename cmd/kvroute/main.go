@@ -23,6 +23,7 @@ func commands() []command {
 		{"bench", "benchmarks against real traces (bench index)", runBench},
 		{"mock", "run a simulated vLLM-like fleet", runMock},
 		{"replay", "replay a trace against routing policies and report (offline or online)", runReplay},
+		{"snapshot", "inspect an index snapshot file (snapshot inspect FILE)", runSnapshot},
 		{"serve", "run the router: HTTP proxy and decision API over the index and scheduler", runServe},
 		{"version", "print the module version, VCS revision and Go version (also --version)", runVersion},
 	}

@@ -1,0 +1,554 @@
+package shard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+
+	"github.com/kvroute/kvroute/radix"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// eventStrings is an event list's content, sorted: equal trees give equal
+// strings whatever their slot and child order.
+func eventStrings(evs []wire.Event) []string {
+	var out []string
+	for _, ev := range evs {
+		s := fmt.Sprintf("%d/%d p=%v:%x", ev.Worker.Worker, ev.Worker.Dp, ev.HasParent, ev.Parent)
+		for _, b := range ev.Blocks {
+			s += fmt.Sprintf(" %x:%x", b.Engine, b.Local)
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func indexDump(t testing.TB, ix *Index) []string {
+	t.Helper()
+	evs, err := ix.Dump(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eventStrings(evs)
+}
+
+// feed applies random events and approximate-mode decisions to ix (and to
+// every other index given), returning the worker ids it used.
+func feed(t testing.TB, seed uint64, n int, ixs ...*Index) {
+	t.Helper()
+	var keys []wire.WorkerKey
+	for w := uint64(1); w <= 6; w++ {
+		keys = append(keys, wire.WorkerKey{Worker: w}, wire.WorkerKey{Worker: w, Dp: 1})
+	}
+	g := newEventGen(seed, keys)
+	var evs []wire.Event
+	for range n {
+		evs = g.event(evs[:0])
+		for _, ix := range ixs {
+			if err := ix.Apply(evs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Approximate-mode workers 100.., decisions at increasing times.
+	r := rand.New(rand.NewPCG(seed, 3))
+	base := time.Unix(1_000_000, 0)
+	for i := range 50 {
+		local := make([]wire.BlockHash, 1+r.IntN(8))
+		for j := range local {
+			local[j] = wire.BlockHash(r.IntN(4)*100 + j + 1)
+		}
+		k := wire.WorkerKey{Worker: 100 + uint64(r.IntN(3))}
+		for _, ix := range ixs {
+			if err := ix.RecordDecisionAt(k, local, wire.SequenceHashes(nil, local), base.Add(time.Duration(i)*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func approxBlocks(t testing.TB, ix *Index) int {
+	t.Helper()
+	st, err := ix.Stats(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Sum(st).ApproxBlocks
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	for _, shards := range []int{1, 3} {
+		t.Run(fmt.Sprint("shards=", shards), func(t *testing.T) {
+			ix := newTestIndex(t, Config{Shards: shards, BlockSize: 16})
+			feed(t, 7, 400, ix)
+			if err := ix.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if err := ix.Snapshot(&buf, 12345); err != nil {
+				t.Fatal(err)
+			}
+			data := bytes.Clone(buf.Bytes())
+			re := newTestIndex(t, Config{Shards: shards, BlockSize: 16})
+			seq, err := re.Restore(bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seq != 12345 {
+				t.Fatalf("stream sequence %d, want 12345", seq)
+			}
+			if err := re.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			want := indexDump(t, ix)
+			if got := indexDump(t, re); !slices.Equal(got, want) || len(want) == 0 {
+				t.Fatalf("restored dump differs (%d vs %d events)", len(got), len(want))
+			}
+			for w := uint64(1); w <= 102; w++ {
+				a, aok := ix.ShardOf(w)
+				b, bok := re.ShardOf(w)
+				if a != b || aok != bok {
+					t.Fatalf("worker %d: shard %d %v, restored %d %v", w, a, aok, b, bok)
+				}
+			}
+			na := approxBlocks(t, ix)
+			if na == 0 || approxBlocks(t, re) != na {
+				t.Fatalf("approximate-mode entries %d, restored %d", na, approxBlocks(t, re))
+			}
+			// Both expire their recorded blocks after the TTL.
+			for _, x := range []*Index{ix, re} {
+				if _, err := x.Tick(time.Now().Add(DefaultTTL + 200*time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				if n := approxBlocks(t, x); n != 0 {
+					t.Fatalf("%d approximate-mode entries left after the TTL", n)
+				}
+			}
+			if !slices.Equal(indexDump(t, ix), indexDump(t, re)) {
+				t.Fatal("dumps differ after expiry")
+			}
+			// The restored index keeps working: the same events give the same trees.
+			feed(t, 8, 100, ix, re)
+			if !slices.Equal(indexDump(t, ix), indexDump(t, re)) {
+				t.Fatal("dumps differ after more events")
+			}
+			info, err := InspectSnapshot(bytes.NewReader(data))
+			if err != nil || !info.ChecksumsOK || info.Header.StreamSeq != 12345 || info.Header.BlockSize != 16 ||
+				int(info.Header.Shards) != shards || info.Compressed != int64(len(data)) || info.Header.Entries == 0 {
+				t.Fatalf("inspect: %+v %v", info, err)
+			}
+		})
+	}
+}
+
+func TestRestoreRefuses(t *testing.T) {
+	ix := newTestIndex(t, Config{Shards: 2, BlockSize: 16})
+	feed(t, 9, 200, ix)
+	var buf bytes.Buffer
+	if err := ix.Snapshot(&buf, 1); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	if _, err := ix.Restore(bytes.NewReader(data)); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("restore into a fed index: %v", err)
+	}
+	if _, err := newTestIndex(t, Config{Shards: 3}).Restore(bytes.NewReader(data)); !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("restore into 3 shards: %v", err)
+	}
+	if _, err := newTestIndex(t, Config{Shards: 2, BlockSize: 32}).Restore(bytes.NewReader(data)); !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("restore at another block size: %v", err)
+	}
+}
+
+// recompress rewrites a snapshot's compressed stream after edit changes the
+// raw sections (the header is kept).
+func recompress(t *testing.T, data []byte, edit func(raw []byte) []byte) []byte {
+	t.Helper()
+	dec, err := zstd.NewReader(bytes.NewReader(data[snapHeaderLen:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(dec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, _ := zstd.NewWriter(nil)
+	return append(bytes.Clone(data[:snapHeaderLen]), enc.EncodeAll(edit(raw), nil)...)
+}
+
+// TestRestoreCorrupt: every kind of damage gives an ErrSnapshot error that
+// says what is wrong, and leaves the index empty and usable.
+func TestRestoreCorrupt(t *testing.T) {
+	ix := newTestIndex(t, Config{Shards: 2})
+	feed(t, 10, 300, ix)
+	var buf bytes.Buffer
+	if err := ix.Snapshot(&buf, 99); err != nil {
+		t.Fatal(err)
+	}
+	good := buf.Bytes()
+	flip := func(i int) []byte { b := bytes.Clone(good); b[i] ^= 0x40; return b }
+	cases := []struct {
+		name, want string
+		data       []byte
+	}{
+		{"bad magic", "not a kvroute snapshot", flip(0)},
+		{"wrong version", "format version", func() []byte { b := bytes.Clone(good); b[8] = 9; return b }()},
+		{"header byte", "header checksum mismatch", flip(30)},
+		{"short header", "header", good[:40]},
+		{"truncated", "", good[:len(good)-len(good)/3]},
+		{"truncated end", "", good[:len(good)-1]},
+		{"compressed byte", "", flip(snapHeaderLen + (len(good)-snapHeaderLen)/2)},
+		{"trailing data", "after the last section", append(bytes.Clone(good), 0)},
+		{"section checksum", "checksum mismatch", recompress(t, good, func(raw []byte) []byte { raw[len(raw)-1] ^= 1; return raw })},
+		{"extra section data", "data after the last section", recompress(t, good, func(raw []byte) []byte { return append(raw, 7) })},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			re := newTestIndex(t, Config{Shards: 2})
+			_, err := re.Restore(bytes.NewReader(c.data))
+			if !errors.Is(err, ErrSnapshot) {
+				t.Fatalf("err %v, want ErrSnapshot", err)
+			}
+			if c.want != "" && !bytes.Contains([]byte(err.Error()), []byte(c.want)) {
+				t.Fatalf("err %q does not say %q", err, c.want)
+			}
+			t.Log(err)
+			st, _ := re.Stats(nil)
+			if s := Sum(st); s.Tree.Entries != 0 || s.ApproxBlocks != 0 || re.assign.Size() != 0 {
+				t.Fatalf("index not empty after a failed restore: %+v", s.Tree)
+			}
+			if _, err := re.Restore(bytes.NewReader(good)); err != nil {
+				t.Fatalf("restoring the good snapshot afterwards: %v", err)
+			}
+		})
+	}
+}
+
+// TestCaptureConsistent: a capture holds exactly the writes queued before
+// it, however many are queued after it while it copies in small steps.
+func TestCaptureConsistent(t *testing.T) {
+	ix := newTestIndex(t, Config{Shards: 2, CaptureStepBytes: 512})
+	ref := newTestIndex(t, Config{Shards: 2})
+	feed(t, 11, 300, ix, ref)
+	cp, err := ix.Capture(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(t, 12, 300, ix) // queued behind the capture
+	var buf bytes.Buffer
+	if _, err := cp.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	steps, longest, err := cp.Steps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range steps {
+		if steps[s] < 2 {
+			t.Fatalf("shard %d captured in %d steps of 512 bytes", s, steps[s])
+		}
+	}
+	t.Logf("steps %v, longest %v", steps, longest)
+	re := newTestIndex(t, Config{Shards: 2})
+	if _, err := re.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if want := indexDump(t, ref); !slices.Equal(indexDump(t, re), want) {
+		t.Fatal("capture differs from the state at its queue position")
+	}
+	if slices.Equal(indexDump(t, ix), indexDump(t, ref)) {
+		t.Fatal("the writes after the capture were not applied")
+	}
+}
+
+func TestCaptureClosed(t *testing.T) {
+	ix := newTestIndex(t, Config{})
+	ix.Close()
+	if _, err := ix.Capture(1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("capture after close: %v", err)
+	}
+	if _, err := ix.Restore(bytes.NewReader(nil)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("restore after close: %v", err)
+	}
+}
+
+// FuzzReadSnapshot: arbitrary input never panics; what reads back is a set
+// of valid trees.
+func FuzzReadSnapshot(f *testing.F) {
+	ix := newTestIndex(f, Config{Shards: 2})
+	feed(f, 13, 30, ix)
+	var buf bytes.Buffer
+	if err := ix.Snapshot(&buf, 3); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	empty := newTestIndex(f, Config{})
+	buf.Reset()
+	empty.Snapshot(&buf, 0)
+	f.Add(buf.Bytes())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ds, _, err := readSnapshot(bytes.NewReader(data))
+		if err != nil {
+			if !errors.Is(err, ErrSnapshot) {
+				t.Fatalf("error does not wrap ErrSnapshot: %v", err)
+			}
+			return
+		}
+		for _, d := range ds {
+			if err := d.tree.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.ax.check(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// fleet builds radix's benchmark fleet (radix/workload_test.go, benchParams:
+// 64 worker keys, 16 families, 32 conversations per family, ≈1.3M entries)
+// as Stored events, generated the same way.
+func fleet(seed uint64) []wire.Event {
+	const workers, families, convs, famPerWorker, convPerFamily = 64, 16, 32, 10, 8
+	r := rand.New(rand.NewPCG(seed, 7))
+	between := func(lo, hi int) int { return lo + r.IntN(hi-lo+1) }
+	famLen := make([]int, families)
+	for f := range famLen {
+		famLen[f] = between(32, 256)
+	}
+	convLen := make([][]int, families)
+	for f := range convLen {
+		convLen[f] = make([]int, convs)
+		for c := range convLen[f] {
+			convLen[f][c] = between(64, 512)
+		}
+	}
+	skewed := func(n int) int { u := r.Float64(); return int(float64(n) * u * u) }
+	mix := func(x uint64) uint64 {
+		x += 0x9E3779B97F4A7C15
+		x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+		x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+		return x ^ (x >> 31)
+	}
+	var out []wire.Event
+	stored := func(k wire.WorkerKey, hasParent bool, parent wire.EngineHash, seq wire.SeqHash, kind, a, b, c, n int) (wire.EngineHash, wire.SeqHash) {
+		ev := wire.Event{Worker: k, Kind: wire.KindStored, HasParent: hasParent, Parent: parent}
+		for i := range n {
+			h := wire.BlockHash(mix(uint64(kind)<<60 ^ uint64(a)<<44 ^ uint64(b)<<32 ^ uint64(c)<<20 ^ uint64(i)))
+			if !hasParent && i == 0 {
+				seq = wire.SeqHash(h)
+			} else {
+				seq = wire.ChainHash(seq, h)
+			}
+			ev.Blocks = append(ev.Blocks, wire.Block{Engine: wire.EngineHash(mix(uint64(seq) ^ mix(k.Worker<<8|uint64(k.Dp)))), Local: h})
+		}
+		out = append(out, ev)
+		return ev.Blocks[n-1].Engine, seq
+	}
+	pick := func(n, of int) []int {
+		m := map[int]bool{}
+		for len(m) < n {
+			m[skewed(of)] = true
+		}
+		ks := make([]int, 0, n)
+		for k := range m {
+			ks = append(ks, k)
+		}
+		slices.Sort(ks)
+		return ks
+	}
+	for w := range workers {
+		k := wire.WorkerKey{Worker: uint64(1000 + w/2), Dp: uint32(w % 2)}
+		for _, f := range pick(famPerWorker, families) {
+			fe, fseq := stored(k, false, 0, 0, 1, f, 0, 0, famLen[f])
+			for _, c := range pick(convPerFamily, convs) {
+				held := max(1, convLen[f][c]*(1+r.IntN(4))/4)
+				ce, cseq := stored(k, true, fe, fseq, 2, f, c, 0, held)
+				if n := between(0, 128); n > 0 {
+					stored(k, true, ce, cseq, 3, w, f, c, n)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// fleetIndex returns an Index holding the fleet.
+func fleetIndex(tb testing.TB, cfg Config) *Index {
+	ix := newTestIndex(tb, cfg)
+	evs := fleet(1)
+	for i := 0; i < len(evs); i += 64 {
+		if err := ix.Apply(evs[i:min(len(evs), i+64)]); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := ix.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	return ix
+}
+
+// BenchmarkSnapshot measures, on the benchmark fleet (≈1.3M entries, one
+// shard): writing a snapshot (bytes per entry after compression), restoring
+// it, a one-go arena copy, and a capture's longest step.
+func BenchmarkSnapshot(b *testing.B) {
+	ix := fleetIndex(b, Config{})
+	var buf bytes.Buffer
+	if err := ix.Snapshot(&buf, 1); err != nil {
+		b.Fatal(err)
+	}
+	data := bytes.Clone(buf.Bytes())
+	info, err := InspectSnapshot(bytes.NewReader(data))
+	if err != nil {
+		b.Fatal(err)
+	}
+	entries := float64(info.Header.Entries)
+	b.Logf("%+v", info.Header)
+	b.Run("write", func(b *testing.B) {
+		for b.Loop() {
+			buf.Reset()
+			if err := ix.Snapshot(&buf, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(data))/entries, "B/entry")
+		b.ReportMetric(float64(info.Raw)/entries, "rawB/entry")
+	})
+	b.Run("restore", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			re := newTestIndex(b, Config{})
+			b.StartTimer()
+			if _, err := re.Restore(bytes.NewReader(data)); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			re.Close()
+			b.StartTimer()
+		}
+		b.ReportMetric(entries, "entries")
+	})
+	b.Run("clone", func(b *testing.B) {
+		for b.Loop() {
+			ix.runners[0].Do(func(c *Core) { c.tree.Clone() })
+		}
+	})
+	// Per step on the shard's goroutine: wall time (includes preemption by
+	// other processes on a shared machine) and the thread's CPU time.
+	b.Run("capture-steps", func(b *testing.B) {
+		var wall, cpu time.Duration
+		steps := 0
+		for b.Loop() {
+			ix.runners[0].Do(func(c *Core) {
+				cc := c.startCapture(DefaultCaptureStepBytes)
+				for done := false; !done; steps++ {
+					w0, c0 := time.Now(), threadCPU()
+					done = cc.step(c)
+					wall, cpu = max(wall, time.Since(w0)), max(cpu, threadCPU()-c0)
+				}
+			})
+		}
+		b.ReportMetric(float64(wall.Microseconds()), "µs-longest-wall")
+		b.ReportMetric(float64(cpu.Microseconds()), "µs-longest-cpu")
+		b.ReportMetric(float64(steps)/float64(b.N), "steps")
+	})
+	for _, step := range []int{256 << 10, 1 << 20, 4 << 20} {
+		b.Run(fmt.Sprintf("capture/step=%dKiB", step>>10), func(b *testing.B) {
+			ix.cfg.CaptureStepBytes = step
+			var longest time.Duration
+			steps := 0
+			for b.Loop() {
+				cp, err := ix.Capture(1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, l, err := cp.Steps()
+				if err != nil {
+					b.Fatal(err)
+				}
+				longest, steps = max(longest, l[0]), n[0]
+			}
+			b.ReportMetric(float64(longest.Microseconds()), "µs-longest-step")
+			b.ReportMetric(float64(steps), "steps")
+		})
+	}
+}
+
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// BenchmarkMatchDuringSnapshots: Match latency and event throughput on the
+// fleet index while snapshots are taken back to back (capture, then encode
+// to io.Discard on another goroutine), against none.
+func BenchmarkMatchDuringSnapshots(b *testing.B) {
+	evs := fleet(1)
+	for _, snap := range []bool{false, true} {
+		b.Run(fmt.Sprint("snapshots=", snap), func(b *testing.B) {
+			ix := fleetIndex(b, Config{})
+			load := makeLoad(32, 256, 64)
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var writes atomic.Int64
+			var snaps atomic.Int64
+			wg.Go(func() {
+				for i := 0; !stop.Load(); i++ {
+					ix.Apply(load.batches[i%len(load.batches)])
+					writes.Add(int64(len(load.batches[i%len(load.batches)])))
+				}
+			})
+			if snap {
+				wg.Go(func() {
+					for !stop.Load() {
+						if err := ix.Snapshot(io.Discard, 1); err != nil {
+							return
+						}
+						snaps.Add(1)
+					}
+				})
+			}
+			lat := latencies{s: make([]time.Duration, 0, 1<<16), rng: 88172645463325252}
+			var ov []radix.Overlap
+			i := 0
+			for b.Loop() {
+				h := load.probes[i%len(load.probes)]
+				if i%2 == 0 {
+					h = evsHashes(evs[i%len(evs)])
+				}
+				t0 := time.Now()
+				ov, _ = ix.Match(ov[:0], h)
+				lat.add(time.Since(t0))
+				i++
+			}
+			stop.Store(true)
+			wg.Wait()
+			lat.report(b)
+			b.ReportMetric(float64(writes.Load())/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(snaps.Load()), "snapshots")
+		})
+	}
+}
+
+func evsHashes(ev wire.Event) []wire.BlockHash {
+	h := make([]wire.BlockHash, 0, len(ev.Blocks))
+	for _, b := range ev.Blocks {
+		h = append(h, b.Local)
+	}
+	return h
+}

@@ -1,11 +1,16 @@
 package ingest
 
 import (
+	"context"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/shard"
@@ -125,7 +130,7 @@ func (s *countingSink) Apply(evs []wire.Event) error {
 
 // benchWindowMsgs bounds the messages in flight between the publisher and the
 // subscriber (far below the pending limit, so nothing is dropped).
-const benchWindowMsgs = 4096
+var benchWindowMsgs = uint64(envInt("KVJS_WIN", 4096))
 
 // publishAll publishes b.N messages (one event each) with at most
 // benchWindowMsgs in flight, and waits until all are delivered.
@@ -213,6 +218,20 @@ func BenchmarkNATSIngest(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
+	// The same as "ingest" through JetStream: the publisher's plain publishes
+	// are stored by a file-backed stream, and Ingest consumes them through
+	// its ordered consumer (ConsumeJetStream).
+	b.Run("jetstream", func(b *testing.B) {
+		benchJetStream(b, s, subj, true)
+	})
+	b.Run("jetstream-discard", func(b *testing.B) {
+		benchJetStream(b, s, subj, false)
+	})
+	// The consumer side alone: b.N messages are stored first, then a new
+	// Ingest replays them from their first stream sequence into the index.
+	b.Run("jetstream-replay", func(b *testing.B) {
+		benchJetStreamReplay(b, s, subj)
+	})
 	b.Run("noop", func(b *testing.B) {
 		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
 		c := newCounter()
@@ -235,6 +254,117 @@ func BenchmarkNATSIngest(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
+}
+
+// benchJetStream is BenchmarkNATSIngest's JetStream variant, into a
+// one-shard index (index) or a sink that only counts.
+func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, index bool) {
+	pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := EnsureStream(context.Background(), js, StreamConfig{Subjects: subj, MaxBytes: 256 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := newCounter()
+	sink := &countingSink{c: c}
+	if index {
+		if sink.ix, err = shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet}); err != nil {
+			b.Fatal(err)
+		}
+		defer sink.ix.Close()
+	}
+	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet, FetchBatch: envInt("KVJS_BATCH", 0)}, sink)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close()
+	if err := in.ConsumeJetStream(nc, st); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	publishAll(b, pub, subj.KVEvents, c)
+	if index {
+		if err := sink.ix.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	sst := in.Stats()
+	if st := sst.Sources[SourceNATSDynamo]; st.Gaps != 0 || st.Duplicates != 0 || st.Malformed != 0 || st.SinkErrors != 0 || st.Events != uint64(b.N) || sst.StreamDuplicates != 0 {
+		b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	if index {
+		st := sst.Sources[SourceNATSDynamo]
+		b.ReportMetric(float64(st.DispatchMax.Microseconds()), "max-dispatch-µs")
+		b.ReportMetric(float64(quantileBound(&st, 0.99).Microseconds()), "p99-dispatch-bound-µs")
+	}
+}
+
+func benchJetStreamReplay(b *testing.B, s *server.Server, subj plane.Subjects) {
+	pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := EnsureStream(context.Background(), js, StreamConfig{Subjects: subj, MaxBytes: 256 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	info, err := st.Info(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	first := info.State.LastSeq + 1
+	p := &publisher{wl: newWorkload()}
+	for range b.N {
+		if err := pub.Publish(subj.KVEvents, p.next()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for {
+		if info, err = st.Info(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if info.State.LastSeq >= first+uint64(b.N)-1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ix.Close()
+	c := newCounter()
+	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet, StartSeq: first, FetchBatch: envInt("KVJS_BATCH", 0)}, &countingSink{ix: ix, c: c})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := in.ConsumeJetStream(nc, st); err != nil {
+		b.Fatal(err)
+	}
+	for c.n.Load() < uint64(b.N) {
+		select {
+		case <-c.bell:
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := ix.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if st := in.Stats().Sources[SourceNATSDynamo]; st.Gaps != 0 || st.Duplicates != 0 || st.Events != uint64(b.N) {
+		b.Fatalf("replay lost or rejected events: %+v (N=%d)", st, b.N)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
 // quantileBound returns the histogram bucket bound below which at least
@@ -336,4 +466,11 @@ func BenchmarkHandler(b *testing.B) {
 			}
 		})
 	}
+}
+
+func envInt(k string, d int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return v
+	}
+	return d
 }

@@ -103,7 +103,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 			Retention:   jetstream.LimitsPolicy,
 			Discard:     jetstream.DiscardOld,
 			Storage:     jetstream.FileStorage,
-			PersistMode: jetstream.AsyncPersistMode,
+			PersistMode: persistMode(cfg.Replicas),
 			MaxAge:      cfg.MaxAge,
 			MaxBytes:    cfg.MaxBytes,
 			Replicas:    cfg.Replicas,
@@ -125,12 +125,28 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	}
 	if sc.MaxAge != cfg.MaxAge || sc.MaxBytes != cfg.MaxBytes || sc.Replicas != cfg.Replicas {
 		sc.MaxAge, sc.MaxBytes, sc.Replicas = cfg.MaxAge, cfg.MaxBytes, cfg.Replicas
+		if cfg.Replicas > 1 {
+			sc.PersistMode = jetstream.DefaultPersistMode
+		}
 		if s, err = js.UpdateStream(ctx, sc); err != nil {
 			return nil, fmt.Errorf("ingest: update JetStream stream %s to --events-max-age %v, --events-max-bytes %d, --events-replicas %d: %w",
 				cfg.Name, cfg.MaxAge, cfg.MaxBytes, cfg.Replicas, err)
 		}
 	}
 	return s, nil
+}
+
+// persistMode is the stream's persist mode: a single replica flushes its
+// writes asynchronously (batched: the R1 file store otherwise writes every
+// message with its own system call), which can lose the last moments of
+// events if the server crashes: acceptable for a cache mirror that the
+// workers' next events correct. Replicated streams flush asynchronously by
+// themselves and refuse the setting.
+func persistMode(replicas int) jetstream.PersistModeType {
+	if replicas > 1 {
+		return jetstream.DefaultPersistMode
+	}
+	return jetstream.AsyncPersistMode
 }
 
 // covered reports whether one of the subject filters in fs matches subject.

@@ -237,14 +237,16 @@ func TestJetStreamClusterNodeLoss(t *testing.T) {
 	}
 	sub := subjects(t)
 	var st jetstream.Stream
+	var lastErr error
 	waitFor(t, func() bool { // the cluster may still be electing
 		js, _ := jetstream.New(connect())
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		var err error
 		st, err = EnsureStream(ctx, js, StreamConfig{Subjects: sub, Replicas: 3})
+		lastErr = err
 		return err == nil
-	}, func() string { return "the R3 stream" })
+	}, func() string { return fmt.Sprintf("the R3 stream: %v", lastErr) })
 	ix := newIndex(t)
 	in := consume(t, connect(), st, sub, ix, 0, 500*time.Millisecond)
 

@@ -2,8 +2,6 @@ package ingest
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,7 +128,7 @@ func (s *countingSink) Apply(evs []wire.Event) error {
 
 // benchWindowMsgs bounds the messages in flight between the publisher and the
 // subscriber (far below the pending limit, so nothing is dropped).
-var benchWindowMsgs = uint64(envInt("KVJS_WIN", 4096))
+const benchWindowMsgs = 4096
 
 // publishAll publishes b.N messages (one event each) with at most
 // benchWindowMsgs in flight, and waits until all are delivered.
@@ -276,7 +274,7 @@ func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, index b
 		}
 		defer sink.ix.Close()
 	}
-	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet, FetchBatch: envInt("KVJS_BATCH", 0)}, sink)
+	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, sink)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -341,7 +339,7 @@ func benchJetStreamReplay(b *testing.B, s *server.Server, subj plane.Subjects) {
 	}
 	defer ix.Close()
 	c := newCounter()
-	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet, StartSeq: first, FetchBatch: envInt("KVJS_BATCH", 0)}, &countingSink{ix: ix, c: c})
+	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet, StartSeq: first}, &countingSink{ix: ix, c: c})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -466,11 +464,4 @@ func BenchmarkHandler(b *testing.B) {
 			}
 		})
 	}
-}
-
-func envInt(k string, d int) int {
-	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
-		return v
-	}
-	return d
 }

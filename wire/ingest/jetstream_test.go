@@ -315,3 +315,32 @@ func TestJetStreamClusterNodeLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestJetStreamRedeliveryDropped: a message whose stream sequence is not
+// above the last applied one (redelivered after a consumer reset) is
+// counted and not applied again; a message without a sequence is applied.
+func TestJetStreamRedeliveryDropped(t *testing.T) {
+	ix := newIndex(t)
+	sub := subjects(t)
+	in := newIngest(t, Config{Subjects: sub}, ix)
+	jp := &jsPipe{in: in, dyn: newPipe(in, SourceNATSDynamo), nat: newPipe(in, SourceNATSNative), dynSubject: sub.KVEvents}
+	a, b := blocks(1, 2), blocks(2, 2)
+	msgA := wire.AppendNative(nil, []wire.Event{stored(1, 0, 0, a)}) // id 0: untracked, so only the sequence guards
+	jp.onNATS(sub.KVEventsNative, "$JS.ACK.S.C.1.5.1.1.0", msgA)
+	rm := wire.Event{Worker: wire.WorkerKey{Worker: 1}, Kind: wire.KindRemoved, Blocks: a}
+	jp.onNATS(sub.KVEventsNative, "$JS.ACK.S.C.1.6.2.1.0", wire.AppendNative(nil, []wire.Event{rm}))
+	jp.onNATS(sub.KVEventsNative, "$JS.ACK.S.C.1.5.3.1.0", msgA) // redelivered
+	jp.onNATS(sub.KVEventsNative, "", wire.AppendNative(nil, []wire.Event{stored(1, 0, 0, b)}))
+	if err := ix.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if ov := match(t, ix, a); len(ov) != 0 {
+		t.Errorf("redelivered Stored applied again after its removal: %+v", ov)
+	}
+	if !holds(t, ix, wire.WorkerKey{Worker: 1}, b) {
+		t.Error("message without a sequence not applied")
+	}
+	if st := in.Stats(); st.StreamDuplicates != 1 || st.StreamSeq != 6 || st.Sources[SourceNATSNative].Events != 3 {
+		t.Errorf("stream dups %d, seq %d, events %d; want 1, 6, 3", st.StreamDuplicates, st.StreamSeq, st.Sources[SourceNATSNative].Events)
+	}
+}

@@ -227,6 +227,7 @@ func BenchmarkNATSIngest(b *testing.B) {
 	})
 	// The consumer side alone: b.N messages are stored first, then a new
 	// Ingest replays them from their first stream sequence into the index.
+	// The stream holds 256 MiB: run it with at most ~300000x.
 	b.Run("jetstream-replay", func(b *testing.B) {
 		benchJetStreamReplay(b, s, subj)
 	})
@@ -333,6 +334,9 @@ func benchJetStreamReplay(b *testing.B, s *server.Server, subj plane.Subjects) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	if info.State.FirstSeq > first {
+		b.Fatalf("the stream's 256 MiB dropped the oldest of the %d messages: use a smaller -benchtime (e.g. 200000x)", b.N)
+	}
 	ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
@@ -349,10 +353,14 @@ func benchJetStreamReplay(b *testing.B, s *server.Server, subj plane.Subjects) {
 	if err := in.ConsumeJetStream(nc, st); err != nil {
 		b.Fatal(err)
 	}
+	deadline := time.Now().Add(time.Minute)
 	for c.n.Load() < uint64(b.N) {
 		select {
 		case <-c.bell:
 		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("replayed %d of %d messages in a minute", c.n.Load(), b.N)
 		}
 	}
 	if err := ix.Flush(); err != nil {

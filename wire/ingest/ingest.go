@@ -200,7 +200,8 @@ func New(cfg Config, sink Sink) (*Ingest, error) {
 // subscriptions) and decodes into its own reused wire.Batch before calling
 // sink.Apply. The pending limits of Config are set on both subscriptions, and
 // the connection is flushed so that, when connected, the subscriptions are
-// live at the server when SubscribeNATS returns. Call it once; Close
+// live at the server when SubscribeNATS returns. Call it once, and not with
+// ConsumeJetStream (the JetStream path, see the package doc); Close
 // unsubscribes.
 func (in *Ingest) SubscribeNATS(nc *nats.Conn) error {
 	if nc == nil {

@@ -344,3 +344,24 @@ func TestJetStreamRedeliveryDropped(t *testing.T) {
 		t.Errorf("stream dups %d, seq %d, events %d; want 1, 6, 3", st.StreamDuplicates, st.StreamSeq, st.Sources[SourceNATSNative].Events)
 	}
 }
+
+// TestEnsureStreamNoJetStream: a server without JetStream is reported with
+// the flag that avoids it.
+func TestEnsureStreamNoJetStream(t *testing.T) {
+	o := natsserver.DefaultTestOptions
+	o.Port = -1
+	s := natsserver.RunServer(&o)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc := natstest.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = EnsureStream(ctx, js, StreamConfig{Subjects: subjects(t)})
+	if err == nil || !strings.Contains(err.Error(), "--events-jetstream=false") {
+		t.Fatalf("err %v, want one naming --events-jetstream=false", err)
+	}
+	t.Log(err)
+}

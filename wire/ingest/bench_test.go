@@ -134,9 +134,35 @@ const benchWindowMsgs = 4096
 // benchWindowMsgs in flight, and waits until all are delivered.
 func publishAll(b *testing.B, nc *nats.Conn, subject string, c *counter) {
 	pub := &publisher{wl: newWorkload()}
+	publishEach(b, nc, subject, c, pub.next)
+}
+
+// nativeBatch is the number of events per message of the native variants.
+const nativeBatch = 16
+
+// nextNative encodes the workload's next nativeBatch events as one native
+// message (ids contiguous per worker, as publisher.next).
+func (p *publisher) nextNative() []byte {
+	evs := make([]wire.Event, 0, nativeBatch)
+	for range nativeBatch {
+		ev := p.wl.events[p.i]
+		if p.i++; p.i == len(p.wl.events) {
+			p.i = 0
+		}
+		p.ids[ev.Worker.Worker]++
+		ev.ID = p.ids[ev.Worker.Worker]
+		evs = append(evs, ev)
+	}
+	p.buf = wire.AppendNative(p.buf[:0], evs)
+	return p.buf
+}
+
+// publishEach publishes b.N messages made by next, with at most
+// benchWindowMsgs in flight, and waits until all are delivered.
+func publishEach(b *testing.B, nc *nats.Conn, subject string, c *counter, next func() []byte) {
 	sent := uint64(0)
 	for b.Loop() {
-		if err := nc.Publish(subject, pub.next()); err != nil {
+		if err := nc.Publish(subject, next()); err != nil {
 			b.Fatal(err)
 		}
 		sent++
@@ -224,6 +250,70 @@ func BenchmarkNATSIngest(b *testing.B) {
 	})
 	b.Run("jetstream-discard", func(b *testing.B) {
 		benchJetStream(b, s, subj, false)
+	})
+	// Native messages of nativeBatch events each, through a core
+	// subscription and through the stream: the stream's cost is per message.
+	b.Run("ingest-native16", func(b *testing.B) {
+		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+		ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ix.Close()
+		c := newCounter()
+		in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{ix: ix, c: c})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer in.Close()
+		if err := in.SubscribeNATS(nc); err != nil {
+			b.Fatal(err)
+		}
+		p := &publisher{wl: newWorkload()}
+		publishEach(b, pub, subj.KVEventsNative, c, p.nextNative)
+		if err := ix.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if st := in.Stats().Sources[SourceNATSNative]; st.Gaps != 0 || st.Dropped != 0 || st.Events != nativeBatch*uint64(b.N) {
+			b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
+		}
+		b.ReportMetric(float64(nativeBatch*b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("jetstream-native16", func(b *testing.B) {
+		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := EnsureStream(context.Background(), js, StreamConfig{Subjects: subj, MaxBytes: 256 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ix.Close()
+		c := newCounter()
+		in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{ix: ix, c: c})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer in.Close()
+		if err := in.ConsumeJetStream(nc, st); err != nil {
+			b.Fatal(err)
+		}
+		p := &publisher{wl: newWorkload()}
+		publishEach(b, pub, subj.KVEventsNative, c, p.nextNative)
+		if err := ix.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if st := in.Stats().Sources[SourceNATSNative]; st.Gaps != 0 || st.Duplicates != 0 || st.Events != nativeBatch*uint64(b.N) {
+			b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
+		}
+		b.ReportMetric(float64(nativeBatch*b.N)/b.Elapsed().Seconds(), "events/s")
 	})
 	// The consumer side alone: b.N messages are stored first, then a new
 	// Ingest replays them from their first stream sequence into the index.

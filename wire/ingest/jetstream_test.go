@@ -365,3 +365,24 @@ func TestEnsureStreamNoJetStream(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+func TestCovered(t *testing.T) {
+	for _, c := range []struct {
+		filters []string
+		subject string
+		want    bool
+	}{
+		{[]string{"a.b.kv"}, "a.b.kv", true},
+		{[]string{"a.b.>"}, "a.b.kv", true},
+		{[]string{"a.>"}, "a", false},
+		{[]string{"a.*.kv"}, "a.b.kv", true},
+		{[]string{"a.*"}, "a.b.kv", false},
+		{[]string{"a.b.kv.native"}, "a.b.kv", false},
+		{[]string{"x", "a.b.*"}, "a.b.kv", true},
+		{nil, "a", false},
+	} {
+		if got := covered(c.filters, c.subject); got != c.want {
+			t.Errorf("covered(%v, %q) = %v", c.filters, c.subject, got)
+		}
+	}
+}

@@ -17,4 +17,18 @@
 // kvroute_nats_reconnects_total. After a reconnection the ingest is told that
 // events may have been lost (ingest.Ingest.MarkReconnected) and a warning
 // says so.
+//
+// With Config.JetStream (kvroute serve --events-jetstream, off by default) the KV
+// events are kept in a JetStream stream instead: Start creates or binds the
+// stream (ingest.EnsureStream, named KVROUTE_EVENTS_<namespace>_<component>,
+// limits from Config.Stream: --events-max-age, --events-max-bytes,
+// --events-replicas) on the embedded server or the external one (--nats, a
+// single server or a cluster given by several URLs) and starts ingest's
+// ordered consumer at Config.StartSeq (0: new messages only). Nothing
+// published during a disconnection is lost then: the consumer resumes after
+// the last sequence it delivered, and the reconnection is logged at Info
+// with that sequence. On the embedded server the stream outlives a restart
+// of the process only with a --data-dir (the temporary store is removed at
+// Close). The zero Config subscribes with core NATS, kvroute serve's default
+// (the stream costs ingest throughput; docs/ARCHITECTURE.md).
 package node

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvroute/kvroute/internal/natsembed"
 	"github.com/kvroute/kvroute/internal/promtext"
@@ -33,6 +35,18 @@ type Config struct {
 	// NoEvents (approximate mode, --no-kv-events) builds the ingest but
 	// subscribes to nothing.
 	NoEvents bool
+	// JetStream (--events-jetstream, the binary's default) keeps the KV
+	// events in a JetStream stream (Stream; ingest.EnsureStream creates it
+	// or binds to it) and consumes them through an ordered consumer from
+	// StartSeq (0: new messages only), so that nothing published while
+	// the connection is down is lost. False (the zero value) subscribes
+	// with core NATS.
+	JetStream bool
+	// Stream configures the stream (--events-max-age, --events-max-bytes,
+	// --events-replicas); its Subjects are taken from Subjects.
+	Stream ingest.StreamConfig
+	// StartSeq is the first stream sequence ingest applies (with JetStream).
+	StartSeq uint64
 
 	// NATSURL connects to an external NATS (--nats); empty embeds a
 	// nats-server with JetStream storing in DataDir (--data-dir; empty: a
@@ -109,14 +123,19 @@ func (n *Node) start() error {
 	if n.Index, err = shard.NewIndex(n.cfg.Index); err != nil {
 		return fmt.Errorf("index (--shards, --cpus): %w", err)
 	}
-	if n.Ingest, err = ingest.New(ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger}, n.Index); err != nil {
+	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.cfg.StartSeq}
+	if n.Ingest, err = ingest.New(ic, n.Index); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	n.ingest.Store(n.Ingest)
 	if n.cfg.NoEvents {
 		return nil
 	}
-	if err := n.Ingest.SubscribeNATS(n.NC); err != nil {
+	if n.cfg.JetStream {
+		if err := n.consumeJetStream(); err != nil {
+			return err
+		}
+	} else if err := n.Ingest.SubscribeNATS(n.NC); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	for _, z := range n.cfg.ZMQWorkers {
@@ -124,6 +143,30 @@ func (n *Node) start() error {
 			return fmt.Errorf("--zmq-worker %d: %w", z.Worker, err)
 		}
 	}
+	return nil
+}
+
+// consumeJetStream creates or binds the KV-event stream and starts ingest's
+// ordered consumer on it.
+func (n *Node) consumeJetStream() error {
+	js, err := jetstream.New(n.NC)
+	if err != nil {
+		return fmt.Errorf("--events-jetstream: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.NATSConnectTimeout)
+	defer cancel()
+	sc := n.cfg.Stream
+	sc.Subjects = n.cfg.Subjects
+	st, err := ingest.EnsureStream(ctx, js, sc)
+	if err != nil {
+		return fmt.Errorf("--events-jetstream: %w", err)
+	}
+	if err := n.Ingest.ConsumeJetStream(n.NC, st); err != nil {
+		return fmt.Errorf("--events-jetstream: %w", err)
+	}
+	n.cfg.Logger.Info("KV events on JetStream", "stream", st.CachedInfo().Config.Name,
+		"max_age", st.CachedInfo().Config.MaxAge, "max_bytes", st.CachedInfo().Config.MaxBytes,
+		"replicas", st.CachedInfo().Config.Replicas, "start_seq", n.cfg.StartSeq)
 	return nil
 }
 
@@ -183,6 +226,10 @@ func (n *Node) onReconnect(nc *nats.Conn) {
 	}
 	n.reconnects.Add(1) // after marking: a scrape that sees it sees the marks
 	n.cfg.Logger.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted(), "reconnects", n.reconnects.Load())
+	if in := n.ingest.Load(); n.cfg.JetStream && in != nil {
+		n.cfg.Logger.Info("KV events published meanwhile are read from the JetStream stream", "after_seq", in.LastSeq())
+		return
+	}
 	n.cfg.Logger.Warn("KV events published while NATS was disconnected are lost; the index may lack or keep stale blocks until the workers' next events",
 		"tracked_worker_ranks", marked)
 }

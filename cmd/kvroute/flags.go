@@ -4,7 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +74,31 @@ func (a *autoDuration) Set(v string) error {
 		return err
 	}
 	*a = autoDuration{d: d, set: true}
+	return nil
+}
+
+// byteSize is a size flag: a number of bytes, optionally with a binary
+// suffix (KiB, MiB, GiB, TiB).
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(v string) error {
+	num, mul := strings.TrimSpace(v), int64(1)
+	for i, suf := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		if strings.HasSuffix(num, suf) {
+			num, mul = strings.TrimSpace(strings.TrimSuffix(num, suf)), int64(1)<<(10*(i+1))
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not a size (bytes, or a number with KiB, MiB, GiB or TiB)", v)
+	}
+	if n > math.MaxInt64/mul || n < math.MinInt64/mul {
+		return fmt.Errorf("%q is too large", v)
+	}
+	*b = byteSize(n * mul)
 	return nil
 }
 

@@ -53,6 +53,10 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		ns         = fs.String("namespace", "kvroute", "NATS subject namespace")
 		comp       = fs.String("component", "backend", "NATS subject component")
 		mode       = fs.String("router-mode", "kv", "worker selection: kv, round-robin, random or least-loaded")
+		evJS       = fs.Bool("events-jetstream", false, "keep KV events in a JetStream stream and consume them from it (nothing is lost while the router is disconnected; costs ingest throughput, see README); false: core NATS subscriptions")
+		evMaxAge   = fs.Duration("events-max-age", ingest.DefaultStreamMaxAge, "JetStream: KV events older than this are dropped from the stream")
+		evMaxBytes = byteSize(ingest.DefaultStreamMaxBytes)
+		evReplicas = fs.Int("events-replicas", 1, "JetStream: replicas of the KV-event stream (1, or 3 in a NATS cluster)")
 		noEvents   = fs.Bool("no-kv-events", false, "approximate mode: no KV events; the router records its own decisions in the index with a TTL")
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "approximate mode: how long a routed prefix is assumed cached (refreshed on reuse)")
 		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "approximate mode: blocks recorded per shard before the oldest are pruned")
@@ -78,6 +82,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		zmqWorkers stringList
 		o          serveOptions
 	)
+	fs.Var(&evMaxBytes, "events-max-bytes", "JetStream: size bound of the KV-event stream, oldest dropped first (bytes, or with KiB, MiB, GiB, TiB)")
 	fs.Var(&readyDelay, "shutdown-ready-delay", "first part of --shutdown-grace during which /ready answers 503 while requests are still served (auto: min(5s, grace/2); 0: none)")
 	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3][,model=NAME] that does not register (repeatable); without model= the router asks GET /v1/models")
 	fs.Var(&zmqWorkers, "zmq-worker", "subscribe to a vLLM/SGLang engine's ZMQ KV events: ID[:DP]=tcp://host:port[,model=NAME][,replay=tcp://host:port] (repeatable)")
@@ -169,6 +174,18 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	if *natsPort < 0 || *natsPort > 65535 {
 		return cfg, o, fmt.Errorf("--nats-port %d out of range", *natsPort)
 	}
+	if *evMaxAge <= 0 {
+		return cfg, o, fmt.Errorf("--events-max-age must be > 0 (got %v)", *evMaxAge)
+	}
+	if evMaxBytes <= 0 {
+		return cfg, o, fmt.Errorf("--events-max-bytes must be > 0 (got %d)", evMaxBytes)
+	}
+	if *evReplicas < 1 || *evReplicas > 5 {
+		return cfg, o, fmt.Errorf("--events-replicas must be in [1, 5] (got %d)", *evReplicas)
+	}
+	if *evReplicas > 1 && *natsURL == "" {
+		return cfg, o, fmt.Errorf("--events-replicas %d needs a NATS cluster (--nats); the embedded server is a single node", *evReplicas)
+	}
 
 	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
@@ -216,7 +233,8 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	cfg = router.ServiceConfig{
 		Router: rc, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn, ShutdownGrace: *grace, ShutdownReadyDelay: shutdownReady,
 		Node: node.Config{Index: ic, NATSURL: *natsURL, NATSCreds: *natsCreds, NATSCA: *natsCA, NATSCert: *natsCert,
-			NATSKey: *natsKey, DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs},
+			NATSKey: *natsKey, DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs, JetStream: *evJS,
+			Stream: ingest.StreamConfig{MaxAge: *evMaxAge, MaxBytes: int64(evMaxBytes), Replicas: *evReplicas}},
 	}
 	return cfg, o, nil
 }

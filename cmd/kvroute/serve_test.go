@@ -40,6 +40,11 @@ func TestServeConfigRejects(t *testing.T) {
 		{[]string{"--namespace", "a.b"}, "--namespace"},
 		{[]string{"--tokenizer", "tiktoken"}, "--tokenizer"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"--events-max-age", "0s"}, "--events-max-age"},
+		{[]string{"--events-max-bytes", "0"}, "--events-max-bytes"},
+		{[]string{"--events-max-bytes", "lots"}, "events-max-bytes"},
+		{[]string{"--events-replicas", "0"}, "--events-replicas"},
+		{[]string{"--events-replicas", "3"}, "--events-replicas 3 needs a NATS cluster"},
 		{[]string{"--worker-first-byte-timeout", "-1s"}, "--worker-first-byte-timeout"},
 		{[]string{"--worker-eject-failures", "0"}, "--worker-eject-failures"},
 		{[]string{"--worker-probe-interval", "0s"}, "--worker-probe-interval"},
@@ -59,6 +64,7 @@ func TestServeConfigRejects(t *testing.T) {
 func TestServeConfigMapsFlags(t *testing.T) {
 	t.Setenv("KVROUTE_ROUTER_MODE", "least-loaded")
 	t.Setenv("KVROUTE_MAX_HEADER_BYTES", "32768")
+	t.Setenv("KVROUTE_EVENTS_MAX_BYTES", "512MiB")
 	cfg, o, err := serveConfig([]string{
 		"--block-size", "64", "--kv-overlap-score-weight", "2.5", "--queue-policy", "wspt", "--queue-depth", "7",
 		"--rejection-window", "2s", "--worker", "5=http://10.0.0.5:8000/,ranks=0-1,model=llama", "--worker-kv-blocks", "1000",
@@ -66,6 +72,7 @@ func TestServeConfigMapsFlags(t *testing.T) {
 		"--shards", "2", "--pprof", "--admin-addr", "127.0.0.1:0",
 		"--worker-first-byte-timeout", "3s", "--worker-eject-failures", "2", "--worker-probe-interval", "500ms",
 		"--worker-probe-max-interval", "1m", "--shutdown-ready-delay", "2s",
+		"--nats", "nats://10.0.0.1:4222", "--events-jetstream", "--events-max-age", "10m", "--events-replicas", "3",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -94,11 +101,25 @@ func TestServeConfigMapsFlags(t *testing.T) {
 	if c, _, err := serveConfig(nil); err != nil || c.ShutdownReadyDelay != 0 || c.Router.Proxy.FirstByteTimeout != 10*time.Second {
 		t.Errorf("defaults: ready delay %v (want 0: auto), first byte %v, %v", c.ShutdownReadyDelay, c.Router.Proxy.FirstByteTimeout, err)
 	}
+	if n := cfg.Node; !n.JetStream || n.Stream.MaxAge != 10*time.Minute || n.Stream.MaxBytes != 512<<20 || n.Stream.Replicas != 3 {
+		t.Errorf("events on JetStream: %v, stream %+v", n.JetStream, n.Stream)
+	}
+	if c, _, err := serveConfig([]string{"--events-jetstream"}); err != nil || !c.Node.JetStream {
+		t.Errorf("--events-jetstream: JetStream %v, %v", c.Node.JetStream, err)
+	}
 	if cfg.Router.MaxHeaderBytes != 32768 {
 		t.Errorf("KVROUTE_MAX_HEADER_BYTES: MaxHeaderBytes %d", cfg.Router.MaxHeaderBytes)
 	}
 	if o.demoFleet != 3 || cfg.Node.Index.Shards != 2 || !cfg.Pprof {
 		t.Errorf("options %+v, index %+v, pprof %v", o, cfg.Node.Index, cfg.Pprof)
+	}
+}
+
+// KV events go through JetStream by default, kept 1 h or 1 GiB, one replica.
+func TestServeEventsDefaults(t *testing.T) {
+	c, _, err := serveConfig(nil)
+	if err != nil || c.Node.JetStream || c.Node.Stream.MaxAge != time.Hour || c.Node.Stream.MaxBytes != 1<<30 || c.Node.Stream.Replicas != 1 {
+		t.Errorf("event defaults: JetStream %v, stream %+v, %v", c.Node.JetStream, c.Node.Stream, err)
 	}
 }
 

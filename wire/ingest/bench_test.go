@@ -1,11 +1,14 @@
 package ingest
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/shard"
@@ -131,9 +134,35 @@ const benchWindowMsgs = 4096
 // benchWindowMsgs in flight, and waits until all are delivered.
 func publishAll(b *testing.B, nc *nats.Conn, subject string, c *counter) {
 	pub := &publisher{wl: newWorkload()}
+	publishEach(b, nc, subject, c, pub.next)
+}
+
+// nativeBatch is the number of events per message of the native variants.
+const nativeBatch = 16
+
+// nextNative encodes the workload's next nativeBatch events as one native
+// message (ids contiguous per worker, as publisher.next).
+func (p *publisher) nextNative() []byte {
+	evs := make([]wire.Event, 0, nativeBatch)
+	for range nativeBatch {
+		ev := p.wl.events[p.i]
+		if p.i++; p.i == len(p.wl.events) {
+			p.i = 0
+		}
+		p.ids[ev.Worker.Worker]++
+		ev.ID = p.ids[ev.Worker.Worker]
+		evs = append(evs, ev)
+	}
+	p.buf = wire.AppendNative(p.buf[:0], evs)
+	return p.buf
+}
+
+// publishEach publishes b.N messages made by next, with at most
+// benchWindowMsgs in flight, and waits until all are delivered.
+func publishEach(b *testing.B, nc *nats.Conn, subject string, c *counter, next func() []byte) {
 	sent := uint64(0)
 	for b.Loop() {
-		if err := nc.Publish(subject, pub.next()); err != nil {
+		if err := nc.Publish(subject, next()); err != nil {
 			b.Fatal(err)
 		}
 		sent++
@@ -213,6 +242,85 @@ func BenchmarkNATSIngest(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
+	// The same as "ingest" through JetStream: the publisher's plain publishes
+	// are stored by a file-backed stream, and Ingest consumes them through
+	// its ordered consumer (ConsumeJetStream).
+	b.Run("jetstream", func(b *testing.B) {
+		benchJetStream(b, s, subj, true)
+	})
+	b.Run("jetstream-discard", func(b *testing.B) {
+		benchJetStream(b, s, subj, false)
+	})
+	// Native messages of nativeBatch events each, through a core
+	// subscription and through the stream: the stream's cost is per message.
+	b.Run("ingest-native16", func(b *testing.B) {
+		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+		ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ix.Close()
+		c := newCounter()
+		in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{ix: ix, c: c})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer in.Close()
+		if err := in.SubscribeNATS(nc); err != nil {
+			b.Fatal(err)
+		}
+		p := &publisher{wl: newWorkload()}
+		publishEach(b, pub, subj.KVEventsNative, c, p.nextNative)
+		if err := ix.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if st := in.Stats().Sources[SourceNATSNative]; st.Gaps != 0 || st.Dropped != 0 || st.Events != nativeBatch*uint64(b.N) {
+			b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
+		}
+		b.ReportMetric(float64(nativeBatch*b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("jetstream-native16", func(b *testing.B) {
+		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := EnsureStream(context.Background(), js, StreamConfig{Subjects: subj, MaxBytes: 256 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ix.Close()
+		c := newCounter()
+		in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{ix: ix, c: c})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer in.Close()
+		if err := in.ConsumeJetStream(nc, st); err != nil {
+			b.Fatal(err)
+		}
+		p := &publisher{wl: newWorkload()}
+		publishEach(b, pub, subj.KVEventsNative, c, p.nextNative)
+		if err := ix.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if st := in.Stats().Sources[SourceNATSNative]; st.Gaps != 0 || st.Duplicates != 0 || st.Events != nativeBatch*uint64(b.N) {
+			b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
+		}
+		b.ReportMetric(float64(nativeBatch*b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	// The consumer side alone: b.N messages are stored first, then a new
+	// Ingest replays them from their first stream sequence into the index.
+	// The stream holds 256 MiB: run it with at most ~300000x.
+	b.Run("jetstream-replay", func(b *testing.B) {
+		benchJetStreamReplay(b, s, subj)
+	})
 	b.Run("noop", func(b *testing.B) {
 		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
 		c := newCounter()
@@ -235,6 +343,124 @@ func BenchmarkNATSIngest(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
+}
+
+// benchJetStream is BenchmarkNATSIngest's JetStream variant, into a
+// one-shard index (index) or a sink that only counts.
+func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, index bool) {
+	pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := EnsureStream(context.Background(), js, StreamConfig{Subjects: subj, MaxBytes: 256 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := newCounter()
+	sink := &countingSink{c: c}
+	if index {
+		if sink.ix, err = shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet}); err != nil {
+			b.Fatal(err)
+		}
+		defer sink.ix.Close()
+	}
+	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, sink)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close()
+	if err := in.ConsumeJetStream(nc, st); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	publishAll(b, pub, subj.KVEvents, c)
+	if index {
+		if err := sink.ix.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	sst := in.Stats()
+	if st := sst.Sources[SourceNATSDynamo]; st.Gaps != 0 || st.Duplicates != 0 || st.Malformed != 0 || st.SinkErrors != 0 || st.Events != uint64(b.N) || sst.StreamDuplicates != 0 {
+		b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	if index {
+		st := sst.Sources[SourceNATSDynamo]
+		b.ReportMetric(float64(st.DispatchMax.Microseconds()), "max-dispatch-µs")
+		b.ReportMetric(float64(quantileBound(&st, 0.99).Microseconds()), "p99-dispatch-bound-µs")
+	}
+}
+
+func benchJetStreamReplay(b *testing.B, s *server.Server, subj plane.Subjects) {
+	pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := EnsureStream(context.Background(), js, StreamConfig{Subjects: subj, MaxBytes: 256 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	info, err := st.Info(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	first := info.State.LastSeq + 1
+	p := &publisher{wl: newWorkload()}
+	for range b.N {
+		if err := pub.Publish(subj.KVEvents, p.next()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for {
+		if info, err = st.Info(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if info.State.LastSeq >= first+uint64(b.N)-1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if info.State.FirstSeq > first {
+		b.Fatalf("the stream's 256 MiB dropped the oldest of the %d messages: use a smaller -benchtime (e.g. 200000x)", b.N)
+	}
+	ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ix.Close()
+	c := newCounter()
+	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet, StartSeq: first}, &countingSink{ix: ix, c: c})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := in.ConsumeJetStream(nc, st); err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for c.n.Load() < uint64(b.N) {
+		select {
+		case <-c.bell:
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("replayed %d of %d messages in a minute", c.n.Load(), b.N)
+		}
+	}
+	if err := ix.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if st := in.Stats().Sources[SourceNATSDynamo]; st.Gaps != 0 || st.Duplicates != 0 || st.Events != uint64(b.N) {
+		b.Fatalf("replay lost or rejected events: %+v (N=%d)", st, b.N)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
 // quantileBound returns the histogram bucket bound below which at least

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/plane"
@@ -68,6 +69,18 @@ type Config struct {
 	// LogInterval rate-limits problem logs per kind, worker and source;
 	// zero: DefaultLogInterval.
 	LogInterval time.Duration
+	// StartSeq is the first stream sequence ConsumeJetStream applies; 0:
+	// only messages stored after it starts (what SubscribeNATS gets). To
+	// resume where an Ingest (or a snapshot of the index it fed) left off,
+	// pass its LastSeq()+1.
+	StartSeq uint64
+	// FetchBatch is how many messages the JetStream consumer keeps requested
+	// ahead (jetstream.PullMaxMessages); zero: DefaultFetchBatch.
+	FetchBatch int
+	// Heartbeat is the JetStream consumer's idle heartbeat (500 ms to 30 s;
+	// two missed ones make the ordered consumer recreate itself); zero:
+	// DefaultHeartbeat.
+	Heartbeat time.Duration
 	// ZMQRetryInterval is how often a ZMQ subscriber re-dials an engine that
 	// is not up; zero: wire/zmq's default (500 ms).
 	ZMQRetryInterval time.Duration
@@ -120,6 +133,10 @@ type Ingest struct {
 
 	running atomic.Bool
 
+	// JetStream: the stream sequence of the last message handed to the
+	// sink, and the redelivered messages dropped.
+	seq, streamDups atomic.Uint64
+
 	// zmqOps serializes AddZMQ, RemoveZMQ and Close's ZMQ part, which stop
 	// subscribers (and wait for them) outside mu.
 	zmqOps sync.Mutex
@@ -135,6 +152,7 @@ type Ingest struct {
 		closed           bool
 		nc               *nats.Conn
 		dynSub, natSub   *nats.Subscription
+		cc               jetstream.ConsumeContext // ConsumeJetStream's
 		dynPipe, natPipe *pipe
 		zmq              map[wire.WorkerKey]*zmqSub
 	}
@@ -161,6 +179,15 @@ func New(cfg Config, sink Sink) (*Ingest, error) {
 	if cfg.LogInterval <= 0 {
 		cfg.LogInterval = DefaultLogInterval
 	}
+	if cfg.FetchBatch <= 0 {
+		cfg.FetchBatch = DefaultFetchBatch
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.Heartbeat < 500*time.Millisecond || cfg.Heartbeat > 30*time.Second {
+		return nil, fmt.Errorf("ingest: JetStream heartbeat must be within 500ms-30s, got %v", cfg.Heartbeat)
+	}
 	in := &Ingest{cfg: cfg, sink: sink, log: cfg.Logger}
 	in.lim.init(cfg.LogInterval)
 	in.mu.zmq = make(map[wire.WorkerKey]*zmqSub)
@@ -173,7 +200,8 @@ func New(cfg Config, sink Sink) (*Ingest, error) {
 // subscriptions) and decodes into its own reused wire.Batch before calling
 // sink.Apply. The pending limits of Config are set on both subscriptions, and
 // the connection is flushed so that, when connected, the subscriptions are
-// live at the server when SubscribeNATS returns. Call it once; Close
+// live at the server when SubscribeNATS returns. Call it once, and not with
+// ConsumeJetStream (the JetStream path, see the package doc); Close
 // unsubscribes.
 func (in *Ingest) SubscribeNATS(nc *nats.Conn) error {
 	if nc == nil {
@@ -240,8 +268,15 @@ func (in *Ingest) Running() bool {
 // loss, and is counted as a restart and, above 1, a gap from id 1. It
 // returns the number of keys marked. Recovering the lost events is left to
 // a later layer.
+//
+// With ConsumeJetStream nothing is lost (the ordered consumer resumes after
+// the last delivered stream sequence), and MarkReconnected marks nothing.
 func (in *Ingest) MarkReconnected() int {
 	in.mu.Lock()
+	if in.mu.cc != nil {
+		in.mu.Unlock()
+		return 0
+	}
 	pipes := [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
 	in.mu.Unlock()
 	n := 0
@@ -316,7 +351,11 @@ func (in *Ingest) Close() error {
 		}
 	}
 	pipes := [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
+	cc := in.mu.cc
 	in.mu.Unlock()
+	if cc != nil {
+		cc.Stop()
+	}
 	for _, p := range pipes {
 		if p != nil {
 			p.close() // waits for a callback in progress
@@ -341,7 +380,11 @@ func (in *Ingest) Close() error {
 // the caller's.
 type Stats struct {
 	Running bool
-	Sources [NumSources]SourceStats
+	// JetStream (ConsumeJetStream): the stream sequence of the last message
+	// handed to the sink (LastSeq), and messages dropped because their
+	// sequence was not above it (redeliveries after a consumer reset).
+	StreamSeq, StreamDuplicates uint64
+	Sources                     [NumSources]SourceStats
 	// ZMQ lists the ZMQ subscriptions by worker and dp rank.
 	ZMQ []ZMQStats
 }
@@ -393,6 +436,7 @@ type ZMQStats struct {
 func (in *Ingest) Stats() Stats {
 	var st Stats
 	st.Running = in.Running()
+	st.StreamSeq, st.StreamDuplicates = in.seq.Load(), in.streamDups.Load()
 	for s := range NumSources {
 		in.src[s].snapshot(&st.Sources[s])
 		st.Sources[s].Source = s

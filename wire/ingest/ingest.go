@@ -119,6 +119,7 @@ type Ingest struct {
 	src  [NumSources]counters
 
 	running atomic.Bool
+	lost    atomic.Pointer[func(wire.WorkerKey, uint64)] // SetLostHook
 
 	// zmqOps serializes AddZMQ, RemoveZMQ and Close's ZMQ part, which stop
 	// subscribers (and wait for them) outside mu.

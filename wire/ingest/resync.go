@@ -26,7 +26,8 @@ func (in *Ingest) lostAfter(k wire.WorkerKey, after uint64) {
 // every NATS pipe), so that a recovery answer is applied in order with the
 // live events: fn gets the last event id tracked for k (0: none) and
 // returns the id the index is now consistent at for k, or 0 to change
-// nothing. That id becomes k's last on the NATS sources: live events at or
+// nothing. That id becomes k's last (even when lower: a dump of a restarted
+// worker) on the NATS sources: live events at or
 // below it that arrive later (published before the answer, delivered after
 // it) are dropped as duplicates. fn must be short: it delays every NATS
 // event (queue the index work and return).

@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -83,6 +84,7 @@ type item struct {
 	queued    bool   // wants a request
 	inflight  bool
 	attempts  int
+	stale     int // answers in a row that live events had overtaken
 	notBefore time.Time
 }
 
@@ -95,8 +97,11 @@ type Requester struct {
 	ix  Index
 	tr  Tracker
 
-	wake chan struct{}
-	stop chan struct{}
+	ctx      context.Context // canceled by Close: ends the requests in flight
+	cancel   context.CancelFunc
+	wake     chan struct{}
+	sweepNow chan struct{}
+	stop     chan struct{}
 	done chan struct{}
 	wg   sync.WaitGroup
 
@@ -108,8 +113,8 @@ type Requester struct {
 	}
 
 	requests, events, eventAnswers, dumps, dumpBlocks, nothing atomic.Uint64
-	timeouts, errs, applyErrs, stale, gaveUp     atomic.Uint64
-	inflight                                     atomic.Int64
+	timeouts, errs, applyErrs, stale, gaveUp                   atomic.Uint64
+	inflight                                                   atomic.Int64
 }
 
 // Start starts a Requester's dispatcher (and sweep).
@@ -122,7 +127,8 @@ func Start(cfg Config, nc *nats.Conn, ix Index, tr Tracker) (*Requester, error) 
 		return nil, errors.New("recovery: Subjects.Recover is empty (use plane.SubjectsFor)")
 	}
 	r := &Requester{cfg: cfg, nc: nc, ix: ix, tr: tr,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), sweepNow: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.mu.items = make(map[wire.WorkerKey]*item)
 	r.mu.epochs = make(map[wire.WorkerKey]uint64)
 	r.mu.failed = make(map[wire.WorkerKey]bool)
@@ -188,6 +194,7 @@ func (r *Requester) Close() {
 	case <-r.stop:
 	default:
 		close(r.stop)
+		r.cancel()
 	}
 	<-r.done
 	r.wg.Wait()
@@ -232,6 +239,8 @@ func (r *Requester) dispatch() {
 		case <-timer.C:
 		case <-sweep:
 			r.sweep()
+		case <-r.sweepNow:
+			r.sweep()
 		}
 		timer.Stop()
 	}
@@ -262,6 +271,15 @@ func (r *Requester) startReady(now time.Time) time.Time {
 		go r.run(k, it.after, r.mu.epochs[k])
 	}
 	return next
+}
+
+// Sweep probes every tracked worker key now, as the periodic sweep does
+// (after a NATS reconnection, say). It does not block.
+func (r *Requester) Sweep() {
+	select {
+	case r.sweepNow <- struct{}{}:
+	default:
+	}
 }
 
 // sweep probes every tracked key after its last id, and asks for a dump of
@@ -307,12 +325,16 @@ func (r *Requester) run(k wire.WorkerKey, after, epoch uint64) {
 		back := r.cfg.MinBackoff << min(it.attempts, 20)
 		it.notBefore = time.Now().Add(min(back, r.cfg.MaxBackoff))
 		it.inflight = false
-	case again:
-		it.inflight, it.queued, it.after, it.attempts = false, true, DumpAll, 0
+	case again == againSame && it.stale < 2:
+		it.stale++
+		it.inflight, it.queued, it.attempts = false, true, 0
+		it.after = min(it.after, after)
+	case again != againNone:
+		it.inflight, it.queued, it.after, it.attempts, it.stale = false, true, DumpAll, 0, 0
 	default:
 		delete(r.mu.failed, k)
 		if it.queued {
-			it.inflight, it.attempts = false, 0
+			it.inflight, it.attempts, it.stale = false, 0, 0
 		} else {
 			delete(r.mu.items, k)
 		}
@@ -323,33 +345,43 @@ func (r *Requester) run(k wire.WorkerKey, after, epoch uint64) {
 
 var errTimeout = errors.New("recovery: no complete answer in time")
 
+// What to do after an answer that could not be applied.
+type againKind uint8
+
+const (
+	againNone againKind = iota
+	againSame           // live events overtook the answer: ask again from the same id
+	againDump           // the worker restarted: ask for a dump
+)
+
 // recover asks k's worker for its events after id after and applies the
 // answer. again: the answer cannot be applied (the worker restarted: its
 // ids or epoch moved back) and a dump should be asked for.
-func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again bool, err error) {
+func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againKind, err error) {
 	r.requests.Add(1)
 	inbox := r.nc.NewRespInbox()
 	sub, err := r.nc.SubscribeSync(inbox)
 	if err != nil {
 		r.errs.Add(1)
-		return false, fmt.Errorf("subscribe to the reply inbox: %w", err)
+		return againNone, fmt.Errorf("subscribe to the reply inbox: %w", err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck // best effort
 	if err := r.nc.PublishRequest(r.cfg.Subjects.RecoverSubject(k.Worker), inbox, plane.AppendRecoverRequest(nil, plane.RecoverRequest{Worker: k, After: after})); err != nil {
 		r.errs.Add(1)
-		return false, fmt.Errorf("publish the request: %w", err)
+		return againNone, fmt.Errorf("publish the request: %w", err)
 	}
-	deadline := time.Now().Add(r.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
+	defer cancel()
 	var (
 		head  plane.RecoverReply
 		batch wire.Batch
 		msgs  [][]byte // kept: the batch's events point into them
 	)
 	for chunk := uint32(0); ; chunk++ {
-		m, err := sub.NextMsg(time.Until(deadline))
+		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
 			r.timeouts.Add(1)
-			return false, fmt.Errorf("%w (chunk %d): %w", errTimeout, chunk, err)
+			return againNone, fmt.Errorf("%w (chunk %d): %w", errTimeout, chunk, err)
 		}
 		h, body, err := plane.DecodeRecoverReply(m.Data)
 		if err == nil && h.Kind == plane.RecoverError {
@@ -363,7 +395,7 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again bool, 
 		}
 		if err != nil {
 			r.errs.Add(1)
-			return false, err
+			return againNone, err
 		}
 		msgs = append(msgs, m.Data)
 		head = h
@@ -372,15 +404,20 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again bool, 
 		}
 	}
 	if head.Kind == plane.RecoverEvents && after != 0 && after != DumpAll && epoch != 0 && head.Epoch != epoch {
+		r.cfg.Logger.Debug("recovery: answer from another epoch", "worker", k.Worker, "after", after, "at", head.At)
 		r.stale.Add(1)
-		return true, nil // the worker restarted since: its ids name other events
+		return againDump, nil // the worker restarted since: its ids name other events
 	}
 	evs := batch.Events
 	var applyErr error
-	again = true
+	again = againSame
 	r.tr.Resync(k, func(last uint64) uint64 {
-		if head.At < last {
-			return 0 // the worker's ids went back: it restarted
+		if head.Kind == plane.RecoverEvents && head.At < last {
+			// Live events after the answer's last were applied first (the
+			// answer left before them and arrived after): ask again. If
+			// that repeats, the worker's ids went back (a restart): the
+			// caller asks for a dump.
+			return 0
 		}
 		if head.Kind == plane.RecoverDump {
 			applyErr = r.ix.Replace(k, evs)
@@ -390,17 +427,18 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again bool, 
 		if applyErr != nil {
 			return 0
 		}
-		again = false
+		again = againNone
 		return max(head.At, 1)
 	})
 	_ = msgs
 	switch {
 	case applyErr != nil:
 		r.applyErrs.Add(1)
-		return false, fmt.Errorf("apply: %w", applyErr)
-	case again:
+		return againNone, fmt.Errorf("apply: %w", applyErr)
+	case again != againNone:
+		r.cfg.Logger.Debug("recovery: answer overtaken by live events", "worker", k.Worker, "after", after, "at", head.At)
 		r.stale.Add(1)
-		return true, nil
+		return again, nil
 	}
 	r.mu.Lock()
 	r.mu.epochs[k] = head.Epoch
@@ -419,7 +457,7 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again bool, 
 		r.eventAnswers.Add(1)
 		r.events.Add(uint64(len(evs)))
 	}
-	return false, nil
+	return againNone, nil
 }
 
 // Stats are a Requester's counters (see MetricFamilies).

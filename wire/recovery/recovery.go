@@ -102,8 +102,8 @@ type Requester struct {
 	wake     chan struct{}
 	sweepNow chan struct{}
 	stop     chan struct{}
-	done chan struct{}
-	wg   sync.WaitGroup
+	done     chan struct{}
+	wg       sync.WaitGroup
 
 	mu struct {
 		sync.Mutex

@@ -193,6 +193,23 @@ func waitAgreement(t *testing.T, rg *recoveryRig, what string) {
 			return
 		}
 		if time.Now().After(deadline) {
+			a, b := indexEntries(t, rg.n.Index), fleetEntries(rg.f)
+			held := map[wire.EngineHash]bool{}
+			for _, w := range rg.f.Workers() {
+				for _, h := range w.Held(nil) {
+					held[h.Engine] = true
+				}
+			}
+			for e := range a {
+				if !b[e] {
+					t.Logf("index only: %+v (held unplaceable: %v)", e, held[e.engine])
+				}
+			}
+			for e := range b {
+				if !a[e] {
+					t.Logf("fleet only: %+v", e)
+				}
+			}
 			t.Fatalf("%s: agreement %.4f (index %d, fleet %d, both %d); recovery %+v; ingest gaps %d",
 				what, frac, ni, nf, both, rg.n.Recovery.Stats(), len(rg.n.Ingest.Gaps()))
 		}

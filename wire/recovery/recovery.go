@@ -428,7 +428,7 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againK
 			return 0
 		}
 		again = againNone
-		return max(head.At, 1)
+		return head.At // 0 (the worker has no events yet): the tracking stays as it is
 	})
 	_ = msgs
 	switch {

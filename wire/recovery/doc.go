@@ -25,7 +25,15 @@
 // live events at or below it that arrive later are dropped as duplicates.
 // An events answer whose at is below the tracker's last was overtaken by
 // live events: it is asked for again (twice), then a dump is asked for
-// (DumpAll), as when the worker's epoch changed (it restarted).
+// (DumpAll), as when the worker's epoch changed (it restarted). A dump whose
+// at is below last is applied all the same (the dump of a restarted worker
+// is legitimately below it, and refusing an overtaken dump could repeat
+// forever under steady traffic), but it replaced the effects of the live
+// events after at, which are not sent again: the tracker takes at as the
+// key's last, and the key's next request, queued at once, asks for the
+// events after at, whatever id a request queued meanwhile named (a gap the
+// live stream showed above at). Without that, the index would keep the
+// dump's state for those events while its last id matched the worker's.
 //
 // # Bounds
 //

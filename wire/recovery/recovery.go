@@ -300,11 +300,21 @@ func (r *Requester) sweep() {
 // run does one request and records its outcome.
 func (r *Requester) run(k wire.WorkerKey, after, epoch uint64) {
 	defer r.wg.Done()
-	again, err := r.recover(k, after, epoch)
+	again, redo, err := r.recover(k, after, epoch)
 	r.inflight.Add(-1)
 	r.mu.Lock()
 	it := r.mu.items[k]
 	switch {
+	case again == againAfter:
+		// A dump older than live events already applied replaced their
+		// effects: the index is consistent at redo only. Every request
+		// queued meanwhile asked for events after some id above redo (a
+		// gap the live stream showed), so it must now start at redo.
+		if !it.queued || redo < it.after {
+			it.after = redo
+		}
+		it.inflight, it.queued, it.attempts, it.stale = false, true, 0, 0
+		delete(r.mu.failed, k)
 	case err != nil:
 		it.attempts++
 		if it.attempts >= r.cfg.Attempts {
@@ -349,26 +359,30 @@ var errTimeout = errors.New("recovery: no complete answer in time")
 type againKind uint8
 
 const (
-	againNone againKind = iota
-	againSame           // live events overtook the answer: ask again from the same id
-	againDump           // the worker restarted: ask for a dump
+	againNone  againKind = iota
+	againSame            // live events overtook the answer: ask again from the same id
+	againDump            // the worker restarted: ask for a dump
+	againAfter           // a dump was applied under live events newer than it: ask for the events after it
 )
 
 // recover asks k's worker for its events after id after and applies the
-// answer. again: the answer cannot be applied (the worker restarted: its
-// ids or epoch moved back) and a dump should be asked for.
-func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againKind, err error) {
+// answer. again: the answer cannot be applied (live events overtook it, or
+// the worker restarted: its ids or epoch moved back) and what to ask next;
+// againAfter (a dump was applied, but live events after it had been applied
+// before it and were replaced) comes with redo, the dump's id, after which
+// the events are to be asked for.
+func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againKind, redo uint64, err error) {
 	r.requests.Add(1)
 	inbox := r.nc.NewRespInbox()
 	sub, err := r.nc.SubscribeSync(inbox)
 	if err != nil {
 		r.errs.Add(1)
-		return againNone, fmt.Errorf("subscribe to the reply inbox: %w", err)
+		return againNone, 0, fmt.Errorf("subscribe to the reply inbox: %w", err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck // best effort
 	if err := r.nc.PublishRequest(r.cfg.Subjects.RecoverSubject(k.Worker), inbox, plane.AppendRecoverRequest(nil, plane.RecoverRequest{Worker: k, After: after})); err != nil {
 		r.errs.Add(1)
-		return againNone, fmt.Errorf("publish the request: %w", err)
+		return againNone, 0, fmt.Errorf("publish the request: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
 	defer cancel()
@@ -381,7 +395,7 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againK
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
 			r.timeouts.Add(1)
-			return againNone, fmt.Errorf("%w (chunk %d): %w", errTimeout, chunk, err)
+			return againNone, 0, fmt.Errorf("%w (chunk %d): %w", errTimeout, chunk, err)
 		}
 		h, body, err := plane.DecodeRecoverReply(m.Data)
 		if err == nil && h.Kind == plane.RecoverError {
@@ -395,7 +409,7 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againK
 		}
 		if err != nil {
 			r.errs.Add(1)
-			return againNone, err
+			return againNone, 0, err
 		}
 		msgs = append(msgs, m.Data)
 		head = h
@@ -406,11 +420,12 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againK
 	if head.Kind == plane.RecoverEvents && after != 0 && after != DumpAll && epoch != 0 && head.Epoch != epoch {
 		r.cfg.Logger.Debug("recovery: answer from another epoch", "worker", k.Worker, "after", after, "at", head.At)
 		r.stale.Add(1)
-		return againDump, nil // the worker restarted since: its ids name other events
+		return againDump, 0, nil // the worker restarted since: its ids name other events
 	}
 	evs := batch.Events
 	var applyErr error
 	again = againSame
+	overtaken := false
 	r.tr.Resync(k, func(last uint64) uint64 {
 		if head.Kind == plane.RecoverEvents && head.At < last {
 			// Live events after the answer's last were applied first (the
@@ -420,6 +435,13 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againK
 			return 0
 		}
 		if head.Kind == plane.RecoverDump {
+			// A dump below last replaces the effects of the live events
+			// after it (published after the answer, applied before it);
+			// they are not sent again, so they are asked for next. (Were
+			// the dump refused instead, it could be overtaken again and
+			// again under steady traffic; and a restarted worker's dump
+			// is legitimately below last.)
+			overtaken = head.At < last
 			applyErr = r.ix.Replace(k, evs)
 		} else if len(evs) > 0 {
 			applyErr = r.ix.Apply(evs)
@@ -434,15 +456,18 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againK
 	switch {
 	case applyErr != nil:
 		r.applyErrs.Add(1)
-		return againNone, fmt.Errorf("apply: %w", applyErr)
+		return againNone, 0, fmt.Errorf("apply: %w", applyErr)
 	case again != againNone:
 		r.cfg.Logger.Debug("recovery: answer overtaken by live events", "worker", k.Worker, "after", after, "at", head.At)
 		r.stale.Add(1)
-		return again, nil
+		return again, 0, nil
 	}
 	r.mu.Lock()
 	r.mu.epochs[k] = head.Epoch
 	r.mu.Unlock()
+	if overtaken {
+		again, redo = againAfter, head.At
+	}
 	switch {
 	case head.Kind == plane.RecoverDump:
 		r.dumps.Add(1)
@@ -457,7 +482,7 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againK
 		r.eventAnswers.Add(1)
 		r.events.Add(uint64(len(evs)))
 	}
-	return againNone, nil
+	return again, redo, nil
 }
 
 // Stats are a Requester's counters (see MetricFamilies).

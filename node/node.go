@@ -23,6 +23,7 @@ import (
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/recovery"
 )
 
 // Config configures a Node. Plain data; cmd/kvroute fills it from flags.
@@ -70,6 +71,10 @@ type Config struct {
 	// directly (--zmq-worker).
 	ZMQWorkers []ingest.ZMQWorker
 
+	// Recovery configures the requester of lost KV events (Subjects are
+	// Config.Subjects); Recovery.Interval < 0 turns its sweep off.
+	Recovery recovery.Config
+
 	Logger *slog.Logger
 }
 
@@ -84,6 +89,8 @@ type Node struct {
 	NATSURL string
 	Index   *shard.Index
 	Ingest  *ingest.Ingest
+	// Recovery asks workers for lost KV events (nil with NoEvents).
+	Recovery *recovery.Requester
 
 	cfg       Config
 	embedded  *natsembed.Embedded
@@ -91,6 +98,7 @@ type Node struct {
 	closeErr  error
 
 	ingest      atomic.Pointer[ingest.Ingest] // for the NATS callbacks
+	recovery    atomic.Pointer[recovery.Requester]
 	closing     atomic.Bool
 	disconnects atomic.Uint64
 	reconnects  atomic.Uint64
@@ -131,6 +139,13 @@ func (n *Node) start() error {
 	if n.cfg.NoEvents {
 		return nil
 	}
+	rc := n.cfg.Recovery
+	rc.Subjects, rc.Logger = n.cfg.Subjects, n.cfg.Logger
+	if n.Recovery, err = recovery.Start(rc, n.NC, n.Index, n.Ingest); err != nil {
+		return err
+	}
+	n.recovery.Store(n.Recovery)
+	n.Ingest.SetLostHook(n.Recovery.Lost)
 	if n.cfg.JetStream {
 		if err := n.consumeJetStream(); err != nil {
 			return err
@@ -224,6 +239,9 @@ func (n *Node) onReconnect(nc *nats.Conn) {
 	if in := n.ingest.Load(); in != nil {
 		marked = in.MarkReconnected()
 	}
+	if rc := n.recovery.Load(); rc != nil {
+		rc.Sweep()
+	}
 	n.reconnects.Add(1) // after marking: a scrape that sees it sees the marks
 	n.cfg.Logger.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted(), "reconnects", n.reconnects.Load())
 	if in := n.ingest.Load(); n.cfg.JetStream && in != nil {
@@ -290,6 +308,9 @@ func embeddedError(cfg Config, err error) error {
 // WorkerJoined subscribes to a registered worker's ZMQ events, if it
 // publishes them there (rank r on the endpoint's port + r).
 func (n *Node) WorkerJoined(reg plane.Registration) {
+	if n.Recovery != nil && (reg.EventTransport == plane.TransportDynamo || reg.EventTransport == plane.TransportNative) {
+		n.Recovery.Joined(reg.WorkerID, reg.DpRanks)
+	}
 	if reg.EventTransport != plane.TransportZMQ || reg.ZMQEndpoint == "" {
 		return
 	}
@@ -311,6 +332,9 @@ func (n *Node) WorkerJoined(reg plane.Registration) {
 func (n *Node) WorkerLeft(id uint64) {
 	n.Ingest.RemoveZMQ(id)
 	n.Ingest.Forget(id)
+	if n.Recovery != nil {
+		n.Recovery.Forget(id)
+	}
 }
 
 // OffsetPort adds off to the port of a tcp://host:port endpoint.
@@ -340,6 +364,9 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.closing.Store(true)
 		var errs []error
+		if n.Recovery != nil {
+			n.Recovery.Close()
+		}
 		if n.Ingest != nil {
 			errs = append(errs, n.Ingest.Close())
 		}

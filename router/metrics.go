@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire/ingest"
+	"github.com/kvroute/kvroute/wire/recovery"
 )
 
 // endpoint indexes the HTTP endpoints in metrics.
@@ -99,7 +100,7 @@ var routerFamilies = []promtext.Family{
 // registry is everything Router.WritePrometheus exposes: the router's
 // families, the index's, ingest's (Hooks.Metrics in a Service) and the Go
 // runtime and process metrics.
-var registry = promtext.NewRegistry(routerFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies, promtext.ProcessFamilies)
+var registry = promtext.NewRegistry(routerFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies, recovery.MetricFamilies, promtext.ProcessFamilies)
 
 // Histogram buckets. Latencies span 100 µs (a /route answer on loopback is
 // ~240 µs, README) to 60 s (a long generation); decisions start at 10 µs

@@ -10,9 +10,11 @@ import (
 
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
+	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/recovery"
 )
 
 // TestMetricsExposition scrapes a real router (ZMQ ingest from a simulated
@@ -20,7 +22,7 @@ import (
 // samples) after routing and proxying a few requests, and checks /metrics:
 //   - format: promtext.Check (one HELP and TYPE per family, families
 //     contiguous, histogram buckets sane, every family declared), every
-//     declared router, shard and ingest family present, latencies as le
+//     declared router, shard, ingest, node and recovery family present, latencies as le
 //     histograms, Go and process metrics present;
 //   - promtool: `promtool check metrics` (skipped without promtool unless CI
 //     is set);
@@ -48,7 +50,7 @@ func TestMetricsExposition(t *testing.T) {
 
 	t.Run("format", func(t *testing.T) {
 		promtexttest.Check(t, "the router's /metrics", expo)
-		for _, fams := range [][]promtext.Family{routerFamilies, shard.MetricFamilies, ingest.MetricFamilies} {
+		for _, fams := range [][]promtext.Family{routerFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies, recovery.MetricFamilies} {
 			for _, f := range fams {
 				if !strings.Contains(text, "\n# TYPE "+f.Name+" "+string(f.Type)+"\n") {
 					t.Errorf("family %s (%s) missing from /metrics", f.Name, f.Type)

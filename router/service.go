@@ -126,6 +126,9 @@ func (s *Service) start() error {
 		EventPlane: s.Node.EventPlane,
 		Metrics:    []func(w io.Writer){s.Ingest.WriteMetrics, s.Node.WriteMetrics},
 	}
+	if s.Node.Recovery != nil {
+		hooks.Metrics = append(hooks.Metrics, s.Node.Recovery.WriteMetrics)
+	}
 	if !cfg.Router.Approx {
 		hooks.IngestRunning = s.Ingest.Running
 		hooks.WorkerJoined = s.WorkerJoined

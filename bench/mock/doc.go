@@ -88,6 +88,18 @@
 // empty cache and announces Cleared as its event 1), CutConnections (every
 // open HTTP connection closes mid-answer, as when the engine crashes).
 //
+// # Recovery
+//
+// On the NATS transports each worker keeps its last RecoveryRing KV events
+// (--recovery-ring, default 4096) and answers recovery requests on
+// kv-recover.<id> (wire/plane): the events after the asked id from its ring,
+// or, when they are no longer there, a dump of its block manager's cached
+// blocks in parent order (blocks whose parent was evicted are left out: no
+// index can place them). A paused worker does not answer. Restart empties
+// the ring and changes the epoch. The drop and duplicate switches
+// (--drop-events, --duplicate-events, Config.DropFraction/DupFraction,
+// seeded by --seed) exercise it.
+//
 // Besides the completion endpoints a worker serves GET /v1/models (its
 // model, in OpenAI's list shape, as vLLM does), /health and /metrics.
 //

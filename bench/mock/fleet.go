@@ -35,6 +35,7 @@ type Config struct {
 	DropFraction     float64       // fault switches, see WorkerConfig
 	DupFraction      float64
 	Seed             uint64
+	RecoveryRing     int // KV events kept per worker for recovery; default DefaultRecoveryRing, < 0: none
 	Logger           *slog.Logger
 }
 
@@ -131,7 +132,7 @@ func Start(cfg Config, nc *nats.Conn) (*Fleet, error) {
 			ID: id, Host: cfg.Host, BlockSize: cfg.BlockSize, KVBlocks: cfg.KVBlocks,
 			MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, Speedup: cfg.Speedup, Perf: cfg.Perf,
 			Model: cfg.Model, Transport: cfg.Transport, Subjects: subj, Heartbeat: cfg.Heartbeat, LoadInterval: cfg.LoadInterval,
-			DropFraction: cfg.DropFraction, DupFraction: cfg.DupFraction, Seed: cfg.Seed, Logger: cfg.Logger,
+			DropFraction: cfg.DropFraction, DupFraction: cfg.DupFraction, Seed: cfg.Seed, RecoveryRing: cfg.RecoveryRing, Logger: cfg.Logger,
 		}
 		if cfg.Port > 0 {
 			wc.Port = cfg.Port + i

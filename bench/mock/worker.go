@@ -51,7 +51,11 @@ type WorkerConfig struct {
 	DropFraction     float64       // fault: fraction of event messages not sent (ZMQ: sent only to the replay buffer)
 	DupFraction      float64       // fault: fraction of event messages sent twice
 	Seed             uint64        // seeds the fault switches
-	Logger           *slog.Logger
+	// RecoveryRing is the number of recent KV events kept to answer
+	// recovery requests (NATS transports); default DefaultRecoveryRing,
+	// negative: no ring (every request is answered with a dump).
+	RecoveryRing int
+	Logger       *slog.Logger
 }
 
 func (c *WorkerConfig) defaults() {
@@ -87,6 +91,9 @@ func (c *WorkerConfig) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.RecoveryRing == 0 {
+		c.RecoveryRing = DefaultRecoveryRing
 	}
 }
 
@@ -153,7 +160,9 @@ type Worker struct {
 		c       counters
 		drop    float64 // fault switches (from the config, then SetFaults)
 		dup     float64
+		rec     recRing
 	}
+	recSub *nats.Subscription // recovery requests (NATS transports)
 
 	conns struct {
 		sync.Mutex
@@ -195,6 +204,10 @@ func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
 	w.mu.calls = make(map[uint64]*call)
 	w.mu.drop, w.mu.dup = cfg.DropFraction, cfg.DupFraction
 	w.mu.toks = make(map[wire.BlockHash]*tokEntry)
+	if cfg.RecoveryRing > 0 {
+		w.mu.rec.slots = make([]wire.Event, cfg.RecoveryRing)
+	}
+	w.mu.rec.epoch = uint64(w.epoch.UnixNano()) ^ cfg.ID<<32
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	if err != nil {
 		return nil, fmt.Errorf("mock: worker %d: listen: %w", cfg.ID, err)
@@ -227,6 +240,12 @@ func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
 		Handler: w.handle, Name: "kvroute-mock", NoDefaultDate: true,
 		ReadTimeout: time.Minute, IdleTimeout: time.Minute, CloseOnShutdown: true,
 		Logger: quietLogger{}, ConnState: w.trackConn,
+	}
+	if nc != nil && cfg.Subjects.Recover != "" && (cfg.Transport == plane.TransportDynamo || cfg.Transport == plane.TransportNative) {
+		if w.recSub, err = nc.Subscribe(cfg.Subjects.RecoverSubject(cfg.ID), w.onRecover); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("mock: worker %d: subscribe to recovery requests: %w", cfg.ID, err)
+		}
 	}
 	go w.srv.Serve(ln) //nolint:errcheck // Serve returns when the listener closes
 	w.publishRegistration(w.cfg.Subjects.Heartbeat)
@@ -391,6 +410,9 @@ func (w *Worker) ring() {
 func (w *Worker) Close() error {
 	var err error
 	w.closeOnce.Do(func() {
+		if w.recSub != nil {
+			_ = w.recSub.Unsubscribe()
+		}
 		close(w.stop)
 		<-w.done
 		<-w.hbDone
@@ -604,7 +626,9 @@ func (w *Worker) loop() {
 		// Encode the step's events before delivering its effects: a
 		// request that finishes in this step drops its token map entries,
 		// which a ZMQ event of its prompt blocks still needs.
-		w.out.encode(w, w.mu.eng.Events())
+		evs := w.mu.eng.Events()
+		w.out.encode(w, evs)
+		w.rememberLocked(evs)
 		w.deliverLocked()
 		w.mu.eng.Reset()
 		load := w.loadLocked()
@@ -652,6 +676,7 @@ func (w *Worker) restartLocked() {
 	clear(w.mu.toks)
 	w.mu.eng = w.newEngine()
 	w.mu.eng.KV().Clear()
+	w.resetRingLocked()
 }
 
 // deliverLocked hands the last step's effects and progress to the calls.

@@ -43,6 +43,7 @@ func runMock(args []string) error {
 		drop      = fs.Float64("drop-events", 0, "fault: fraction of KV event messages dropped (zmq: left to the replay socket)")
 		dup       = fs.Float64("duplicate-events", 0, "fault: fraction of KV event messages sent twice")
 		seed      = fs.Uint64("seed", 1, "seed of the fault switches")
+		ring      = fs.Int("recovery-ring", mock.DefaultRecoveryRing, "KV events each worker keeps to answer routers' recovery requests (NATS transports); older ones are answered with a cache dump; 0: dumps only")
 		verbose   = fs.Bool("v", false, "log warnings to stderr")
 	)
 	if err := parseFlags(fs, args); err != nil {
@@ -52,7 +53,13 @@ func runMock(args []string) error {
 		Workers: *workers, Host: *host, Port: *port, BlockSize: *blockSize, KVBlocks: *kvBlocks,
 		MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *maxBatch, Speedup: *speedup, Namespace: *ns, Component: *comp,
 		Transport: *transport, ZMQPort: *zmqPort, Model: *model, Heartbeat: *heartbeat, LoadInterval: *loadIvl,
-		DropFraction: *drop, DupFraction: *dup, Seed: *seed,
+		DropFraction: *drop, DupFraction: *dup, Seed: *seed, RecoveryRing: *ring,
+	}
+	if *ring < 0 {
+		return fmt.Errorf("--recovery-ring must be >= 0 (got %d)", *ring)
+	}
+	if *ring == 0 {
+		cfg.RecoveryRing = -1 // mock.Config: negative is no ring
 	}
 	if *verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

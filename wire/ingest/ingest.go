@@ -132,6 +132,7 @@ type Ingest struct {
 	src  [NumSources]counters
 
 	running atomic.Bool
+	lost    atomic.Pointer[func(wire.WorkerKey, uint64)] // SetLostHook
 
 	// JetStream: the stream sequence of the last message handed to the
 	// sink, and the redelivered messages dropped.

@@ -96,6 +96,9 @@ func (in *Ingest) gap(src Source, k wire.WorkerKey, expected, got uint64, batche
 		c.missing.Add(got - expected)
 	}
 	in.recordGap(Gap{Worker: k, Source: src, Expected: expected, Got: got, Batches: batches, At: time.Now()})
+	if !batches {
+		in.lostAfter(k, expected-1)
+	}
 	if sup, ok := in.lim.allow(probGap, src, k); ok {
 		in.log.Warn("ingest: KV event gap: "+what+" missing, the index may lack blocks of this worker",
 			"source", src.String(), "worker", k.Worker, "dp_rank", k.Dp,

@@ -162,6 +162,8 @@ func (p *pipe) deliver(err error) {
 		case vRestartGap:
 			restarts++
 			p.in.gap(p.src, ev.Worker, 1, ev.ID, false)
+		case vFirst:
+			p.in.lostAfter(ev.Worker, 0)
 		}
 		if n != i {
 			evs[n] = evs[i]

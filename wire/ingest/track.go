@@ -11,6 +11,7 @@ const (
 	vRestart                   // the worker started over at id 1: tracking reset, apply
 	vDuplicate                 // id at or below the last seen: drop
 	vRestartGap                // suspect key: restarted during a loss, ids 1..id-1 missing: apply
+	vFirst                     // first sight of a key at an id above 1 (not a Cleared): apply, earlier ids unseen
 )
 
 // tracker checks the event ids of one source per WorkerKey. It is the
@@ -61,6 +62,9 @@ func (t *tracker) check(k wire.WorkerKey, id uint64, kind wire.Kind) (v verdict,
 	switch {
 	case !seen:
 		t.last[k] = id
+		if id > 1 && kind != wire.KindCleared {
+			return vFirst, 0
+		}
 		return vApply, 0
 	case id == last+1:
 		t.last[k] = id
@@ -106,6 +110,13 @@ func (t *tracker) forget(worker uint64) {
 			delete(t.suspect, k)
 		}
 	}
+}
+
+// advance records that the index is consistent with k's events up to id
+// (recovery applied them): later events at or below it are duplicates.
+func (t *tracker) advance(k wire.WorkerKey, id uint64) {
+	t.last[k] = id
+	delete(t.suspect, k)
 }
 
 // reset drops every key.

@@ -10,7 +10,7 @@ import (
 
 // TestTracker runs id sequences through the tracker and checks every verdict.
 func TestTracker(t *testing.T) {
-	names := map[verdict]string{vApply: "apply", vGap: "gap", vRestart: "restart", vDuplicate: "dup"}
+	names := map[verdict]string{vApply: "apply", vGap: "gap", vRestart: "restart", vDuplicate: "dup", vFirst: "first"}
 	S, C := wire.KindStored, wire.KindCleared
 	type step struct {
 		id   uint64
@@ -22,23 +22,23 @@ func TestTracker(t *testing.T) {
 		steps []step
 	}{
 		{"in order from 1", []step{{1, S, "apply"}, {2, S, "apply"}, {3, S, "apply"}}},
-		{"joins mid-stream", []step{{500, S, "apply"}, {501, S, "apply"}}},
+		{"joins mid-stream", []step{{500, S, "first"}, {501, S, "apply"}}},
 		{"gap", []step{{1, S, "apply"}, {2, S, "apply"}, {6, S, "gap 3"}, {7, S, "apply"}}},
 		{"duplicates", []step{{1, S, "apply"}, {2, S, "apply"}, {2, S, "dup"}, {3, S, "apply"}, {2, S, "dup"}}},
 		{"late event after gap is a duplicate", []step{{1, S, "apply"}, {4, S, "gap 2"}, {3, S, "dup"}, {5, S, "apply"}}},
 		{"restart at 1", []step{{1, S, "apply"}, {2, S, "apply"}, {3, S, "apply"}, {1, C, "restart"}, {2, S, "apply"}}},
-		{"restart with a Stored 1", []step{{5, S, "apply"}, {1, S, "restart"}, {2, S, "apply"}}},
+		{"restart with a Stored 1", []step{{5, S, "first"}, {1, S, "restart"}, {2, S, "apply"}}},
 		{"duplicate of event 1", []step{{1, S, "apply"}, {1, S, "dup"}, {2, S, "apply"}}},
 		{"Cleared 1 right after 1 restarts", []step{{1, S, "apply"}, {1, C, "restart"}, {2, S, "apply"}}},
-		{"id 0 untracked", []step{{0, S, "apply"}, {3, S, "apply"}, {0, S, "apply"}, {0, S, "apply"}, {4, S, "apply"}}},
+		{"id 0 untracked", []step{{0, S, "apply"}, {3, S, "first"}, {0, S, "apply"}, {0, S, "apply"}, {4, S, "apply"}}},
 		// After a reconnect the next event is checked against the last id
 		// seen before: nothing can have been redelivered, so an id at or
 		// below it is a restart during the loss, not a duplicate.
 		{"reconnect, in order", []step{{1, S, "apply"}, {2, S, "apply"}, {want: "mark"}, {3, S, "apply"}, {3, S, "dup"}}},
 		{"reconnect, gap", []step{{1, S, "apply"}, {2, S, "apply"}, {want: "mark"}, {5, S, "gap 2"}, {6, S, "apply"}}},
 		{"reconnect, restarted", []step{{1, S, "apply"}, {5, S, "gap 3"}, {want: "mark"}, {3, S, "restart+gap 2"}, {4, S, "apply"}, {4, S, "dup"}}},
-		{"reconnect, restarted at 1", []step{{4, S, "apply"}, {want: "mark"}, {1, S, "restart"}, {2, S, "apply"}}},
-		{"reconnect before any event", []step{{want: "mark"}, {7, S, "apply"}, {7, S, "dup"}}},
+		{"reconnect, restarted at 1", []step{{4, S, "first"}, {want: "mark"}, {1, S, "restart"}, {2, S, "apply"}}},
+		{"reconnect before any event", []step{{want: "mark"}, {7, S, "first"}, {7, S, "dup"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -67,6 +67,25 @@ func TestTracker(t *testing.T) {
 
 // TestTrackerKeysAndForget: keys are independent; forget drops every rank of
 // one worker only.
+func TestTrackerFirstSightAndAdvance(t *testing.T) {
+	tr := newTracker()
+	k := wire.WorkerKey{Worker: 1}
+	if v, _ := tr.check(k, 1, wire.KindStored); v != vApply {
+		t.Errorf("first sight at id 1: %v, want vApply", v)
+	}
+	k2 := wire.WorkerKey{Worker: 2}
+	if v, _ := tr.check(k2, 7, wire.KindCleared); v != vApply {
+		t.Errorf("first sight of a Cleared: %v, want vApply", v)
+	}
+	tr.advance(k, 20)
+	if v, _ := tr.check(k, 15, wire.KindStored); v != vDuplicate {
+		t.Errorf("id below the advanced last: %v, want vDuplicate", v)
+	}
+	if v, _ := tr.check(k, 21, wire.KindStored); v != vApply {
+		t.Errorf("next id after advance: %v, want vApply", v)
+	}
+}
+
 func TestTrackerKeysAndForget(t *testing.T) {
 	tr := newTracker()
 	a0, a1, b0 := wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 1, Dp: 1}, wire.WorkerKey{Worker: 2}
@@ -80,7 +99,7 @@ func TestTrackerKeysAndForget(t *testing.T) {
 	if tr.len() != 1 {
 		t.Fatalf("%d keys after forget, want 1", tr.len())
 	}
-	if v, _ := tr.check(a0, 50, wire.KindStored); v != vApply {
+	if v, _ := tr.check(a0, 50, wire.KindStored); v != vFirst {
 		t.Error("forgotten key: not a first sighting")
 	}
 	if v, m := tr.check(b0, 13, wire.KindStored); v != vGap || m != 2 {

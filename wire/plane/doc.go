@@ -11,6 +11,22 @@
 //	namespace.{ns}.component.{comp}.workers.heartbeat Registration (JSON), at start and every heartbeat interval
 //	namespace.{ns}.component.{comp}.workers.leave     Registration (JSON), once at shutdown
 //	namespace.{ns}.component.{comp}.all-workers-busy  AllWorkersBusy (JSON), from routers
+//	namespace.{ns}.component.{comp}.kv-recover.{id}   KV recovery requests to worker id (binary, request/reply)
+//
+// # KV recovery (version 1)
+//
+// A router that lost events of (worker, dp rank) after id N sends a 24-byte
+// request (AppendRecoverRequest) with a reply inbox. The worker answers with
+// one or more reply messages (AppendRecoverReply: a 40-byte header, then a
+// native batch): kind events (ids N+1..at, empty when nothing is missing),
+// kind dump (when N is older than its ring of recent events or newer than
+// its last id: Stored events rebuilding the rank's cache, each block after
+// its parent, consistent at id at) or kind error (a message). Answers are
+// split into chunks of at most RecoverChunkBytes, numbered from 0, the last
+// flagged; a receiver that misses a chunk asks again. The header's epoch
+// names the worker's engine incarnation (it changes on restart). See
+// recover.go for the byte layout; FuzzRecoverRequest and FuzzRecoverReply
+// fuzz the decoders.
 //
 // A worker that has not sent a heartbeat for ExpiryFactor heartbeat intervals
 // (default 3) is considered gone.

@@ -10,6 +10,9 @@ import (
 // Subjects are the NATS subjects of one namespace and component.
 type Subjects struct {
 	KVEvents, KVEventsNative, Load, Heartbeat, Leave, AllBusy string
+	// Recover is the prefix of the workers' recovery subjects (see
+	// RecoverSubject).
+	Recover string
 }
 
 // SubjectsFor returns the subjects of namespace ns and component comp. Both
@@ -28,6 +31,7 @@ func SubjectsFor(ns, comp string) (Subjects, error) {
 		Heartbeat:      base + "workers.heartbeat",
 		Leave:          base + "workers.leave",
 		AllBusy:        base + "all-workers-busy",
+		Recover:        base + "kv-recover",
 	}, nil
 }
 

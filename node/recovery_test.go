@@ -1,0 +1,274 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/bench/mock"
+	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/recovery"
+)
+
+// entry is one (block, worker) entry: what the index holds and what a
+// worker's cache holds.
+type entry struct {
+	k      wire.WorkerKey
+	engine wire.EngineHash
+	local  wire.BlockHash
+}
+
+// fleetEntries returns the blocks the fleet's engines hold that an index can
+// place: every cached block whose ancestors are all cached (a block whose
+// parent was evicted has no known prefix).
+func fleetEntries(f *mock.Fleet) map[entry]bool {
+	out := map[entry]bool{}
+	for _, w := range f.Workers() {
+		held := w.Held(nil)
+		byEngine := map[wire.EngineHash]int{}
+		for i, b := range held {
+			byEngine[b.Engine] = i
+		}
+		placeable := make([]int8, len(held)) // 0 unknown, 1 yes, -1 no
+		var ok func(i int) bool
+		ok = func(i int) bool {
+			if placeable[i] == 0 {
+				placeable[i] = -1
+				b := held[i]
+				if !b.HasParent {
+					placeable[i] = 1
+				} else if p, found := byEngine[b.Parent]; found && ok(p) {
+					placeable[i] = 1
+				}
+			}
+			return placeable[i] == 1
+		}
+		for i, b := range held {
+			if ok(i) {
+				out[entry{wire.WorkerKey{Worker: w.ID()}, b.Engine, b.Local}] = true
+			}
+		}
+	}
+	return out
+}
+
+// indexEntries returns the index's (block, worker) entries (shard.Index.Dump).
+func indexEntries(t *testing.T, ix *shard.Index) map[entry]bool {
+	t.Helper()
+	evs, err := ix.Dump(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[entry]bool{}
+	for _, ev := range evs {
+		for _, b := range ev.Blocks {
+			out[entry{ev.Worker, b.Engine, b.Local}] = true
+		}
+	}
+	return out
+}
+
+// Agreement compares the index's (block, worker) entries with the fleet's
+// true caches: |both| / |either| (1 when both are empty), and the sizes.
+func agreement(t *testing.T, ix *shard.Index, f *mock.Fleet) (frac float64, index, fleet, both int) {
+	t.Helper()
+	a, b := indexEntries(t, ix), fleetEntries(f)
+	for e := range a {
+		if b[e] {
+			both++
+		}
+	}
+	either := len(a) + len(b) - both
+	if either == 0 {
+		return 1, 0, 0, 0
+	}
+	return float64(both) / float64(either), len(a), len(b), both
+}
+
+// recoveryRig is a node (index, ingest, recovery) and a mock fleet on one
+// in-process nats-server.
+type recoveryRig struct {
+	n *Node
+	f *mock.Fleet
+}
+
+func startRecoveryRig(t *testing.T, fc mock.Config) *recoveryRig {
+	t.Helper()
+	s := natstest.Server(t)
+	subj := subjects(t)
+	n, err := Start(Config{
+		Index: shard.Config{Shards: 2}, BlockSize: fc.BlockSize, Subjects: subj, NATSURL: s.ClientURL(),
+		Recovery: recovery.Config{Interval: 250 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond},
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	f, err := mock.Start(fc, natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return &recoveryRig{n: n, f: f}
+}
+
+// faultyFleet is a fleet under cache pressure whose event messages are
+// dropped (10%) and duplicated (5%).
+func faultyFleet(transport string) mock.Config {
+	return mock.Config{Workers: 3, BlockSize: 4, KVBlocks: 96, MaxNumSeqs: 8, MaxBatchedTokens: 64, Speedup: 2000,
+		Transport: transport, Heartbeat: 100 * time.Millisecond, DropFraction: 0.1, DupFraction: 0.05, Seed: 11, RecoveryRing: 256}
+}
+
+// traffic sends n prefix-sharing requests spread over the fleet's workers
+// and waits for every answer and for the workers to be idle.
+func traffic(t *testing.T, f *mock.Fleet, seed uint64, n int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 3))
+	fams := make([][]uint32, 4)
+	for i := range fams {
+		for j := range 48 {
+			fams[i] = append(fams[i], uint32(1000*(i+1)+j))
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 8)
+	for i := range n {
+		fam := fams[rng.IntN(len(fams))]
+		p := append(append([]uint32(nil), fam[:rng.IntN(len(fam)+1)]...), uint32(seed*100000)+uint32(i), uint32(i))
+		out := 1 + rng.IntN(24)
+		url := f.Workers()[rng.IntN(len(f.Workers()))].URL()
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			b, _ := json.Marshal(map[string]any{"prompt": p, "max_tokens": out})
+			resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(b))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK {
+				errs <- fmt.Errorf("request %d: %d %s", i, resp.StatusCode, body)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, w := range f.Workers() {
+		for !w.Idle() {
+			if time.Now().After(deadline) {
+				t.Fatalf("worker %d not idle", w.ID())
+			}
+			time.Sleep(5 * time.Millisecond) // polling the engine: it announces no idleness
+		}
+	}
+}
+
+// waitAgreement polls until the index agrees with the fleet (a safety
+// deadline of 15 s) and fails with the last counts otherwise.
+func waitAgreement(t *testing.T, rg *recoveryRig, what string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		frac, ni, nf, both := agreement(t, rg.n.Index, rg.f)
+		if frac == 1 {
+			t.Logf("%s: agreement 1 (%d entries); recovery %+v", what, ni, rg.n.Recovery.Stats())
+			return
+		}
+		if time.Now().After(deadline) {
+			a, b := indexEntries(t, rg.n.Index), fleetEntries(rg.f)
+			held := map[wire.EngineHash]bool{}
+			for _, w := range rg.f.Workers() {
+				for _, h := range w.Held(nil) {
+					held[h.Engine] = true
+				}
+			}
+			for e := range a {
+				if !b[e] {
+					t.Logf("index only: %+v (held unplaceable: %v)", e, held[e.engine])
+				}
+			}
+			for e := range b {
+				if !a[e] {
+					t.Logf("fleet only: %+v", e)
+				}
+			}
+			t.Fatalf("%s: agreement %.4f (index %d, fleet %d, both %d); recovery %+v; ingest gaps %d",
+				what, frac, ni, nf, both, rg.n.Recovery.Stats(), len(rg.n.Ingest.Gaps()))
+		}
+		time.Sleep(50 * time.Millisecond) // polling: convergence has no single event to await
+	}
+}
+
+// With 10% of the event messages dropped and 5% duplicated under a
+// prefix-sharing workload with evictions, the index reaches full agreement
+// with the workers' caches once traffic stops, through recovery.
+func TestRecoveryUnderDropsAndDuplicates(t *testing.T) {
+	for _, tr := range []string{plane.TransportNative, plane.TransportDynamo} {
+		t.Run(tr, func(t *testing.T) {
+			rg := startRecoveryRig(t, faultyFleet(tr))
+			traffic(t, rg.f, 1, 300)
+			frac, _, _, _ := agreement(t, rg.n.Index, rg.f)
+			t.Logf("agreement right after traffic: %.4f", frac)
+			waitAgreement(t, rg, "after drops and duplicates")
+			st := rg.n.Recovery.Stats()
+			if st.Events+st.DumpBlocks == 0 {
+				t.Fatalf("nothing was recovered (%+v): the faults did not bite", st)
+			}
+			var sb bytes.Buffer
+			rg.n.Recovery.WriteMetrics(&sb)
+			if !bytes.Contains(sb.Bytes(), []byte("kvroute_recovery_requests_total ")) {
+				t.Fatalf("metrics:\n%s", sb.String())
+			}
+		})
+	}
+}
+
+// A worker restarted (its cache cleared, its ids starting over) while its
+// events are being dropped: the index agrees with the fleet again.
+func TestRecoveryAfterRestart(t *testing.T) {
+	rg := startRecoveryRig(t, faultyFleet(plane.TransportNative))
+	traffic(t, rg.f, 2, 150)
+	waitAgreement(t, rg, "before the restart")
+	w := rg.f.Workers()[0]
+	w.Restart()
+	traffic(t, rg.f, 3, 60)
+	waitAgreement(t, rg, "after the restart")
+}
+
+// A worker paused past its heartbeat expiry (the router forgets it and
+// removes its blocks, as router.health does) and resumed (it registers
+// again): the index agrees with the fleet again.
+func TestRecoveryAfterPause(t *testing.T) {
+	rg := startRecoveryRig(t, faultyFleet(plane.TransportDynamo))
+	traffic(t, rg.f, 4, 150)
+	waitAgreement(t, rg, "before the pause")
+	w := rg.f.Workers()[1]
+	w.Pause()
+	// What the router does when the worker's heartbeats expire.
+	rg.n.WorkerLeft(w.ID())
+	if _, err := rg.n.Index.RemoveWorker(w.ID()); err != nil {
+		t.Fatal(err)
+	}
+	w.Resume()
+	rg.n.WorkerJoined(w.Registration()) // its next heartbeat registers it again
+	traffic(t, rg.f, 5, 60)
+	waitAgreement(t, rg, "after the pause")
+}

@@ -379,6 +379,14 @@ func TestWorkerDisappears(t *testing.T) {
 // endpoints; the router subscribes and routes by the events.
 func TestZMQIngest(t *testing.T) {
 	e := startEnv(t, envOptions{workers: 2, transport: plane.TransportZMQ})
+	// A ZMQ PUB drops what it publishes before a subscriber is connected
+	// (and the engine's replay socket is asked only once a later batch shows
+	// the gap): send the first request only once both SUBs are dialed, which
+	// under load can come well after the registrations.
+	for _, w := range e.fleet.Workers() {
+		name := fmt.Sprintf(`kvroute_ingest_zmq_connected{worker="%d",dp_rank="0"}`, w.ID())
+		waitFor(t, name, func() bool { return e.metric(name) == 1 })
+	}
 	toks := tokens(9, 0, 160, 0)
 	w, _ := e.complete(toks, 1) // finishes in its prefill step
 	if got := e.indexed(toks, 10); got != w {

@@ -47,7 +47,12 @@ type Config struct {
 	// --events-replicas); its Subjects are taken from Subjects.
 	Stream ingest.StreamConfig
 	// StartSeq is the first stream sequence ingest applies (with JetStream).
+	// With Snapshot.Bucket set it is ignored: ingest starts after the
+	// restored snapshot's sequence, or at 1 without a usable snapshot.
 	StartSeq uint64
+	// Snapshot configures index snapshots in a NATS object store and the
+	// restore at start (with JetStream only; snapshot.go).
+	Snapshot SnapshotConfig
 
 	// NATSURL connects to an external NATS (--nats); empty embeds a
 	// nats-server with JetStream storing in DataDir (--data-dir; empty: a
@@ -103,6 +108,17 @@ type Node struct {
 	disconnects atomic.Uint64
 	reconnects  atomic.Uint64
 	lastErr     atomic.Pointer[string] // why the connection was lost
+
+	// JetStream catch-up at start: ready once the message with sequence
+	// replayTo (the stream's last KV event at start) was applied.
+	stream      jetstream.Stream
+	snap        *snapshotter
+	startSeq    uint64
+	replayTo    uint64
+	caughtUp    atomic.Bool
+	replayStart time.Time
+	replayDur   atomic.Int64
+	replayMsgs  atomic.Uint64
 }
 
 // Start starts a Node. On error everything started so far is stopped and the
@@ -131,7 +147,17 @@ func (n *Node) start() error {
 	if n.Index, err = shard.NewIndex(n.cfg.Index); err != nil {
 		return fmt.Errorf("index (--shards, --cpus): %w", err)
 	}
-	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.cfg.StartSeq}
+	n.startSeq = n.cfg.StartSeq
+	n.caughtUp.Store(true)
+	if n.cfg.JetStream && !n.cfg.NoEvents {
+		if err := n.prepareJetStream(); err != nil {
+			return err
+		}
+	}
+	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq}
+	if n.snap != nil || !n.caughtUp.Load() {
+		ic.AfterApply = n.afterApply
+	}
 	if n.Ingest, err = ingest.New(ic, n.Index); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
@@ -161,29 +187,101 @@ func (n *Node) start() error {
 	return nil
 }
 
-// consumeJetStream creates or binds the KV-event stream and starts ingest's
-// ordered consumer on it.
-func (n *Node) consumeJetStream() error {
+// prepareJetStream creates or binds the KV-event stream and, with
+// snapshots on, the snapshot bucket, restores the current snapshot into the
+// fresh index and sets the start sequence after it. It notes the stream's
+// last KV-event sequence: the node is caught up (EventPlane) once ingest
+// applied it.
+func (n *Node) prepareJetStream() error {
 	js, err := jetstream.New(n.NC)
 	if err != nil {
 		return fmt.Errorf("--events-jetstream: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.NATSConnectTimeout)
+	// Bounded like the first connection; a restore reads the whole
+	// snapshot, so it gets more.
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.NATSConnectTimeout+time.Minute)
 	defer cancel()
 	sc := n.cfg.Stream
 	sc.Subjects = n.cfg.Subjects
-	st, err := ingest.EnsureStream(ctx, js, sc)
-	if err != nil {
+	if n.stream, err = ingest.EnsureStream(ctx, js, sc); err != nil {
 		return fmt.Errorf("--events-jetstream: %w", err)
 	}
+	if sn := n.cfg.Snapshot; sn.Bucket != "" {
+		obs, err := OpenSnapshotBucket(ctx, js, sn.Bucket, n.stream.CachedInfo().Config.Replicas, true)
+		if err != nil {
+			return err
+		}
+		n.snap = newSnapshotter(sn, n.cfg.Logger, n.Index, obs)
+		n.startSeq = 1
+		if seq, ok := n.snap.restore(ctx); ok {
+			n.startSeq = seq + 1
+		}
+	}
+	if n.startSeq > 0 {
+		last, err := lastKVSeq(ctx, n.stream, n.cfg.Subjects)
+		if err != nil {
+			return fmt.Errorf("--events-jetstream: stream %s: %w", n.stream.CachedInfo().Config.Name, err)
+		}
+		if last >= n.startSeq {
+			n.replayTo = last
+			n.caughtUp.Store(false)
+		}
+	}
+	return nil
+}
+
+// consumeJetStream starts ingest's ordered consumer on the stream.
+func (n *Node) consumeJetStream() error {
+	st := n.stream
+	n.replayStart = time.Now()
 	if err := n.Ingest.ConsumeJetStream(n.NC, st); err != nil {
 		return fmt.Errorf("--events-jetstream: %w", err)
 	}
 	n.cfg.Logger.Info("KV events on JetStream", "stream", st.CachedInfo().Config.Name,
 		"max_age", st.CachedInfo().Config.MaxAge, "max_bytes", st.CachedInfo().Config.MaxBytes,
-		"replicas", st.CachedInfo().Config.Replicas, "start_seq", n.cfg.StartSeq)
+		"replicas", st.CachedInfo().Config.Replicas, "start_seq", n.startSeq, "replay_to", n.replayTo)
+	if n.snap != nil {
+		n.snap.start()
+	}
 	return nil
 }
+
+// afterApply runs on the JetStream handler goroutine after each applied
+// message (ingest.Config.AfterApply).
+func (n *Node) afterApply(seq uint64) {
+	if !n.caughtUp.Load() && seq >= n.replayTo {
+		d := time.Since(n.replayStart)
+		n.replayDur.Store(int64(d))
+		n.replayMsgs.Store(seq - n.startSeq + 1)
+		n.caughtUp.Store(true)
+		n.cfg.Logger.Info("KV-event stream replayed up to its last sequence at start: ready", "from_seq", n.startSeq, "to_seq", seq, "duration", d)
+	}
+	if n.snap != nil {
+		n.snap.afterApply(seq)
+	}
+}
+
+// TriggerSnapshot makes the next applied stream message take an index
+// snapshot, as the interval does (no-op without snapshots).
+func (n *Node) TriggerSnapshot() {
+	if n.snap != nil {
+		n.snap.due.Store(true)
+	}
+}
+
+// Snapshots returns the number of index snapshots stored so far and the
+// stream sequence of the newest stored or restored one.
+func (n *Node) Snapshots() (stored, lastSeq uint64) {
+	if n.snap == nil {
+		return 0, 0
+	}
+	return n.snap.total.Load(), n.snap.lastSeq.Load()
+}
+
+// CaughtUp reports whether ingest applied the stream's KV events up to the
+// last one stored when the node started (always true without JetStream or
+// a start sequence).
+func (n *Node) CaughtUp() bool { return n.caughtUp.Load() }
 
 func (n *Node) connectNATS() error {
 	url := n.cfg.NATSURL
@@ -263,6 +361,9 @@ func (n *Node) onClosed(nc *nats.Conn) {
 // connected (router.Hooks.EventPlane).
 func (n *Node) EventPlane() error {
 	if n.NC == nil || n.NC.IsConnected() {
+		if !n.caughtUp.Load() {
+			return fmt.Errorf("replaying KV events from the JetStream stream (at sequence %d of %d)", n.Ingest.LastSeq(), n.replayTo)
+		}
 		return nil
 	}
 	why := "NATS " + strings.ToLower(n.NC.Status().String())
@@ -290,6 +391,9 @@ func (n *Node) WriteMetrics(w io.Writer) {
 	metrics.WriteGaugeUint64(w, "kvroute_nats_connected", up)
 	metrics.WriteCounterUint64(w, "kvroute_nats_disconnects_total", n.disconnects.Load())
 	metrics.WriteCounterUint64(w, "kvroute_nats_reconnects_total", n.reconnects.Load())
+	if n.snap != nil {
+		n.snap.writeMetrics(w, n.replayMsgs.Load(), time.Duration(n.replayDur.Load()))
+	}
 }
 
 // embeddedError names the flag behind an embedded server that would not
@@ -369,6 +473,9 @@ func (n *Node) Close() error {
 		}
 		if n.Ingest != nil {
 			errs = append(errs, n.Ingest.Close())
+		}
+		if n.snap != nil {
+			n.snap.close()
 		}
 		if n.NC != nil {
 			_ = n.NC.Drain()

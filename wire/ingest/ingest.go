@@ -84,6 +84,12 @@ type Config struct {
 	// ZMQRetryInterval is how often a ZMQ subscriber re-dials an engine that
 	// is not up; zero: wire/zmq's default (500 ms).
 	ZMQRetryInterval time.Duration
+	// AfterApply, if set, is called by ConsumeJetStream's handler goroutine
+	// right after the events of the message with stream sequence seq were
+	// handed to the sink (and LastSeq is seq), before the next message: the
+	// point where shard.Index.Capture(seq) is exact (node's snapshots). It
+	// must not block for long: ingest waits for it.
+	AfterApply func(seq uint64)
 }
 
 // Source is where events came from: a NATS subject's format or ZMQ.

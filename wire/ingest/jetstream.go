@@ -223,7 +223,7 @@ func (in *Ingest) ConsumeJetStream(nc *nats.Conn, stream jetstream.Stream) error
 		return fmt.Errorf("ingest: ordered consumer on stream %s: %w", stream.CachedInfo().Config.Name, err)
 	}
 	jp := &jsPipe{in: in, dyn: newPipe(in, SourceNATSDynamo), nat: newPipe(in, SourceNATSNative),
-		dynSubject: in.cfg.Subjects.KVEvents, first: in.cfg.StartSeq}
+		dynSubject: in.cfg.Subjects.KVEvents, first: in.cfg.StartSeq, after: in.cfg.AfterApply}
 	cc, err := cons.Consume(jp.onMsg, jetstream.PullMaxMessages(in.cfg.FetchBatch),
 		jetstream.PullHeartbeat(in.cfg.Heartbeat), jetstream.ConsumeErrHandler(jp.onErr))
 	if err != nil {
@@ -247,6 +247,7 @@ type jsPipe struct {
 	dyn, nat   *pipe
 	dynSubject string
 	first      uint64 // StartSeq: the sequence the first message should have
+	after      func(seq uint64) // Config.AfterApply
 }
 
 func (j *jsPipe) onMsg(m jetstream.Msg) { j.onNATS(m.Subject(), m.Reply(), m.Data()) }
@@ -272,6 +273,9 @@ func (j *jsPipe) onNATS(subject, reply string, data []byte) {
 	p.onData(data)
 	if seq != 0 {
 		j.in.seq.Store(seq)
+		if j.after != nil {
+			j.after(seq)
+		}
 	}
 }
 

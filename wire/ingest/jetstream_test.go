@@ -386,3 +386,35 @@ func TestCovered(t *testing.T) {
 		}
 	}
 }
+
+// TestJetStreamAfterApply: Config.AfterApply runs on the handler goroutine
+// after each message, with its stream sequence, once LastSeq is that
+// sequence and the sink has the message's events (a Capture taken there is
+// exact); a dropped redelivery does not call it.
+func TestJetStreamAfterApply(t *testing.T) {
+	ix := newIndex(t)
+	sub := subjects(t)
+	var seqs []uint64
+	var in *Ingest
+	in = newIngest(t, Config{Subjects: sub, AfterApply: func(seq uint64) {
+		if in.LastSeq() != seq {
+			t.Errorf("AfterApply(%d) with LastSeq %d", seq, in.LastSeq())
+		}
+		seqs = append(seqs, seq)
+	}}, ix)
+	jp := &jsPipe{in: in, dyn: newPipe(in, SourceNATSDynamo), nat: newPipe(in, SourceNATSNative), dynSubject: sub.KVEvents, after: in.cfg.AfterApply}
+	a := blocks(1, 2)
+	msgA := wire.AppendNative(nil, []wire.Event{stored(1, 0, 0, a)})
+	jp.onNATS(sub.KVEventsNative, "$JS.ACK.S.C.1.5.1.1.0", msgA)
+	jp.onNATS(sub.KVEventsNative, "$JS.ACK.S.C.1.5.2.1.0", msgA) // redelivered: dropped
+	jp.onNATS(sub.KVEventsNative, "$JS.ACK.S.C.1.7.3.1.0", msgA)
+	if fmt.Sprint(seqs) != "[5 7]" {
+		t.Errorf("AfterApply saw %v, want [5 7]", seqs)
+	}
+	if err := ix.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !holds(t, ix, wire.WorkerKey{Worker: 1}, a) {
+		t.Error("events not applied")
+	}
+}

@@ -1,0 +1,300 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/internal/promtext"
+	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/ingest"
+)
+
+// dumpStrings is the index's content as sorted strings.
+func dumpStrings(t *testing.T, ix *shard.Index) []string {
+	t.Helper()
+	if err := ix.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := ix.Dump(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range evs {
+		s := fmt.Sprintf("%d/%d", e.Worker.Worker, e.Worker.Dp)
+		for _, b := range e.Blocks {
+			s += fmt.Sprintf(" %x:%x", b.Engine, b.Local)
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func waitCond(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func nativeEvents(n *Node) uint64 {
+	return n.Ingest.Stats().Sources[ingest.SourceNATSNative].Events
+}
+
+// snapshotEvent is event i of the snapshot tests: stores of three workers
+// with a removal every fifth event, so the index is not just a union.
+func snapshotEvent(i uint64) wire.Event {
+	w := i%3 + 1
+	if i%5 == 0 {
+		return wire.Event{Worker: wire.WorkerKey{Worker: (i-1)%3 + 1}, Kind: wire.KindRemoved, Blocks: testBlocks(i - 1)}
+	}
+	return wire.Event{Worker: wire.WorkerKey{Worker: w}, Kind: wire.KindStored, Blocks: testBlocks(i)}
+}
+
+// TestSnapshotRestore: a node with snapshots on takes one (triggered) after
+// event k, more events arrive, the node closes; a new node restores the
+// snapshot, consumes from k+1, applies only the later events, is not ready
+// before it replayed to the stream's last sequence at start, and ends with
+// the same index as one that applied every event. Older snapshots beyond
+// the newest two are deleted.
+func TestSnapshotRestore(t *testing.T) {
+	s := natstest.Server(t)
+	pub := natstest.Connect(t, s)
+	sub := subjects(t)
+	cfg := Config{Index: shard.Config{Shards: 2}, BlockSize: 16, Subjects: sub, NATSURL: s.ClientURL(), JetStream: true,
+		Stream: ingest.StreamConfig{MaxAge: time.Minute}, Snapshot: SnapshotConfig{Bucket: "KVSNAP", Interval: time.Hour},
+		Logger: slog.New(slog.DiscardHandler)}
+	ref, err := shard.NewIndex(shard.Config{Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	publish := func(i uint64) {
+		ev := snapshotEvent(i)
+		if err := pub.Publish(sub.KVEventsNative, wire.AppendNative(nil, []wire.Event{ev})); err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.Apply([]wire.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.CaughtUp() || n.EventPlane() != nil {
+		t.Fatalf("empty stream: caught up %v, event plane %v", n.CaughtUp(), n.EventPlane())
+	}
+	var seq uint64
+	for round := range 4 { // four snapshots: only the newest two are kept
+		for range 4 {
+			seq++
+			publish(seq)
+		}
+		waitSeq(t, n, seq)
+		n.TriggerSnapshot()
+		seq++
+		publish(seq) // the snapshot is taken right after it
+		waitSeq(t, n, seq)
+		waitCond(t, "snapshot stored", func() bool { st, _ := n.Snapshots(); return st == uint64(round+1) })
+		if _, last := n.Snapshots(); last != seq {
+			t.Fatalf("snapshot at %d, want %d", last, seq)
+		}
+	}
+	snapSeq := seq
+	for range 7 {
+		seq++
+		publish(seq)
+	}
+	waitSeq(t, n, seq)
+	var b bytes.Buffer
+	promtext.NewRegistry(MetricFamilies, SnapshotFamilies).Write(&b, n.WriteMetrics)
+	promtexttest.Check(t, "node metrics", b.Bytes())
+	promtexttest.Promtool(t, "node metrics", b.Bytes())
+	for _, want := range []string{"kvroute_snapshots_total 4\n", fmt.Sprintf("kvroute_snapshot_last_seq %d\n", snapSeq), "kvroute_snapshot_age_seconds "} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b.String())
+		}
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Published while no node runs.
+	for range 3 {
+		seq++
+		publish(seq)
+	}
+	obs := bucket(t, pub, "KVSNAP")
+	names := objectNames(t, obs)
+	if want := []string{"current", SnapshotObjectName(snapSeq - 5), SnapshotObjectName(snapSeq)}; !slices.Equal(names, want) {
+		t.Errorf("bucket holds %v, want %v", names, want)
+	}
+
+	n2, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close()
+	if n2.startSeq != snapSeq+1 || n2.replayTo != seq {
+		t.Errorf("second node starts at %d replaying to %d; want %d and %d", n2.startSeq, n2.replayTo, snapSeq+1, seq)
+	}
+	waitCond(t, "caught up", n2.CaughtUp)
+	if n2.Ingest.LastSeq() != seq || n2.EventPlane() != nil {
+		t.Errorf("caught up at LastSeq %d (want %d), event plane %v", n2.Ingest.LastSeq(), seq, n2.EventPlane())
+	}
+	if got := nativeEvents(n2); got != seq-snapSeq {
+		t.Errorf("second node applied %d events, want only the %d after the snapshot", got, seq-snapSeq)
+	}
+	if got, want := dumpStrings(t, n2.Index), dumpStrings(t, ref); !slices.Equal(got, want) {
+		t.Errorf("restored index differs from one that applied every event:\n got %v\nwant %v", got, want)
+	}
+	b.Reset()
+	n2.WriteMetrics(&b)
+	if want := fmt.Sprintf("kvroute_snapshot_replay_messages %d\n", seq-snapSeq); !strings.Contains(b.String(), want) {
+		t.Errorf("metrics lack %q:\n%s", want, b.String())
+	}
+}
+
+// TestSnapshotCorrupt: a corrupt current snapshot is logged and counted;
+// the node starts empty, replays the stream from its first message and ends
+// with the full index.
+func TestSnapshotCorrupt(t *testing.T) {
+	s := natstest.Server(t)
+	pub := natstest.Connect(t, s)
+	sub := subjects(t)
+	logs := &syncWriter{w: &bytes.Buffer{}}
+	cfg := Config{Index: shard.Config{Shards: 2}, BlockSize: 16, Subjects: sub, NATSURL: s.ClientURL(), JetStream: true,
+		Stream: ingest.StreamConfig{MaxAge: time.Minute}, Snapshot: SnapshotConfig{Bucket: "KVSNAP", Interval: time.Hour},
+		Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	ref, err := shard.NewIndex(shard.Config{Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 12
+	for i := uint64(1); i <= total; i++ {
+		ev := snapshotEvent(i)
+		if err := pub.Publish(sub.KVEventsNative, wire.AppendNative(nil, []wire.Event{ev})); err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.Apply([]wire.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 5 {
+			waitSeq(t, n, 5)
+			n.TriggerSnapshot() // taken after event 6
+		}
+	}
+	waitSeq(t, n, total)
+	waitCond(t, "snapshot stored", func() bool { st, _ := n.Snapshots(); return st == 1 })
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Flip bytes in the middle of the snapshot object.
+	obs := bucket(t, pub, "KVSNAP")
+	ctx := context.Background()
+	name := SnapshotObjectName(6)
+	data, err := obs.GetBytes(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(data) / 2; i < len(data)/2+8 && i < len(data); i++ {
+		data[i] ^= 0xff
+	}
+	if _, err := obs.PutBytes(ctx, name, data); err != nil {
+		t.Fatal(err)
+	}
+
+	n2, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("a corrupt snapshot must not stop the start: %v", err)
+	}
+	defer n2.Close()
+	if n2.startSeq != 1 || n2.snap.restoreFailures.Load() != 1 {
+		t.Errorf("start seq %d, restore failures %d; want 1 and 1", n2.startSeq, n2.snap.restoreFailures.Load())
+	}
+	waitCond(t, "caught up", n2.CaughtUp)
+	if got := nativeEvents(n2); got != total {
+		t.Errorf("applied %d events, want all %d", got, total)
+	}
+	if got, want := dumpStrings(t, n2.Index), dumpStrings(t, ref); !slices.Equal(got, want) {
+		t.Errorf("index differs from one that applied every event:\n got %v\nwant %v", got, want)
+	}
+	if !strings.Contains(logs.String(), "index snapshot unusable") {
+		t.Errorf("no log of the unusable snapshot:\n%s", logs.String())
+	}
+	var b bytes.Buffer
+	n2.WriteMetrics(&b)
+	if !strings.Contains(b.String(), "kvroute_snapshot_restore_failures_total 1\n") {
+		t.Errorf("metrics lack the restore failure:\n%s", b.String())
+	}
+}
+
+// syncWriter serializes writes to w (the log handler is used from several
+// goroutines).
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
+}
+
+func bucket(t *testing.T, nc *nats.Conn, name string) jetstream.ObjectStore {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obs
+}
+
+func objectNames(t *testing.T, obs jetstream.ObjectStore) []string {
+	t.Helper()
+	infos, err := obs.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, oi := range infos {
+		names = append(names, oi.Name)
+	}
+	slices.Sort(names)
+	return names
+}

@@ -246,7 +246,7 @@ type jsPipe struct {
 	in         *Ingest
 	dyn, nat   *pipe
 	dynSubject string
-	first      uint64 // StartSeq: the sequence the first message should have
+	first      uint64           // StartSeq: the sequence the first message should have
 	after      func(seq uint64) // Config.AfterApply
 }
 

@@ -57,6 +57,9 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		evMaxAge   = fs.Duration("events-max-age", ingest.DefaultStreamMaxAge, "JetStream: KV events older than this are dropped from the stream")
 		evMaxBytes = byteSize(ingest.DefaultStreamMaxBytes)
 		evReplicas = fs.Int("events-replicas", 1, "JetStream: replicas of the KV-event stream (1, or 3 in a NATS cluster)")
+		snapBucket = fs.String("snapshot-bucket", "", "JetStream: keep index snapshots in this NATS object store bucket (created if missing) and restore the current one at start (empty: off; needs --events-jetstream)")
+		snapIvl    = fs.Duration("snapshot-interval", node.DefaultSnapshotInterval, "time between index snapshots (with --snapshot-bucket)")
+		snapEvents = fs.Uint64("snapshot-events", node.DefaultSnapshotEvents, "also take an index snapshot after this many KV-event stream messages since the last one (with --snapshot-bucket)")
 		noEvents   = fs.Bool("no-kv-events", false, "approximate mode: no KV events; the router records its own decisions in the index with a TTL")
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "approximate mode: how long a routed prefix is assumed cached (refreshed on reuse)")
 		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "approximate mode: blocks recorded per shard before the oldest are pruned")
@@ -183,6 +186,27 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	if *evReplicas < 1 || *evReplicas > 5 {
 		return cfg, o, fmt.Errorf("--events-replicas must be in [1, 5] (got %d)", *evReplicas)
 	}
+	if *snapBucket != "" && !*evJS {
+		return cfg, o, errors.New("--snapshot-bucket needs --events-jetstream (the snapshot is resumed from the KV-event stream)")
+	}
+	if *snapBucket != "" && *noEvents {
+		return cfg, o, errors.New("--snapshot-bucket snapshots the KV-event index; it cannot be used with --no-kv-events")
+	}
+	if *snapIvl <= 0 {
+		return cfg, o, fmt.Errorf("--snapshot-interval must be > 0 (got %v)", *snapIvl)
+	}
+	if *snapEvents == 0 {
+		return cfg, o, errors.New("--snapshot-events must be > 0")
+	}
+	var snapErr error
+	fs.Visit(func(f *flag.Flag) {
+		if (f.Name == "snapshot-interval" || f.Name == "snapshot-events") && *snapBucket == "" {
+			snapErr = fmt.Errorf("--%s needs --snapshot-bucket (and --events-jetstream)", f.Name)
+		}
+	})
+	if snapErr != nil {
+		return cfg, o, snapErr
+	}
 	if *evReplicas > 1 && *natsURL == "" {
 		return cfg, o, fmt.Errorf("--events-replicas %d needs a NATS cluster (--nats); the embedded server is a single node", *evReplicas)
 	}
@@ -234,7 +258,8 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		Router: rc, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn, ShutdownGrace: *grace, ShutdownReadyDelay: shutdownReady,
 		Node: node.Config{Index: ic, NATSURL: *natsURL, NATSCreds: *natsCreds, NATSCA: *natsCA, NATSCert: *natsCert,
 			NATSKey: *natsKey, DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs, JetStream: *evJS,
-			Stream: ingest.StreamConfig{MaxAge: *evMaxAge, MaxBytes: int64(evMaxBytes), Replicas: *evReplicas}},
+			Stream:   ingest.StreamConfig{MaxAge: *evMaxAge, MaxBytes: int64(evMaxBytes), Replicas: *evReplicas},
+			Snapshot: node.SnapshotConfig{Bucket: *snapBucket, Interval: *snapIvl, Events: *snapEvents}},
 	}
 	return cfg, o, nil
 }

@@ -45,6 +45,12 @@ func TestServeConfigRejects(t *testing.T) {
 		{[]string{"--events-max-bytes", "lots"}, "events-max-bytes"},
 		{[]string{"--events-replicas", "0"}, "--events-replicas"},
 		{[]string{"--events-replicas", "3"}, "--events-replicas 3 needs a NATS cluster"},
+		{[]string{"--snapshot-bucket", "S"}, "--snapshot-bucket needs --events-jetstream"},
+		{[]string{"--snapshot-bucket", "S", "--events-jetstream", "--no-kv-events"}, "--no-kv-events"},
+		{[]string{"--snapshot-bucket", "S", "--events-jetstream", "--snapshot-interval", "0s"}, "--snapshot-interval"},
+		{[]string{"--snapshot-bucket", "S", "--events-jetstream", "--snapshot-events", "0"}, "--snapshot-events"},
+		{[]string{"--snapshot-interval", "5s"}, "--snapshot-interval needs --snapshot-bucket"},
+		{[]string{"--snapshot-events", "5"}, "--snapshot-events needs --snapshot-bucket"},
 		{[]string{"--worker-first-byte-timeout", "-1s"}, "--worker-first-byte-timeout"},
 		{[]string{"--worker-eject-failures", "0"}, "--worker-eject-failures"},
 		{[]string{"--worker-probe-interval", "0s"}, "--worker-probe-interval"},
@@ -104,6 +110,12 @@ func TestServeConfigMapsFlags(t *testing.T) {
 	if n := cfg.Node; !n.JetStream || n.Stream.MaxAge != 10*time.Minute || n.Stream.MaxBytes != 512<<20 || n.Stream.Replicas != 3 {
 		t.Errorf("events on JetStream: %v, stream %+v", n.JetStream, n.Stream)
 	}
+	t.Setenv("KVROUTE_SNAPSHOT_BUCKET", "SNAPS")
+	c, _, err := serveConfig([]string{"--events-jetstream", "--snapshot-interval", "30s", "--snapshot-events", "5000"})
+	if sn := c.Node.Snapshot; err != nil || sn.Bucket != "SNAPS" || sn.Interval != 30*time.Second || sn.Events != 5000 {
+		t.Errorf("snapshot flags: %+v, %v", sn, err)
+	}
+	t.Setenv("KVROUTE_SNAPSHOT_BUCKET", "")
 	if c, _, err := serveConfig([]string{"--events-jetstream"}); err != nil || !c.Node.JetStream {
 		t.Errorf("--events-jetstream: JetStream %v, %v", c.Node.JetStream, err)
 	}

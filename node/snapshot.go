@@ -201,7 +201,6 @@ func (s *snapshotter) afterApply(seq uint64) {
 // snapshotKeep. The previous snapshot stays current until then.
 func (s *snapshotter) upload(cp *shard.Capture, seq uint64) {
 	defer s.wg.Done()
-	defer s.busy.Store(false)
 	t0 := time.Now()
 	name := SnapshotObjectName(seq)
 	pr, pw := io.Pipe()
@@ -220,22 +219,23 @@ func (s *snapshotter) upload(cp *shard.Capture, seq uint64) {
 		_, err = s.obs.PutString(s.ctx, SnapshotCurrent, name)
 	}
 	if err != nil {
-		if s.ctx.Err() != nil {
-			return // closing
+		if s.ctx.Err() == nil {
+			s.log.Warn("index snapshot upload failed; retried at the next interval", "bucket", s.cfg.Bucket, "stream_seq", seq, "err", err)
+			_ = s.obs.Delete(s.ctx, name)
+			s.failures.Add(1)
 		}
-		s.failures.Add(1)
-		s.log.Warn("index snapshot upload failed; retried at the next interval", "bucket", s.cfg.Bucket, "stream_seq", seq, "err", err)
-		_ = s.obs.Delete(s.ctx, name)
+		s.busy.Store(false)
 		return
 	}
 	d := time.Since(t0)
+	s.prune(name)
 	s.lastBytes.Store(written)
 	s.lastDur.Store(int64(d))
 	s.lastSeq.Store(seq)
 	s.lastAt.Store(time.Now().UnixNano())
-	s.total.Add(1)
 	s.log.Info("index snapshot stored", "bucket", s.cfg.Bucket, "object", name, "stream_seq", seq, "bytes", written, "duration", d)
-	s.prune(name)
+	s.busy.Store(false)
+	s.total.Add(1) // last: who sees it sees the upload over
 }
 
 // prune deletes the snapshot objects older than the newest snapshotKeep.

@@ -298,3 +298,84 @@ func objectNames(t *testing.T, obs jetstream.ObjectStore) []string {
 	slices.Sort(names)
 	return names
 }
+
+// TestSnapshotSkipAndFailure: a snapshot due while one is uploading is
+// skipped and counted; an upload that fails (the bucket was deleted) is
+// counted and does not stop ingest; the next due snapshot is taken again.
+func TestSnapshotSkipAndFailure(t *testing.T) {
+	s := natstest.Server(t)
+	pub := natstest.Connect(t, s)
+	sub := subjects(t)
+	cfg := Config{Index: shard.Config{Shards: 1}, BlockSize: 16, Subjects: sub, NATSURL: s.ClientURL(), JetStream: true,
+		Stream: ingest.StreamConfig{MaxAge: time.Minute}, Snapshot: SnapshotConfig{Bucket: "KVSNAP", Interval: time.Hour},
+		Logger: slog.New(slog.DiscardHandler)}
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	var seq uint64
+	next := func() {
+		seq++
+		if err := pub.Publish(sub.KVEventsNative, wire.AppendNative(nil, []wire.Event{snapshotEvent(seq)})); err != nil {
+			t.Fatal(err)
+		}
+		waitSeq(t, n, seq)
+	}
+	next()
+	n.snap.busy.Store(true) // as if an upload were in progress
+	n.TriggerSnapshot()
+	next()
+	if sk, st := n.snap.skipped.Load(), n.snap.total.Load(); sk != 1 || st != 0 {
+		t.Fatalf("skipped %d, stored %d; want 1 and 0", sk, st)
+	}
+	n.snap.busy.Store(false)
+
+	js, err := jetstream.New(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteObjectStore(context.Background(), "KVSNAP"); err != nil {
+		t.Fatal(err)
+	}
+	n.TriggerSnapshot()
+	next()
+	waitCond(t, "upload failure counted", func() bool { return n.snap.failures.Load() == 1 })
+	next() // ingest goes on
+	if _, err := OpenSnapshotBucket(context.Background(), js, "KVSNAP", 1, true); err != nil {
+		t.Fatal(err)
+	}
+	n.TriggerSnapshot()
+	next()
+	waitCond(t, "snapshot stored after the failure", func() bool { st, _ := n.Snapshots(); return st == 1 })
+	if _, last := n.Snapshots(); last != seq {
+		t.Errorf("snapshot at %d, want %d", last, seq)
+	}
+}
+
+// TestCatchUpReadiness: until the message with the stream's last sequence
+// at start is applied, EventPlane (the router's /ready) reports the replay;
+// after it, nothing.
+func TestCatchUpReadiness(t *testing.T) {
+	ix, err := shard.NewIndex(shard.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	in, err := ingest.New(ingest.Config{BlockSize: 16, Subjects: subjects(t), StartSeq: 3}, ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	n := &Node{Ingest: in, cfg: Config{Logger: slog.New(slog.DiscardHandler)}, startSeq: 3, replayTo: 9, replayStart: time.Now()}
+	for _, seq := range []uint64{3, 8} {
+		n.afterApply(seq)
+		if err := n.EventPlane(); err == nil || !strings.Contains(err.Error(), "replaying KV events") || n.CaughtUp() {
+			t.Fatalf("after seq %d of 9: event plane %v, caught up %v", seq, err, n.CaughtUp())
+		}
+	}
+	n.afterApply(9)
+	if err := n.EventPlane(); err != nil || !n.CaughtUp() || n.replayMsgs.Load() != 7 {
+		t.Fatalf("after seq 9: event plane %v, caught up %v, replayed %d (want 7)", err, n.CaughtUp(), n.replayMsgs.Load())
+	}
+}

@@ -31,4 +31,35 @@
 // of the process only with a --data-dir (the temporary store is removed at
 // Close). The zero Config subscribes with core NATS, kvroute serve's default
 // (the stream costs ingest throughput; docs/ARCHITECTURE.md).
+//
+// # Snapshots
+//
+// With JetStream and Config.Snapshot.Bucket (--snapshot-bucket; snapshot.go)
+// the index is snapshotted into a NATS object store bucket (created if
+// missing, with the stream's replicas). The ingest's JetStream handler calls
+// the node after every applied message (ingest.Config.AfterApply); when a
+// snapshot is due (a ticker every Snapshot.Interval sets an atomic flag, or
+// Snapshot.Events messages passed since the last one, or TriggerSnapshot) it
+// calls shard.Index.Capture(seq) there, so the capture is exactly the index
+// after stream sequence seq, and hands it to a goroutine that streams
+// Capture.WriteTo into the object snapshot-<seq, 20 digits>, then rewrites
+// the object "current" to name it and deletes all but the newest two
+// snapshot objects: the previous snapshot stays current until the new one is
+// complete. If an upload is still running when the next is due, that one is
+// skipped and counted; a failed upload is logged and counted and the next
+// due time tries again; ingest never waits for either. No snapshot is taken
+// while no message arrives.
+//
+// At Start, after the stream is bound and before the consumer starts, the
+// current snapshot is restored into the fresh index (shard.Index.Restore)
+// and ingest starts at its sequence + 1 (Config.StartSeq is ignored). No
+// snapshot, or one that cannot be read or restored (corrupt, another shard
+// count or block size): logged (Error), counted, and ingest starts at 1 (the
+// stream's oldest message) with the index empty; Start does not fail. The
+// stream's last KV-event sequence at start is noted; until ingest applied
+// it, EventPlane reports "replaying KV events from the JetStream stream (at
+// sequence N of M)", which makes the router's /ready answer 503 (CaughtUp).
+// WriteMetrics adds SnapshotFamilies: snapshots stored, failed and
+// skipped, the newest one's size, duration, sequence and age, and the
+// restore's duration, failures, messages replayed and replay time.
 package node

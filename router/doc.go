@@ -126,7 +126,7 @@
 // Router.WritePrometheus (GET /metrics, and the admin listener's) writes
 // Prometheus text through one promtext.Registry (routerFamilies in
 // metrics.go, shard.MetricFamilies, ingest.MetricFamilies,
-// node.MetricFamilies, recovery.MetricFamilies (the KV event recovery
+// node.MetricFamilies, node.SnapshotFamilies, recovery.MetricFamilies (the KV event recovery
 // requester's kvroute_recovery_*, written when the node has one),
 // promtext.ProcessFamilies): every family once, its samples together, after
 // one # HELP and one # TYPE line, so promtool check metrics passes

@@ -66,7 +66,10 @@
 //     a snapshot taken at that LastSeq, after shard.Index.Flush) applies
 //     exactly the messages stored since. A message whose sequence is not
 //     above LastSeq is dropped and counted (Stats.StreamDuplicates,
-//     kvroute_ingest_stream_duplicates_total). If StartSeq has already aged
+//     kvroute_ingest_stream_duplicates_total). Config.AfterApply, if set, is
+//     called on the handler goroutine after each applied message with its
+//     sequence: node takes its snapshots there (shard.Index.Capture is
+//     exact only on the goroutine that applies). If StartSeq has already aged
 //     out, delivery starts at the oldest message and a warning says how many
 //     sequences were skipped.
 //

@@ -149,18 +149,19 @@ type Worker struct {
 
 	mu struct {
 		sync.Mutex
-		eng     *engine.Engine
-		calls   map[uint64]*call
-		aborts  []*call // calls whose client went away, for the engine loop
-		toks    map[wire.BlockHash]*tokEntry
-		nextID  uint64
-		paused  bool
-		restart bool
-		closed  bool
-		c       counters
-		drop    float64 // fault switches (from the config, then SetFaults)
-		dup     float64
-		rec     recRing
+		eng       *engine.Engine
+		calls     map[uint64]*call
+		aborts    []*call // calls whose client went away, for the engine loop
+		toks      map[wire.BlockHash]*tokEntry
+		nextID    uint64
+		paused    bool
+		restart   bool
+		restarted []chan struct{} // closed when the pending restart happened
+		closed    bool
+		c         counters
+		drop      float64 // fault switches (from the config, then SetFaults)
+		dup       float64
+		rec       recRing
 	}
 	recSub *nats.Subscription // recovery requests (NATS transports)
 
@@ -377,13 +378,20 @@ func (w *Worker) Resume() {
 // Restart simulates an engine restart at the end of the current step:
 // in-flight requests fail (HTTP 503), the engine starts over with an empty
 // cache, and its first event (id 1) is Cleared. It also resumes a paused
-// worker.
+// worker. It returns once the restart happened, so requests submitted after
+// it go to the new engine.
 func (w *Worker) Restart() {
+	done := make(chan struct{})
 	w.mu.Lock()
 	w.mu.restart = true
+	w.mu.restarted = append(w.mu.restarted, done)
 	w.mu.paused = false
 	w.mu.Unlock()
 	w.ring()
+	select {
+	case <-done:
+	case <-w.done: // closed meanwhile
+	}
 }
 
 // CutConnections closes every open HTTP connection at once, without an
@@ -672,6 +680,10 @@ func (w *Worker) park(t *time.Timer, retry time.Duration) bool {
 // Cleared.
 func (w *Worker) restartLocked() {
 	w.mu.restart = false
+	for _, c := range w.mu.restarted {
+		close(c)
+	}
+	w.mu.restarted = w.mu.restarted[:0]
 	w.failAllLocked(ErrRestarted)
 	clear(w.mu.toks)
 	w.mu.eng = w.newEngine()

@@ -201,6 +201,27 @@ func New(cfg Config, sink Sink) (*Ingest, error) {
 	return in, nil
 }
 
+// lockForNATS checks what both NATS paths (SubscribeNATS, ConsumeJetStream)
+// need and, on success, returns with in.mu locked for the caller to unlock.
+func (in *Ingest) lockForNATS(nc *nats.Conn) error {
+	if nc == nil {
+		return errors.New("ingest: nil NATS connection")
+	}
+	if in.cfg.Subjects.KVEvents == "" || in.cfg.Subjects.KVEventsNative == "" {
+		return errors.New("ingest: no KV event subjects configured (plane.SubjectsFor)")
+	}
+	in.mu.Lock()
+	switch {
+	case in.mu.closed:
+		in.mu.Unlock()
+		return ErrClosed
+	case in.mu.nc != nil:
+		in.mu.Unlock()
+		return errors.New("ingest: NATS already subscribed (SubscribeNATS or ConsumeJetStream called twice)")
+	}
+	return nil
+}
+
 // SubscribeNATS subscribes to Subjects.KVEvents (Dynamo msgpack,
 // wire.DecodeDynamo) and Subjects.KVEventsNative (wire.DecodeNative). Each
 // subscription's callback runs on its own goroutine (nats.go's async
@@ -211,20 +232,10 @@ func New(cfg Config, sink Sink) (*Ingest, error) {
 // ConsumeJetStream (the JetStream path, see the package doc); Close
 // unsubscribes.
 func (in *Ingest) SubscribeNATS(nc *nats.Conn) error {
-	if nc == nil {
-		return errors.New("ingest: nil NATS connection")
+	if err := in.lockForNATS(nc); err != nil {
+		return err
 	}
-	if in.cfg.Subjects.KVEvents == "" || in.cfg.Subjects.KVEventsNative == "" {
-		return errors.New("ingest: no KV event subjects configured (plane.SubjectsFor)")
-	}
-	in.mu.Lock()
 	defer in.mu.Unlock()
-	switch {
-	case in.mu.closed:
-		return ErrClosed
-	case in.mu.nc != nil:
-		return errors.New("ingest: SubscribeNATS called twice")
-	}
 	dp, np := newPipe(in, SourceNATSDynamo), newPipe(in, SourceNATSNative)
 	ds, err := in.subscribe(nc, in.cfg.Subjects.KVEvents, dp.onDynamo)
 	if err != nil {

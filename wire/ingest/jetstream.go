@@ -187,20 +187,13 @@ func covered(fs []string, subject string) bool {
 // so nothing published meanwhile is lost. Call it once, instead of
 // SubscribeNATS; Close stops the consumer.
 func (in *Ingest) ConsumeJetStream(nc *nats.Conn, stream jetstream.Stream) error {
-	if nc == nil || stream == nil {
-		return errors.New("ingest: nil NATS connection or stream")
+	if stream == nil {
+		return errors.New("ingest: nil JetStream stream")
 	}
-	if in.cfg.Subjects.KVEvents == "" || in.cfg.Subjects.KVEventsNative == "" {
-		return errors.New("ingest: no KV event subjects configured (plane.SubjectsFor)")
+	if err := in.lockForNATS(nc); err != nil {
+		return err
 	}
-	in.mu.Lock()
 	defer in.mu.Unlock()
-	switch {
-	case in.mu.closed:
-		return ErrClosed
-	case in.mu.nc != nil:
-		return errors.New("ingest: NATS already subscribed")
-	}
 	// A stream that holds nothing but the KV events needs no filter: with
 	// two filter subjects the server intersects its subject tree for every
 	// message it delivers (a third of the consumer side's CPU in a replay).

@@ -131,6 +131,9 @@ func Start(cfg Config) (*Node, error) {
 		cfg.NATSConnectTimeout = 5 * time.Second
 	}
 	cfg.Index.Logger = cfg.Logger
+	if cfg.Index.BlockSize == 0 {
+		cfg.Index.BlockSize = cfg.BlockSize // recorded in snapshots, checked at restore
+	}
 	n := &Node{cfg: cfg}
 	if err := n.start(); err != nil {
 		_ = n.Close()

@@ -221,6 +221,9 @@ func TestSnapshotCorrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if h, err := shard.ReadSnapshotHeader(bytes.NewReader(data)); err != nil || h.BlockSize != 16 || h.StreamSeq != 6 {
+		t.Fatalf("snapshot header %+v, %v: want block size 16 (Config.BlockSize) at sequence 6", h, err)
+	}
 	for i := len(data) / 2; i < len(data)/2+8 && i < len(data); i++ {
 		data[i] ^= 0xff
 	}

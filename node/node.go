@@ -104,6 +104,8 @@ type Node struct {
 
 	ingest      atomic.Pointer[ingest.Ingest] // for the NATS callbacks
 	recovery    atomic.Pointer[recovery.Requester]
+	gapStop     chan struct{} // stops watchIndexGaps
+	gapDone     chan struct{}
 	closing     atomic.Bool
 	disconnects atomic.Uint64
 	reconnects  atomic.Uint64
@@ -175,6 +177,8 @@ func (n *Node) start() error {
 	}
 	n.recovery.Store(n.Recovery)
 	n.Ingest.SetLostHook(n.Recovery.Lost)
+	n.gapStop, n.gapDone = make(chan struct{}), make(chan struct{})
+	go n.watchIndexGaps(indexGapPoll)
 	if n.cfg.JetStream {
 		if err := n.consumeJetStream(); err != nil {
 			return err
@@ -471,6 +475,10 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.closing.Store(true)
 		var errs []error
+		if n.gapStop != nil {
+			close(n.gapStop)
+			<-n.gapDone
+		}
 		if n.Recovery != nil {
 			n.Recovery.Close()
 		}
@@ -504,4 +512,43 @@ func redactURL(list string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// indexGapPoll is how often watchIndexGaps drains the index's gap outbox.
+const indexGapPoll = 100 * time.Millisecond
+
+// watchIndexGaps asks for a dump of every NATS-tracked worker key whose
+// Stored event the index dropped because its parent was missing: the event
+// ids can be in order while a block the event builds on is gone (a dump
+// overtaken by live events, a removal applied out of order), and then no id
+// gap tells recovery that the index lacks blocks. A dump repairs it; ZMQ
+// workers, which do not speak the recovery protocol, are left out.
+func (n *Node) watchIndexGaps(every time.Duration) {
+	defer close(n.gapDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var (
+		gaps    []shard.Gap
+		tracked []ingest.TrackedKey
+		err     error
+	)
+	for {
+		select {
+		case <-n.gapStop:
+			return
+		case <-t.C:
+		}
+		if gaps, err = n.Index.Gaps(gaps[:0]); err != nil || len(gaps) == 0 {
+			continue
+		}
+		tracked = n.Ingest.Tracked(tracked[:0])
+		for _, g := range gaps {
+			for _, k := range tracked {
+				if k.Worker == g.Worker {
+					n.Recovery.Lost(g.Worker, recovery.DumpAll)
+					break
+				}
+			}
+		}
+	}
 }

@@ -272,3 +272,24 @@ func TestRecoveryAfterPause(t *testing.T) {
 	traffic(t, rg.f, 5, 60)
 	waitAgreement(t, rg, "after the pause")
 }
+
+// A Stored event the index drops because its parent is missing, with no
+// event-id gap to show it (here an event without an id), makes the node ask
+// that worker for a dump: the ids alone would never show the loss.
+func TestParentMissingAsksForADump(t *testing.T) {
+	fc := faultyFleet(plane.TransportNative)
+	fc.DropFraction, fc.DupFraction = 0, 0
+	fc.Heartbeat = time.Second
+	rg := startRecoveryRig(t, fc)
+	traffic(t, rg.f, 6, 60)
+	waitAgreement(t, rg, "before the orphan")
+	dumps := rg.n.Recovery.Stats().Dumps
+	w := rg.f.Workers()[0].ID()
+	orphan := wire.Event{Worker: wire.WorkerKey{Worker: w}, Kind: wire.KindStored, Parent: 0xdead, HasParent: true,
+		Blocks: []wire.Block{{Engine: 0xbeef, Local: 0xfeed}}}
+	if err := rg.n.NC.Publish(subjects(t).KVEventsNative, wire.AppendNative(nil, []wire.Event{orphan})); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, "a dump of the orphan's worker", func() bool { return rg.n.Recovery.Stats().Dumps > dumps })
+	waitAgreement(t, rg, "after the dump")
+}

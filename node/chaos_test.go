@@ -11,12 +11,21 @@ package node
 // true caches within chaosDeadline.
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/natstest"
@@ -226,4 +235,93 @@ func TestChaosWorkerPause(t *testing.T) {
 	rg.n.WorkerJoined(w.Registration()) // its next heartbeat registers it again
 	traffic(t, rg.f, 63, 300)
 	chaosReport(t, "worker-pause", rg.n.Index, rg.f, time.Now())
+}
+
+// The real `kvroute serve` binary (built by the test) with JetStream and
+// snapshots every 200 ms, killed with SIGKILL mid-traffic after it stored
+// a snapshot; traffic goes on; a new node on the same server (a persistent
+// store) restores the binary's current snapshot, replays the stream after
+// it and agrees with the fleet.
+func TestChaosKill9Binary(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kvroute")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kvroute/kvroute/cmd/kvroute").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	s := natstest.ServerStore(t, -1, filepath.Join(dir, "store"))
+	nc := chaosConn(t, s.ClientURL())
+	f, err := mock.Start(cleanFleet(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	logf, err := os.Create(filepath.Join(dir, "serve.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "serve", "--nats", s.ClientURL(), "--events-jetstream", "--snapshot-bucket", "KVSNAP",
+		"--snapshot-interval", "200ms", "--shards", "2", "--block-size", "4", "--http-addr", addr, "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := func() uint64 { // the bucket's current snapshot's sequence (0: none yet)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		obs, err := OpenSnapshotBucket(ctx, js, "KVSNAP", 1, false)
+		if err != nil {
+			return 0
+		}
+		name, err := obs.GetString(ctx, SnapshotCurrent)
+		if err != nil {
+			return 0
+		}
+		seq, _ := strconv.ParseUint(strings.TrimPrefix(name, SnapshotPrefix), 10, 64)
+		return seq
+	}
+	ch := trafficAsync(f.Workers(), 71, 3000)
+	deadline := time.Now().Add(30 * time.Second)
+	for current() == 0 { // the binary stored a snapshot mid-traffic
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logf.Name())
+			t.Fatalf("the binary stored no snapshot within 30 s; its log:\n%s", log)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the bucket: nothing announces the upload
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if cmd.ProcessState.ExitCode() != -1 {
+		t.Fatalf("the binary exited with %v, want killed by SIGKILL", cmd.ProcessState)
+	}
+	awaitTraffic(t, f, ch) // partly while no router runs
+	snapSeq := current()
+	ch = trafficAsync(f.Workers(), 72, 300)
+	cfg := chaosNodeConfig(t, s.ClientURL(), true)
+	cfg.Stream = ingest.StreamConfig{} // the binary's defaults
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	restart := time.Now()
+	if n.startSeq != snapSeq+1 {
+		t.Fatalf("new node starts at stream sequence %d, want %d (after the binary's snapshot)", n.startSeq, snapSeq+1)
+	}
+	awaitTraffic(t, f, ch)
+	waitCond(t, "caught up", n.CaughtUp)
+	chaosReport(t, "kill9-binary-restore", n.Index, f, restart)
 }

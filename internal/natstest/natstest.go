@@ -1,5 +1,6 @@
 // Package natstest runs a real, in-process nats-server with JetStream for
-// tests: a random port, a store under t.TempDir(), shut down when the test ends.
+// tests: a random port, a store under t.TempDir() (or a given directory kept
+// across restarts, ServerStore), shut down when the test ends.
 package natstest
 
 import (

@@ -10,7 +10,9 @@ COUNT     ?= 10
 FUZZTIME  ?= 10s
 BASE      ?= HEAD
 
-.PHONY: replay all build test fmt-check vet test-race test-invariants bench bench-baseline bench-compare fuzz run clean
+CHAOSRUN  ?= TestChaos
+
+.PHONY: replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare fuzz run clean
 
 all: build
 
@@ -36,6 +38,16 @@ test-race:
 # One pass with invariant checks after every mutation of the index.
 test-invariants:
 	$(GO) test -tags invariants -count=1 -timeout 10m ./radix/... ./shard/... ./sched/... ./bench/...
+
+# Fault scenarios (build tag chaos, node/chaos_test.go) on a real NATS and the
+# simulated fleet: one line per scenario with the agreement right after the
+# fault and the time to 100% agreement; fails on any scenario that does not
+# reach it within its deadline. The full log is in out/chaos.log.
+chaos:
+	@mkdir -p out
+	@$(GO) test -tags chaos -count=1 -timeout 10m -run '$(CHAOSRUN)' -v ./node/ >out/chaos.log 2>&1; rc=$$?; \
+	grep -E '^chaos:|^--- FAIL|^FAIL|^ok|^panic' out/chaos.log; \
+	if [ $$rc -ne 0 ]; then grep -E '_test.go:[0-9]+:' out/chaos.log | tail -20; fi; exit $$rc
 
 # Microbenchmarks, -count=$(COUNT), compared with the committed baseline.
 bench:

@@ -134,6 +134,18 @@ func faultyFleet(transport string) mock.Config {
 // and waits for every answer and for the workers to be idle.
 func traffic(t *testing.T, f *mock.Fleet, seed uint64, n int) {
 	t.Helper()
+	if err := sendTraffic(f.Workers(), seed, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitIdle(f.Workers(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sendTraffic sends n prefix-sharing requests spread over workers and
+// waits for every answer; it returns the first failure (callable from any
+// goroutine).
+func sendTraffic(workers []*mock.Worker, seed uint64, n int) error {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	fams := make([][]uint32, 4)
 	for i := range fams {
@@ -148,7 +160,7 @@ func traffic(t *testing.T, f *mock.Fleet, seed uint64, n int) {
 		fam := fams[rng.IntN(len(fams))]
 		p := append(append([]uint32(nil), fam[:rng.IntN(len(fam)+1)]...), uint32(seed*100000)+uint32(i), uint32(i))
 		out := 1 + rng.IntN(24)
-		url := f.Workers()[rng.IntN(len(f.Workers()))].URL()
+		url := workers[rng.IntN(len(workers))].URL()
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -167,18 +179,21 @@ func traffic(t *testing.T, f *mock.Fleet, seed uint64, n int) {
 	}
 	wg.Wait()
 	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for _, w := range f.Workers() {
+	return <-errs
+}
+
+// waitIdle waits (up to limit) for the workers to be idle.
+func waitIdle(workers []*mock.Worker, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, w := range workers {
 		for !w.Idle() {
 			if time.Now().After(deadline) {
-				t.Fatalf("worker %d not idle", w.ID())
+				return fmt.Errorf("worker %d not idle", w.ID())
 			}
 			time.Sleep(5 * time.Millisecond) // polling the engine: it announces no idleness
 		}
 	}
+	return nil
 }
 
 // waitAgreement polls until the index agrees with the fleet (a safety

@@ -1,5 +1,6 @@
 // Package natstest runs a real, in-process nats-server with JetStream for
-// tests: a random port, a store under t.TempDir(), shut down when the test ends.
+// tests: a random port, a store under t.TempDir() (or a given directory kept
+// across restarts, ServerStore), shut down when the test ends.
 package natstest
 
 import (
@@ -30,13 +31,27 @@ func Restart(tb testing.TB, port int) *server.Server {
 	return start(tb, port)
 }
 
+// ServerStore starts a JetStream-enabled nats-server on 127.0.0.1 at port
+// (-1: random) storing in storeDir: a server started again on the same port
+// and directory after a shutdown keeps its streams and object stores, as a
+// restarted server with a persistent store does. It is shut down when the
+// test ends.
+func ServerStore(tb testing.TB, port int, storeDir string) *server.Server {
+	tb.Helper()
+	return startIn(tb, port, storeDir)
+}
+
 // start runs a JetStream-enabled server on port (-1: random) with a fresh
 // store, shut down when the test ends.
 func start(tb testing.TB, port int) *server.Server {
+	return startIn(tb, port, tb.TempDir())
+}
+
+func startIn(tb testing.TB, port int, storeDir string) *server.Server {
 	opts := natsserver.DefaultTestOptions
 	opts.Port = port
 	opts.JetStream = true
-	opts.StoreDir = tb.TempDir()
+	opts.StoreDir = storeDir
 	s := natsserver.RunServer(&opts)
 	tb.Cleanup(func() {
 		s.Shutdown()

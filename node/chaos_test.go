@@ -1,0 +1,327 @@
+//go:build chaos
+
+package node
+
+// Longer fault scenarios for `make chaos` (build tag chaos): each runs on a
+// real in-process nats-server and the simulated fleet under traffic, prints
+//
+//	chaos: <scenario> agreement_after_fault=<f> time_to_agreement=<d>
+//
+// and fails if the index does not reach 100% agreement with the fleet's
+// true caches within chaosDeadline.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvroute/kvroute/bench/mock"
+	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire/ingest"
+	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/recovery"
+)
+
+// chaosDeadline is each scenario's safety limit for 100% agreement after
+// its fault traffic ended.
+const chaosDeadline = 60 * time.Second
+
+// chaosReport measures the agreement of ix with f now (agreement_after_fault),
+// then polls until it is 1 and prints the scenario's line with the time
+// since faultEnd; it fails the test past chaosDeadline.
+func chaosReport(t *testing.T, name string, ix *shard.Index, f *mock.Fleet, faultEnd time.Time) {
+	t.Helper()
+	after, _, _, _ := agreement(t, ix, f)
+	deadline := time.Now().Add(chaosDeadline)
+	for {
+		frac, ni, nf, both := agreement(t, ix, f)
+		if frac == 1 {
+			fmt.Printf("chaos: %s agreement_after_fault=%.4f time_to_agreement=%s entries=%d\n",
+				name, after, time.Since(faultEnd).Round(time.Millisecond), ni)
+			return
+		}
+		if time.Now().After(deadline) {
+			fmt.Printf("chaos: %s agreement_after_fault=%.4f time_to_agreement=FAILED (agreement %.4f after %s)\n",
+				name, after, frac, chaosDeadline)
+			t.Fatalf("%s: agreement %.4f after %s (index %d, fleet %d, both %d)", name, frac, chaosDeadline, ni, nf, both)
+		}
+		time.Sleep(20 * time.Millisecond) // polling: convergence has no single event to await
+	}
+}
+
+// chaosConn is a fleet connection to url that reconnects forever, quickly.
+func chaosConn(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// chaosNodeConfig is a JetStream node on url, with index snapshots in
+// bucket KVSNAP when snapshots is set.
+func chaosNodeConfig(t *testing.T, url string, snapshots bool) Config {
+	cfg := Config{Index: shard.Config{Shards: 2}, BlockSize: 4, Subjects: subjects(t), NATSURL: url,
+		JetStream: true, Stream: ingest.StreamConfig{MaxAge: 10 * time.Minute}, NATSReconnectWait: 50 * time.Millisecond,
+		Recovery: recovery.Config{Interval: 250 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond},
+		Logger:   slog.New(slog.DiscardHandler)}
+	if snapshots {
+		cfg.Snapshot = SnapshotConfig{Bucket: "KVSNAP", Interval: time.Hour}
+	}
+	return cfg
+}
+
+// cleanFleet is faultyFleet without dropped or duplicated messages.
+func cleanFleet() mock.Config {
+	fc := faultyFleet(plane.TransportNative)
+	fc.DropFraction, fc.DupFraction = 0, 0
+	return fc
+}
+
+// trafficAsync runs sendTraffic on its own goroutine; the channel yields
+// its result.
+func trafficAsync(workers []*mock.Worker, seed uint64, n int) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- sendTraffic(workers, seed, n) }()
+	return ch
+}
+
+func awaitTraffic(t *testing.T, f *mock.Fleet, ch <-chan error) {
+	t.Helper()
+	if err := <-ch; err != nil {
+		t.Fatal(err)
+	}
+	if err := waitIdle(f.Workers(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The router killed abruptly (its NATS connection closed without a drain,
+// no snapshot at exit) after a snapshot taken mid-traffic; traffic goes on
+// while no router runs and while a new one starts on the same server (a
+// persistent store); the new node restores the snapshot, replays the
+// stream after it and agrees with the fleet.
+func TestChaosKillRestoreSnapshot(t *testing.T) {
+	s := natstest.ServerStore(t, -1, t.TempDir())
+	cfg := chaosNodeConfig(t, s.ClientURL(), true)
+	n1, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := mock.Start(cleanFleet(), chaosConn(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	traffic(t, f, 21, 300)
+	n1.TriggerSnapshot() // taken at the next message, during the next traffic
+	traffic(t, f, 22, 300)
+	waitCond(t, "a snapshot stored", func() bool { st, _ := n1.Snapshots(); return st >= 1 })
+	_, snapSeq := n1.Snapshots()
+	ch := trafficAsync(f.Workers(), 23, 300)
+	// kill -9: the connection goes at once; Close then only frees the
+	// in-process goroutines (it takes no snapshot).
+	n1.NC.Close()
+	_ = n1.Close()
+	awaitTraffic(t, f, ch) // while no router runs
+	ch = trafficAsync(f.Workers(), 24, 300)
+	n2, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n2.Close() })
+	restart := time.Now()
+	if n2.startSeq != snapSeq+1 {
+		t.Fatalf("new node starts at stream sequence %d, want %d (after the snapshot)", n2.startSeq, snapSeq+1)
+	}
+	awaitTraffic(t, f, ch)
+	waitCond(t, "caught up", n2.CaughtUp)
+	chaosReport(t, "kill-restore-snapshot", n2.Index, f, restart)
+}
+
+// 10% of the event messages dropped and 5% duplicated over a long
+// prefix-sharing workload with evictions, on both transports.
+func TestChaosDropsAndDuplicates(t *testing.T) {
+	for _, tr := range []string{plane.TransportNative, plane.TransportDynamo} {
+		t.Run(tr, func(t *testing.T) {
+			rg := startRecoveryRig(t, faultyFleet(tr))
+			traffic(t, rg.f, 41, 5000)
+			chaosReport(t, "drop10-dup5-"+tr, rg.n.Index, rg.f, time.Now())
+			if st := rg.n.Recovery.Stats(); st.Events+st.DumpBlocks == 0 {
+				t.Fatalf("nothing was recovered (%+v): the faults did not bite", st)
+			}
+		})
+	}
+}
+
+// The NATS server shut down and started again on the same port and store
+// while traffic runs: the fleet's and the node's connections reconnect,
+// the stream kept what it stored, and the index agrees with the fleet.
+func TestChaosNATSRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := natstest.ServerStore(t, -1, dir)
+	port := natstest.Port(s)
+	n, err := Start(chaosNodeConfig(t, s.ClientURL(), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	f, err := mock.Start(cleanFleet(), chaosConn(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	traffic(t, f, 31, 300)
+	rg := &recoveryRig{n: n, f: f}
+	waitAgreement(t, rg, "before the NATS restart")
+	ch := trafficAsync(f.Workers(), 32, 600)
+	s.Shutdown()
+	s.WaitForShutdown()
+	natstest.ServerStore(t, port, dir)
+	awaitTraffic(t, f, ch)
+	waitCond(t, "the node reconnected", func() bool { return n.reconnects.Load() > 0 })
+	traffic(t, f, 33, 300) // after the restart: the consumer goes on
+	chaosReport(t, "nats-restart", n.Index, f, time.Now())
+}
+
+// A worker restarted (cache emptied, ids starting over) while traffic runs
+// on the others, then traffic on all, with events dropped and duplicated.
+func TestChaosWorkerRestart(t *testing.T) {
+	rg := startRecoveryRig(t, faultyFleet(plane.TransportNative))
+	traffic(t, rg.f, 51, 300)
+	waitAgreement(t, rg, "before the restart")
+	ws := rg.f.Workers()
+	ch := trafficAsync(ws[1:], 52, 300)
+	ws[0].Restart()
+	awaitTraffic(t, rg.f, ch)
+	traffic(t, rg.f, 53, 300)
+	chaosReport(t, "worker-restart", rg.n.Index, rg.f, time.Now())
+}
+
+// A worker paused past its heartbeat expiry (the router forgets it and
+// removes its blocks, as router.health does) while traffic runs on the
+// others, resumed (it registers again), then traffic on all.
+func TestChaosWorkerPause(t *testing.T) {
+	rg := startRecoveryRig(t, faultyFleet(plane.TransportDynamo))
+	traffic(t, rg.f, 61, 300)
+	waitAgreement(t, rg, "before the pause")
+	ws := rg.f.Workers()
+	w := ws[1]
+	w.Pause()
+	ch := trafficAsync([]*mock.Worker{ws[0], ws[2]}, 62, 300)
+	rg.n.WorkerLeft(w.ID()) // what the router does when its heartbeats expire
+	if _, err := rg.n.Index.RemoveWorker(w.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ch; err != nil { // the pause lasts this traffic, far past the 100 ms heartbeat
+		t.Fatal(err)
+	}
+	w.Resume()
+	rg.n.WorkerJoined(w.Registration()) // its next heartbeat registers it again
+	traffic(t, rg.f, 63, 300)
+	chaosReport(t, "worker-pause", rg.n.Index, rg.f, time.Now())
+}
+
+// The real `kvroute serve` binary (built by the test) with JetStream and
+// snapshots every 200 ms, killed with SIGKILL mid-traffic after it stored
+// a snapshot; traffic goes on; a new node on the same server (a persistent
+// store) restores the binary's current snapshot, replays the stream after
+// it and agrees with the fleet.
+func TestChaosKill9Binary(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kvroute")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kvroute/kvroute/cmd/kvroute").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	s := natstest.ServerStore(t, -1, filepath.Join(dir, "store"))
+	nc := chaosConn(t, s.ClientURL())
+	f, err := mock.Start(cleanFleet(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	logf, err := os.Create(filepath.Join(dir, "serve.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "serve", "--nats", s.ClientURL(), "--events-jetstream", "--snapshot-bucket", "KVSNAP",
+		"--snapshot-interval", "200ms", "--shards", "2", "--block-size", "4", "--http-addr", addr, "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := func() uint64 { // the bucket's current snapshot's sequence (0: none yet)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		obs, err := OpenSnapshotBucket(ctx, js, "KVSNAP", 1, false)
+		if err != nil {
+			return 0
+		}
+		name, err := obs.GetString(ctx, SnapshotCurrent)
+		if err != nil {
+			return 0
+		}
+		seq, _ := strconv.ParseUint(strings.TrimPrefix(name, SnapshotPrefix), 10, 64)
+		return seq
+	}
+	ch := trafficAsync(f.Workers(), 71, 3000)
+	deadline := time.Now().Add(30 * time.Second)
+	for current() == 0 { // the binary stored a snapshot mid-traffic
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logf.Name())
+			t.Fatalf("the binary stored no snapshot within 30 s; its log:\n%s", log)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the bucket: nothing announces the upload
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if cmd.ProcessState.ExitCode() != -1 {
+		t.Fatalf("the binary exited with %v, want killed by SIGKILL", cmd.ProcessState)
+	}
+	awaitTraffic(t, f, ch) // partly while no router runs
+	snapSeq := current()
+	ch = trafficAsync(f.Workers(), 72, 300)
+	cfg := chaosNodeConfig(t, s.ClientURL(), true)
+	cfg.Stream = ingest.StreamConfig{} // the binary's defaults
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	restart := time.Now()
+	if n.startSeq != snapSeq+1 {
+		t.Fatalf("new node starts at stream sequence %d, want %d (after the binary's snapshot)", n.startSeq, snapSeq+1)
+	}
+	awaitTraffic(t, f, ch)
+	waitCond(t, "caught up", n.CaughtUp)
+	chaosReport(t, "kill9-binary-restore", n.Index, f, restart)
+}

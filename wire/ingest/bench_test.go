@@ -193,17 +193,7 @@ func BenchmarkNATSIngest(b *testing.B) {
 	}
 	b.Run("ingest", func(b *testing.B) {
 		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
-		ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ix.Close()
-		c := newCounter()
-		in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{ix: ix, c: c})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer in.Close()
+		ix, in, c := newIndexIngest(b, subj)
 		if err := in.SubscribeNATS(nc); err != nil {
 			b.Fatal(err)
 		}
@@ -255,17 +245,7 @@ func BenchmarkNATSIngest(b *testing.B) {
 	// subscription and through the stream: the stream's cost is per message.
 	b.Run("ingest-native16", func(b *testing.B) {
 		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
-		ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ix.Close()
-		c := newCounter()
-		in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{ix: ix, c: c})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer in.Close()
+		ix, in, c := newIndexIngest(b, subj)
 		if err := in.SubscribeNATS(nc); err != nil {
 			b.Fatal(err)
 		}
@@ -290,17 +270,7 @@ func BenchmarkNATSIngest(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ix.Close()
-		c := newCounter()
-		in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{ix: ix, c: c})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer in.Close()
+		ix, in, c := newIndexIngest(b, subj)
 		if err := in.ConsumeJetStream(nc, st); err != nil {
 			b.Fatal(err)
 		}
@@ -562,4 +532,22 @@ func BenchmarkHandler(b *testing.B) {
 			}
 		})
 	}
+}
+
+// newIndexIngest is an Ingest into a real one-shard index through a sink
+// that counts the events it applies; both close when the benchmark ends.
+func newIndexIngest(b *testing.B, subj plane.Subjects) (*shard.Index, *Ingest, *counter) {
+	b.Helper()
+	ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ix.Close() })
+	c := newCounter()
+	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{ix: ix, c: c})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Close() })
+	return ix, in, c
 }

@@ -62,6 +62,20 @@ func chaosReport(t *testing.T, name string, ix *shard.Index, f *mock.Fleet, faul
 	}
 }
 
+// replayOnly fails unless n reached agreement from its snapshot and the
+// stream alone: the event-id tracking restored with the snapshot makes no
+// worker key a first sighting, so no worker was asked for recovery and no
+// replayed event was a duplicate (the fleet is clean).
+func replayOnly(t *testing.T, n *Node) {
+	t.Helper()
+	if st := n.Recovery.Stats(); st.Requests != 0 {
+		t.Errorf("restored node made %d recovery requests (%d dumps), want none: the snapshot and the stream are enough", st.Requests, st.Dumps)
+	}
+	if d := n.Ingest.Stats().Sources[ingest.SourceNATSNative].Duplicates; d != 0 {
+		t.Errorf("restored node dropped %d duplicate events, want none", d)
+	}
+}
+
 // chaosConn is a fleet connection to url that reconnects forever, quickly.
 func chaosConn(t *testing.T, url string) *nats.Conn {
 	t.Helper()
@@ -152,6 +166,7 @@ func TestChaosKillRestoreSnapshot(t *testing.T) {
 	awaitTraffic(t, f, ch)
 	waitCond(t, "caught up", n2.CaughtUp)
 	chaosReport(t, "kill-restore-snapshot", n2.Index, f, restart)
+	replayOnly(t, n2)
 }
 
 // 10% of the event messages dropped and 5% duplicated over a long
@@ -324,4 +339,5 @@ func TestChaosKill9Binary(t *testing.T) {
 	awaitTraffic(t, f, ch)
 	waitCond(t, "caught up", n.CaughtUp)
 	chaosReport(t, "kill9-binary-restore", n.Index, f, restart)
+	replayOnly(t, n)
 }

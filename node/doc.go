@@ -59,6 +59,13 @@
 // stream's last KV-event sequence at start is noted; until ingest applied
 // it, EventPlane reports "replaying KV events from the JetStream stream (at
 // sequence N of M)", which makes the router's /ready answer 503 (CaughtUp).
+// Ingest's event-id tracking is part of each snapshot: the capture runs
+// inside ingest.Checkpoint, and the ids go to the object tracking-<seq>,
+// stored before the snapshot object; a restore seeds the new ingest with
+// them (ingest.Config.Tracked), so the replay checks ids in order and asks
+// no worker for a dump. Without a usable tracking object (an older
+// snapshot) each worker key seen in the replay is a first sighting and is
+// answered by a dump, as after a plain join.
 // WriteMetrics adds SnapshotFamilies: snapshots stored, failed and
 // skipped, the newest one's size, duration, sequence and age, and the
 // restore's duration, failures, messages replayed and replay time.

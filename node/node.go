@@ -163,8 +163,14 @@ func (n *Node) start() error {
 	if n.snap != nil || !n.caughtUp.Load() {
 		ic.AfterApply = n.afterApply
 	}
+	if n.snap != nil {
+		ic.Tracked = n.snap.tracked
+	}
 	if n.Ingest, err = ingest.New(ic, n.Index); err != nil {
 		return fmt.Errorf("ingest: %w", err)
+	}
+	if n.snap != nil {
+		n.snap.checkpoint = n.Ingest.Checkpoint
 	}
 	n.ingest.Store(n.Ingest)
 	if n.cfg.NoEvents {

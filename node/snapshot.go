@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -35,6 +36,10 @@ const (
 	// SnapshotPrefix starts every snapshot object's name, followed by its
 	// stream sequence in 20 digits (names sort by sequence).
 	SnapshotPrefix = "snapshot-"
+	// TrackingPrefix starts the object beside each snapshot that holds
+	// ingest's event-id tracking at the snapshot's sequence (same 20
+	// digits; ingest.AppendTracking), stored before the snapshot object.
+	TrackingPrefix = "tracking-"
 	snapshotKeep   = 2 // newest snapshot objects kept
 )
 
@@ -57,6 +62,10 @@ type SnapshotConfig struct {
 // SnapshotObjectName is the object name of the snapshot at stream sequence
 // seq.
 func SnapshotObjectName(seq uint64) string { return fmt.Sprintf("%s%020d", SnapshotPrefix, seq) }
+
+// TrackingObjectName is the object name of the event-id tracking stored
+// with the snapshot at stream sequence seq.
+func TrackingObjectName(seq uint64) string { return fmt.Sprintf("%s%020d", TrackingPrefix, seq) }
 
 // OpenSnapshotBucket binds the snapshot bucket, creating it (file storage,
 // replicas) if it is missing and create is true.
@@ -103,6 +112,10 @@ type snapshotter struct {
 	due     atomic.Bool // set by the ticker and Trigger
 	busy    atomic.Bool // an upload is in progress
 	lastCap uint64      // handler goroutine only: sequence of the last capture or skip
+	// checkpoint is ingest's Checkpoint (set before the consumer starts):
+	// the capture runs inside it, so the tracked ids match the capture.
+	checkpoint func(func([]ingest.SourceKey))
+	tracked    []ingest.SourceKey // restored with the snapshot (nil: none)
 
 	total, failures, skipped, restoreFailures atomic.Uint64
 	lastBytes, lastDur, lastAt                atomic.Int64 // lastAt: unix ns of the newest complete snapshot
@@ -142,6 +155,7 @@ func (s *snapshotter) restore(ctx context.Context) (seq uint64, ok bool) {
 			"bucket", s.cfg.Bucket, "err", err)
 		return 0, false
 	}
+	s.tracked = s.restoreTracking(ctx, seq)
 	d := time.Since(t0)
 	s.restoreDur.Store(int64(d))
 	s.lastSeq.Store(seq)
@@ -151,6 +165,23 @@ func (s *snapshotter) restore(ctx context.Context) (seq uint64, ok bool) {
 	s.lastCap = seq
 	s.log.Info("index restored from snapshot", "bucket", s.cfg.Bucket, "stream_seq", seq, "duration", d)
 	return seq, true
+}
+
+// restoreTracking reads the event-id tracking stored with the snapshot at
+// seq; nil if it is missing or unusable (logged: every worker key seen in
+// the replay is then a first sighting, answered by a dump).
+func (s *snapshotter) restoreTracking(ctx context.Context, seq uint64) []ingest.SourceKey {
+	b, err := s.obs.GetBytes(ctx, TrackingObjectName(seq))
+	var keys []ingest.SourceKey
+	if err == nil {
+		keys, err = ingest.DecodeTracking(b)
+	}
+	if err != nil {
+		s.log.Warn("no usable event-id tracking beside the index snapshot: the workers seen in the replay will be asked for dumps",
+			"bucket", s.cfg.Bucket, "object", TrackingObjectName(seq), "err", err)
+		return nil
+	}
+	return keys
 }
 
 // start starts the interval ticker.
@@ -185,7 +216,16 @@ func (s *snapshotter) afterApply(seq uint64) {
 		s.log.Warn("index snapshot skipped: the previous one is still uploading", "stream_seq", seq)
 		return
 	}
-	cp, err := s.ix.Capture(seq)
+	var (
+		cp       *shard.Capture
+		err      error
+		tracking []byte
+	)
+	s.checkpoint(func(keys []ingest.SourceKey) {
+		if cp, err = s.ix.Capture(seq); err == nil {
+			tracking = ingest.AppendTracking(nil, keys)
+		}
+	})
 	if err != nil {
 		s.failures.Add(1)
 		s.log.Warn("index snapshot capture failed", "stream_seq", seq, "err", err)
@@ -193,16 +233,24 @@ func (s *snapshotter) afterApply(seq uint64) {
 	}
 	s.busy.Store(true)
 	s.wg.Add(1)
-	go s.upload(cp, seq)
+	go s.upload(cp, tracking, seq)
 }
 
 // upload streams the capture into the bucket as snapshot-<seq>, then points
 // "current" at it and deletes the older snapshots beyond the newest
 // snapshotKeep. The previous snapshot stays current until then.
-func (s *snapshotter) upload(cp *shard.Capture, seq uint64) {
+func (s *snapshotter) upload(cp *shard.Capture, tracking []byte, seq uint64) {
 	defer s.wg.Done()
 	t0 := time.Now()
 	name := SnapshotObjectName(seq)
+	if _, err := s.obs.PutBytes(s.ctx, TrackingObjectName(seq), tracking); err != nil {
+		if s.ctx.Err() == nil {
+			s.log.Warn("index snapshot upload failed (its event-id tracking); retried at the next interval", "bucket", s.cfg.Bucket, "stream_seq", seq, "err", err)
+			s.failures.Add(1)
+		}
+		s.busy.Store(false)
+		return
+	}
 	pr, pw := io.Pipe()
 	var written int64
 	done := make(chan struct{})
@@ -222,6 +270,7 @@ func (s *snapshotter) upload(cp *shard.Capture, seq uint64) {
 		if s.ctx.Err() == nil {
 			s.log.Warn("index snapshot upload failed; retried at the next interval", "bucket", s.cfg.Bucket, "stream_seq", seq, "err", err)
 			_ = s.obs.Delete(s.ctx, name)
+			_ = s.obs.Delete(s.ctx, TrackingObjectName(seq))
 			s.failures.Add(1)
 		}
 		s.busy.Store(false)
@@ -258,6 +307,7 @@ func (s *snapshotter) prune(current string) {
 		if err := s.obs.Delete(s.ctx, names[i]); err != nil {
 			s.log.Warn("cannot delete an old index snapshot", "object", names[i], "err", err)
 		}
+		_ = s.obs.Delete(s.ctx, TrackingPrefix+strings.TrimPrefix(names[i], SnapshotPrefix))
 	}
 }
 

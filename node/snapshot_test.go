@@ -74,7 +74,10 @@ func snapshotEvent(i uint64) wire.Event {
 // snapshot, consumes from k+1, applies only the later events, is not ready
 // before it replayed to the stream's last sequence at start, and ends with
 // the same index as one that applied every event. Older snapshots beyond
-// the newest two are deleted.
+// the newest two are deleted. The event-id tracking is restored with the
+// snapshot: the replay asks no worker for recovery (no key is a first
+// sighting), and a worker's re-sent old id, the first event of that worker
+// after the snapshot, is dropped as a duplicate.
 func TestSnapshotRestore(t *testing.T) {
 	s := natstest.Server(t)
 	pub := natstest.Connect(t, s)
@@ -87,8 +90,11 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ref.Close()
+	ids := map[uint64]uint64{} // worker → its last event id
 	publish := func(i uint64) {
 		ev := snapshotEvent(i)
+		ids[ev.Worker.Worker]++
+		ev.ID = ids[ev.Worker.Worker]
 		if err := pub.Publish(sub.KVEventsNative, wire.AppendNative(nil, []wire.Event{ev})); err != nil {
 			t.Fatal(err)
 		}
@@ -121,6 +127,12 @@ func TestSnapshotRestore(t *testing.T) {
 		}
 	}
 	snapSeq := seq
+	// Worker 1 re-sends its last event id with other blocks: a duplicate.
+	dup := wire.Event{Worker: wire.WorkerKey{Worker: 1}, ID: ids[1], Kind: wire.KindStored, Blocks: testBlocks(999)}
+	if err := pub.Publish(sub.KVEventsNative, wire.AppendNative(nil, []wire.Event{dup})); err != nil {
+		t.Fatal(err)
+	}
+	seq++
 	for range 7 {
 		seq++
 		publish(seq)
@@ -145,7 +157,8 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	obs := bucket(t, pub, "KVSNAP")
 	names := objectNames(t, obs)
-	if want := []string{"current", SnapshotObjectName(snapSeq - 5), SnapshotObjectName(snapSeq)}; !slices.Equal(names, want) {
+	if want := []string{"current", SnapshotObjectName(snapSeq - 5), SnapshotObjectName(snapSeq),
+		TrackingObjectName(snapSeq - 5), TrackingObjectName(snapSeq)}; !slices.Equal(names, want) {
 		t.Errorf("bucket holds %v, want %v", names, want)
 	}
 
@@ -161,8 +174,14 @@ func TestSnapshotRestore(t *testing.T) {
 	if n2.Ingest.LastSeq() != seq || n2.EventPlane() != nil {
 		t.Errorf("caught up at LastSeq %d (want %d), event plane %v", n2.Ingest.LastSeq(), seq, n2.EventPlane())
 	}
-	if got := nativeEvents(n2); got != seq-snapSeq {
-		t.Errorf("second node applied %d events, want only the %d after the snapshot", got, seq-snapSeq)
+	if got := nativeEvents(n2); got != seq-snapSeq-1 {
+		t.Errorf("second node applied %d events, want only the %d after the snapshot, less the duplicate", got, seq-snapSeq-1)
+	}
+	if got := n2.Ingest.Stats().Sources[ingest.SourceNATSNative].Duplicates; got != 1 {
+		t.Errorf("second node dropped %d duplicates, want 1 (the re-sent id)", got)
+	}
+	if got := n2.Recovery.Stats().Requests; got != 0 {
+		t.Errorf("second node made %d recovery requests, want 0 (the tracking is restored)", got)
 	}
 	if got, want := dumpStrings(t, n2.Index), dumpStrings(t, ref); !slices.Equal(got, want) {
 		t.Errorf("restored index differs from one that applied every event:\n got %v\nwant %v", got, want)

@@ -15,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/ingest"
 )
 
 func TestSnapshotInspect(t *testing.T) {
@@ -107,7 +108,19 @@ func TestSnapshotInspectBucket(t *testing.T) {
 	if err := inspectBucket(&out, s.ClientURL(), "", "SNAPS"); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"SNAPS/" + node.SnapshotObjectName(99), "stream sequence  99", "entries          2", "checksums        ok"} {
+	if want := "event-id tracking  unusable"; !strings.Contains(out.String(), want) {
+		t.Errorf("no tracking object: output lacks %q:\n%s", want, out.String())
+	}
+	tracking := ingest.AppendTracking(nil, []ingest.SourceKey{{Source: ingest.SourceNATSNative, Worker: wire.WorkerKey{Worker: 7}, Last: 5}})
+	if _, err := obs.PutBytes(ctx, node.TrackingObjectName(99), tracking); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := inspectBucket(&out, s.ClientURL(), "", "SNAPS"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SNAPS/" + node.SnapshotObjectName(99), "stream sequence  99", "entries          2", "checksums        ok",
+		"event-id tracking  1 worker keys"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

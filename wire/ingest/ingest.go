@@ -90,6 +90,11 @@ type Config struct {
 	// point where shard.Index.Capture(seq) is exact (node's snapshots). It
 	// must not block for long: ingest waits for it.
 	AfterApply func(seq uint64)
+	// Tracked seeds the NATS sources' event-id tracking (Checkpoint's ids,
+	// stored with the index snapshot the node restored), so that the
+	// stream replayed after the snapshot is checked in order: ids below a
+	// key's Last are duplicates, and a key is not a first sighting.
+	Tracked []SourceKey
 }
 
 // Source is where events came from: a NATS subject's format or ZMQ.

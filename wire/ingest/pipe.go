@@ -88,7 +88,9 @@ type pipe struct {
 }
 
 func newPipe(in *Ingest, src Source) *pipe {
-	return &pipe{in: in, src: src, c: &in.src[src], tr: newTracker(), trackIDs: src != SourceZMQ}
+	p := &pipe{in: in, src: src, c: &in.src[src], tr: newTracker(), trackIDs: src != SourceZMQ}
+	p.seed(in.cfg.Tracked)
+	return p
 }
 
 // close marks the pipe closed after waiting for a handler call in progress.

@@ -214,6 +214,35 @@ func TestChaosNATSRestart(t *testing.T) {
 	chaosReport(t, "nats-restart", n.Index, f, time.Now())
 }
 
+// The NATS server shut down and started again on the same port with an
+// empty store while traffic runs: the node recreates the stream and the
+// snapshot bucket, consumes the new stream and recovers from the workers
+// what was published while no stream existed.
+func TestChaosNATSStoreLost(t *testing.T) {
+	s := natstest.ServerStore(t, -1, t.TempDir())
+	port := natstest.Port(s)
+	n, err := Start(chaosNodeConfig(t, s.ClientURL(), true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	f, err := mock.Start(cleanFleet(), chaosConn(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	traffic(t, f, 34, 300)
+	waitAgreement(t, &recoveryRig{n: n, f: f}, "before the store is lost")
+	ch := trafficAsync(f.Workers(), 35, 600)
+	s.Shutdown()
+	s.WaitForShutdown()
+	natstest.ServerStore(t, port, t.TempDir())
+	awaitTraffic(t, f, ch)
+	waitCond(t, "the stream recreated", func() bool { return n.Ingest.Stats().StreamRestarts == 1 })
+	traffic(t, f, 36, 300)
+	chaosReport(t, "nats-store-lost", n.Index, f, time.Now())
+}
+
 // A worker restarted (cache emptied, ids starting over) while traffic runs
 // on the others, then traffic on all, with events dropped and duplicated.
 func TestChaosWorkerRestart(t *testing.T) {

@@ -118,6 +118,7 @@ type Node struct {
 	startSeq    uint64
 	replayTo    uint64
 	caughtUp    atomic.Bool
+	checking    atomic.Bool // checkStream running
 	replayStart time.Time
 	replayDur   atomic.Int64
 	replayMsgs  atomic.Uint64
@@ -291,6 +292,51 @@ func (n *Node) Snapshots() (stored, lastSeq uint64) {
 	return n.snap.total.Load(), n.snap.lastSeq.Load()
 }
 
+// checkStream recreates the KV-event stream (and the snapshot bucket) if the
+// server lost them (it came back without its store: the ordered consumer
+// cannot recreate itself then) and restarts ingest's consumer on it; the
+// workers' recovery then fills in what was published meanwhile.
+func (n *Node) checkStream() {
+	in := n.ingest.Load()
+	if in == nil || n.stream == nil || n.closing.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.NATSConnectTimeout+10*time.Second)
+	defer cancel()
+	name := n.stream.CachedInfo().Config.Name
+	_, err := n.stream.Info(ctx)
+	if err == nil || !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	n.cfg.Logger.Error("the KV-event stream is gone (the NATS server came back without its store): recreating it; events published meanwhile are lost, the workers are asked for them",
+		"stream", name, "last_seq", in.LastSeq())
+	js, err := jetstream.New(n.NC)
+	if err == nil {
+		sc := n.cfg.Stream
+		sc.Subjects = n.cfg.Subjects
+		var st jetstream.Stream
+		if st, err = ingest.EnsureStream(ctx, js, sc); err == nil {
+			n.stream = st
+			var marked int
+			marked, err = in.RestartJetStream(st)
+			n.cfg.Logger.Info("KV-event stream recreated; consuming it from its first message", "stream", name, "tracked_worker_ranks", marked)
+		}
+		if err == nil && n.snap != nil {
+			var obs jetstream.ObjectStore
+			if obs, err = OpenSnapshotBucket(ctx, js, n.cfg.Snapshot.Bucket, st.CachedInfo().Config.Replicas, true); err == nil {
+				n.snap.setStore(obs)
+			}
+		}
+	}
+	if err != nil {
+		n.cfg.Logger.Error("cannot recreate the KV-event stream: ingest stays stopped until the next reconnection", "stream", name, "err", err)
+		return
+	}
+	if rc := n.recovery.Load(); rc != nil {
+		rc.Sweep()
+	}
+}
+
 // CaughtUp reports whether ingest applied the stream's KV events up to the
 // last one stored when the node started (always true without JetStream or
 // a start sequence).
@@ -357,6 +403,12 @@ func (n *Node) onReconnect(nc *nats.Conn) {
 	n.cfg.Logger.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted(), "reconnects", n.reconnects.Load())
 	if in := n.ingest.Load(); n.cfg.JetStream && in != nil {
 		n.cfg.Logger.Info("KV events published meanwhile are read from the JetStream stream", "after_seq", in.LastSeq())
+		if n.checking.CompareAndSwap(false, true) {
+			go func() {
+				defer n.checking.Store(false)
+				n.checkStream()
+			}()
+		}
 		return
 	}
 	n.cfg.Logger.Warn("KV events published while NATS was disconnected are lost; the index may lack or keep stale blocks until the workers' next events",

@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/recovery"
 )
@@ -307,4 +310,51 @@ func TestParentMissingAsksForADump(t *testing.T) {
 	}
 	waitCond(t, "a dump of the orphan's worker", func() bool { return rg.n.Recovery.Stats().Dumps > dumps })
 	waitAgreement(t, rg, "after the dump")
+}
+
+// The NATS server comes back on the same port without its store (a fresh
+// disk): the KV-event stream and the snapshot bucket are gone and the
+// ordered consumer cannot recreate itself. The node recreates both after
+// the reconnection, consumes the new stream from its first message, asks
+// the workers for what was published meanwhile, agrees with the fleet
+// again and stores a snapshot in the recreated bucket.
+func TestStreamLostWithTheStore(t *testing.T) {
+	s := natstest.ServerStore(t, -1, t.TempDir())
+	port := natstest.Port(s)
+	fc := faultyFleet(plane.TransportNative)
+	fc.DropFraction, fc.DupFraction = 0, 0
+	n, err := Start(Config{Index: shard.Config{Shards: 2}, BlockSize: fc.BlockSize, Subjects: subjects(t), NATSURL: s.ClientURL(),
+		JetStream: true, Stream: ingest.StreamConfig{MaxAge: time.Minute}, NATSReconnectWait: 50 * time.Millisecond,
+		Snapshot: SnapshotConfig{Bucket: "KVSNAP", Interval: time.Hour},
+		Recovery: recovery.Config{Interval: 250 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond},
+		Logger:   slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	fnc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fnc.Close)
+	f, err := mock.Start(fc, fnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	rg := &recoveryRig{n: n, f: f}
+	traffic(t, f, 81, 200)
+	waitAgreement(t, rg, "before the store is lost")
+	s.Shutdown()
+	s.WaitForShutdown()
+	natstest.ServerStore(t, port, t.TempDir()) // same port, empty store
+	waitCond(t, "the stream recreated", func() bool { return n.Ingest.Stats().StreamRestarts == 1 })
+	traffic(t, f, 82, 200)
+	waitAgreement(t, rg, "after the store was lost")
+	if seq := n.Ingest.LastSeq(); seq == 0 {
+		t.Error("ingest applied nothing from the recreated stream")
+	}
+	n.TriggerSnapshot()
+	traffic(t, f, 83, 20)
+	waitCond(t, "a snapshot stored in the recreated bucket", func() bool { st, _ := n.Snapshots(); return st == 1 })
 }

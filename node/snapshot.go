@@ -104,7 +104,8 @@ type snapshotter struct {
 	cfg    SnapshotConfig
 	log    *slog.Logger
 	ix     *shard.Index
-	obs    jetstream.ObjectStore
+	obsMu  sync.Mutex
+	obs    jetstream.ObjectStore // under obsMu (store, setStore)
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -133,6 +134,19 @@ func newSnapshotter(cfg SnapshotConfig, log *slog.Logger, ix *shard.Index, obs j
 	s := &snapshotter{cfg: cfg, log: log, ix: ix, obs: obs}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
+}
+
+func (s *snapshotter) store() jetstream.ObjectStore {
+	s.obsMu.Lock()
+	defer s.obsMu.Unlock()
+	return s.obs
+}
+
+// setStore replaces the bucket (recreated after the server lost its store).
+func (s *snapshotter) setStore(obs jetstream.ObjectStore) {
+	s.obsMu.Lock()
+	s.obs = obs
+	s.obsMu.Unlock()
 }
 
 // restore restores the bucket's current snapshot into the fresh index and
@@ -206,6 +220,9 @@ func (s *snapshotter) start() {
 // stream sequence seq was applied: it captures the index there when a
 // snapshot is due.
 func (s *snapshotter) afterApply(seq uint64) {
+	if seq < s.lastCap { // the stream was recreated: its sequences started over
+		s.lastCap = 0
+	}
 	if !s.due.Load() && seq-s.lastCap < s.cfg.Events {
 		return
 	}
@@ -243,7 +260,8 @@ func (s *snapshotter) upload(cp *shard.Capture, tracking []byte, seq uint64) {
 	defer s.wg.Done()
 	t0 := time.Now()
 	name := SnapshotObjectName(seq)
-	if _, err := s.obs.PutBytes(s.ctx, TrackingObjectName(seq), tracking); err != nil {
+	obs := s.store()
+	if _, err := obs.PutBytes(s.ctx, TrackingObjectName(seq), tracking); err != nil {
 		if s.ctx.Err() == nil {
 			s.log.Warn("index snapshot upload failed (its event-id tracking); retried at the next interval", "bucket", s.cfg.Bucket, "stream_seq", seq, "err", err)
 			s.failures.Add(1)
@@ -260,24 +278,24 @@ func (s *snapshotter) upload(cp *shard.Capture, tracking []byte, seq uint64) {
 		written, err = cp.WriteTo(pw)
 		pw.CloseWithError(err)
 	}()
-	_, err := s.obs.Put(s.ctx, jetstream.ObjectMeta{Name: name, Description: "kvroute index snapshot"}, pr)
+	_, err := obs.Put(s.ctx, jetstream.ObjectMeta{Name: name, Description: "kvroute index snapshot"}, pr)
 	pr.CloseWithError(errors.New("upload ended")) // unblocks the writer if Put failed
 	<-done
 	if err == nil {
-		_, err = s.obs.PutString(s.ctx, SnapshotCurrent, name)
+		_, err = obs.PutString(s.ctx, SnapshotCurrent, name)
 	}
 	if err != nil {
 		if s.ctx.Err() == nil {
 			s.log.Warn("index snapshot upload failed; retried at the next interval", "bucket", s.cfg.Bucket, "stream_seq", seq, "err", err)
-			_ = s.obs.Delete(s.ctx, name)
-			_ = s.obs.Delete(s.ctx, TrackingObjectName(seq))
+			_ = obs.Delete(s.ctx, name)
+			_ = obs.Delete(s.ctx, TrackingObjectName(seq))
 			s.failures.Add(1)
 		}
 		s.busy.Store(false)
 		return
 	}
 	d := time.Since(t0)
-	s.prune(name)
+	s.prune(obs, name)
 	s.lastBytes.Store(written)
 	s.lastDur.Store(int64(d))
 	s.lastSeq.Store(seq)
@@ -288,8 +306,8 @@ func (s *snapshotter) upload(cp *shard.Capture, tracking []byte, seq uint64) {
 }
 
 // prune deletes the snapshot objects older than the newest snapshotKeep.
-func (s *snapshotter) prune(current string) {
-	infos, err := s.obs.List(s.ctx)
+func (s *snapshotter) prune(obs jetstream.ObjectStore, current string) {
+	infos, err := obs.List(s.ctx)
 	if err != nil {
 		return
 	}
@@ -304,10 +322,10 @@ func (s *snapshotter) prune(current string) {
 		if names[i] == current {
 			continue
 		}
-		if err := s.obs.Delete(s.ctx, names[i]); err != nil {
+		if err := obs.Delete(s.ctx, names[i]); err != nil {
 			s.log.Warn("cannot delete an old index snapshot", "object", names[i], "err", err)
 		}
-		_ = s.obs.Delete(s.ctx, TrackingPrefix+strings.TrimPrefix(names[i], SnapshotPrefix))
+		_ = obs.Delete(s.ctx, TrackingPrefix+strings.TrimPrefix(names[i], SnapshotPrefix))
 	}
 }
 

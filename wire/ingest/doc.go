@@ -72,6 +72,13 @@
 //     exact only on the goroutine that applies). If StartSeq has already aged
 //     out, delivery starts at the oldest message and a warning says how many
 //     sequences were skipped.
+//   - Lost stream: a server that comes back without its store (a fresh
+//     disk, a memory store) has no stream, and the ordered consumer cannot
+//     recreate itself. The owner (node) checks the stream after every
+//     reconnection, recreates it and calls RestartJetStream: a new consumer
+//     from the new stream's first sequence, the id tracking kept and every
+//     key marked as after a lost connection, so the recovery sweep asks the
+//     workers for what was published while no stream existed.
 //
 // Measured (BenchmarkNATSIngest, -count 6, medians; the machine shared with
 // other jobs): one Dynamo event per message into a one-shard index, core
@@ -152,6 +159,7 @@
 //	kvroute_ingest_running                                  1 while events can arrive: NATS subscribed and connected, or a ZMQ subscription (gauge)
 //	kvroute_ingest_stream_seq                               JetStream sequence of the last message applied (gauge; LastSeq)
 //	kvroute_ingest_stream_duplicates_total                  JetStream messages dropped as already applied
+//	kvroute_ingest_stream_restarts_total                    JetStream consumers restarted on a recreated stream
 //	kvroute_ingest_messages_total{source}                   messages (NATS) or batches (ZMQ) received
 //	kvroute_ingest_events_total{source}                     events handed to the index
 //	kvroute_ingest_blocks_total{source}                     blocks in those events

@@ -147,7 +147,7 @@ type Ingest struct {
 
 	// JetStream: the stream sequence of the last message handed to the
 	// sink, and the redelivered messages dropped.
-	seq, streamDups atomic.Uint64
+	seq, streamDups, streamRestarts atomic.Uint64
 
 	// zmqOps serializes AddZMQ, RemoveZMQ and Close's ZMQ part, which stop
 	// subscribers (and wait for them) outside mu.
@@ -407,6 +407,8 @@ type Stats struct {
 	// handed to the sink (LastSeq), and messages dropped because their
 	// sequence was not above it (redeliveries after a consumer reset).
 	StreamSeq, StreamDuplicates uint64
+	// StreamRestarts counts RestartJetStream calls (the stream was lost).
+	StreamRestarts uint64
 	Sources                     [NumSources]SourceStats
 	// ZMQ lists the ZMQ subscriptions by worker and dp rank.
 	ZMQ []ZMQStats
@@ -459,7 +461,7 @@ type ZMQStats struct {
 func (in *Ingest) Stats() Stats {
 	var st Stats
 	st.Running = in.Running()
-	st.StreamSeq, st.StreamDuplicates = in.seq.Load(), in.streamDups.Load()
+	st.StreamSeq, st.StreamDuplicates, st.StreamRestarts = in.seq.Load(), in.streamDups.Load(), in.streamRestarts.Load()
 	for s := range NumSources {
 		in.src[s].snapshot(&st.Sources[s])
 		st.Sources[s].Source = s

@@ -194,6 +194,18 @@ func (in *Ingest) ConsumeJetStream(nc *nats.Conn, stream jetstream.Stream) error
 		return err
 	}
 	defer in.mu.Unlock()
+	cc, jp, err := in.consume(stream, in.cfg.StartSeq, newPipe(in, SourceNATSDynamo), newPipe(in, SourceNATSNative))
+	if err != nil {
+		return err
+	}
+	in.mu.nc, in.mu.cc, in.mu.dynPipe, in.mu.natPipe = nc, cc, jp.dyn, jp.nat
+	in.running.Store(true)
+	return nil
+}
+
+// consume starts an ordered consumer on stream from startSeq (0: new
+// messages only) feeding the pipes dyn and nat.
+func (in *Ingest) consume(stream jetstream.Stream, startSeq uint64, dyn, nat *pipe) (jetstream.ConsumeContext, *jsPipe, error) {
 	// A stream that holds nothing but the KV events needs no filter: with
 	// two filter subjects the server intersects its subject tree for every
 	// message it delivers (a third of the consumer side's CPU in a replay).
@@ -205,26 +217,66 @@ func (in *Ingest) ConsumeJetStream(nc *nats.Conn, stream jetstream.Stream) error
 			break
 		}
 	}
-	if in.cfg.StartSeq > 0 {
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, in.cfg.StartSeq
-		in.seq.Store(in.cfg.StartSeq - 1)
+	if startSeq > 0 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, startSeq
+		in.seq.Store(startSeq - 1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cons, err := stream.OrderedConsumer(ctx, occ)
 	if err != nil {
-		return fmt.Errorf("ingest: ordered consumer on stream %s: %w", stream.CachedInfo().Config.Name, err)
+		return nil, nil, fmt.Errorf("ingest: ordered consumer on stream %s: %w", stream.CachedInfo().Config.Name, err)
 	}
-	jp := &jsPipe{in: in, dyn: newPipe(in, SourceNATSDynamo), nat: newPipe(in, SourceNATSNative),
-		dynSubject: in.cfg.Subjects.KVEvents, first: in.cfg.StartSeq, after: in.cfg.AfterApply}
+	jp := &jsPipe{in: in, dyn: dyn, nat: nat, dynSubject: in.cfg.Subjects.KVEvents, first: startSeq, after: in.cfg.AfterApply}
 	cc, err := cons.Consume(jp.onMsg, jetstream.PullMaxMessages(in.cfg.FetchBatch),
 		jetstream.PullHeartbeat(in.cfg.Heartbeat), jetstream.ConsumeErrHandler(jp.onErr))
 	if err != nil {
-		return fmt.Errorf("ingest: consume stream %s: %w", stream.CachedInfo().Config.Name, err)
+		return nil, nil, fmt.Errorf("ingest: consume stream %s: %w", stream.CachedInfo().Config.Name, err)
 	}
-	in.mu.nc, in.mu.cc, in.mu.dynPipe, in.mu.natPipe = nc, cc, jp.dyn, jp.nat
-	in.running.Store(true)
-	return nil
+	return cc, jp, nil
+}
+
+// RestartJetStream replaces the JetStream consumer with one on stream (a
+// stream recreated after the server lost its store: its sequences start
+// over) from its first message. Events published while no stream existed
+// are lost, so every tracked worker key is marked as after a lost
+// connection (MarkReconnected): its next event is checked against the last
+// id seen, and a recovery sweep finds what is missing. The id tracking and
+// the counters carry over; LastSeq restarts with the new stream's
+// sequences. It returns the number of keys marked.
+func (in *Ingest) RestartJetStream(stream jetstream.Stream) (int, error) {
+	if stream == nil {
+		return 0, errors.New("ingest: nil JetStream stream")
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.mu.closed {
+		return 0, ErrClosed
+	}
+	if in.mu.cc == nil {
+		return 0, errors.New("ingest: RestartJetStream without ConsumeJetStream")
+	}
+	old := in.mu.cc
+	old.Stop()
+	select { // the old handler finishes its message before the sequences start over
+	case <-old.Closed():
+	case <-time.After(5 * time.Second):
+	}
+	dyn, nat := in.mu.dynPipe, in.mu.natPipe
+	marked := 0
+	for _, p := range [...]*pipe{dyn, nat} {
+		p.mu.Lock()
+		marked += p.tr.markSuspect()
+		p.mu.Unlock()
+	}
+	in.seq.Store(0)
+	cc, _, err := in.consume(stream, 1, dyn, nat)
+	if err != nil {
+		return marked, err
+	}
+	in.mu.cc = cc
+	in.streamRestarts.Add(1)
+	return marked, nil
 }
 
 // LastSeq returns the stream sequence of the last JetStream message whose

@@ -17,6 +17,7 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_ingest_running", Type: promtext.Gauge, Help: "1 while KV-event ingest runs"},
 	{Name: "kvroute_ingest_stream_seq", Type: promtext.Gauge, Help: "JetStream stream sequence of the last KV-event message applied (0 without JetStream)"},
 	{Name: "kvroute_ingest_stream_duplicates_total", Type: promtext.Counter, Help: "JetStream messages dropped as already applied (redelivered after a consumer reset)"},
+	{Name: "kvroute_ingest_stream_restarts_total", Type: promtext.Counter, Help: "JetStream consumers restarted on a recreated KV-event stream (the NATS server lost its store)"},
 	{Name: "kvroute_ingest_messages_total", Type: promtext.Counter, Help: "KV-event messages (NATS) or batches (ZMQ) received, by source"},
 	{Name: "kvroute_ingest_events_total", Type: promtext.Counter, Help: "KV events handed to the index, by source"},
 	{Name: "kvroute_ingest_blocks_total", Type: promtext.Counter, Help: "Blocks in the KV events handed to the index, by source"},
@@ -56,6 +57,7 @@ func (in *Ingest) WriteMetrics(w io.Writer) {
 	metrics.WriteGaugeUint64(w, "kvroute_ingest_running", running)
 	metrics.WriteGaugeUint64(w, "kvroute_ingest_stream_seq", st.StreamSeq)
 	metrics.WriteCounterUint64(w, "kvroute_ingest_stream_duplicates_total", st.StreamDuplicates)
+	metrics.WriteCounterUint64(w, "kvroute_ingest_stream_restarts_total", st.StreamRestarts)
 	for i := range st.Sources {
 		writeSourceMetrics(w, &st.Sources[i])
 	}

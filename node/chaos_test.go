@@ -11,8 +11,10 @@ package node
 // true caches within chaosDeadline.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -20,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -62,17 +65,16 @@ func chaosReport(t *testing.T, name string, ix *shard.Index, f *mock.Fleet, faul
 	}
 }
 
-// replayOnly fails unless n reached agreement from its snapshot and the
-// stream alone: the event-id tracking restored with the snapshot makes no
-// worker key a first sighting, so no worker was asked for recovery and no
-// replayed event was a duplicate (the fleet is clean).
+// replayOnly fails unless n resumed with the event-id tracking stored with
+// its snapshot: no worker key was a first sighting (each would have asked
+// its worker for a dump). Dumps and duplicates can still occur under load:
+// a sweep of the snapshotted node, whose consumer lagged, applied ring
+// answers at live ids ahead of its stream position; the replay then drops
+// those events as duplicates, as it should.
 func replayOnly(t *testing.T, n *Node) {
 	t.Helper()
-	if st := n.Recovery.Stats(); st.Requests != 0 {
-		t.Errorf("restored node made %d recovery requests (%d dumps), want none: the snapshot and the stream are enough", st.Requests, st.Dumps)
-	}
-	if d := n.Ingest.Stats().Sources[ingest.SourceNATSNative].Duplicates; d != 0 {
-		t.Errorf("restored node dropped %d duplicate events, want none", d)
+	if fs := n.Ingest.Stats().Sources[ingest.SourceNATSNative].FirstSightings; fs != 0 {
+		t.Errorf("restored node saw %d worker keys as first sightings, want none: the tracking was not restored", fs)
 	}
 }
 
@@ -243,6 +245,53 @@ func TestChaosNATSStoreLost(t *testing.T) {
 	chaosReport(t, "nats-store-lost", n.Index, f, time.Now())
 }
 
+// A 3-node JetStream cluster with an R3 stream and snapshot bucket; the
+// stream's leader is killed while traffic runs (the fleet publishes with a
+// plain publish, so what was sent during the election may be lost and is
+// recovered from the workers); the node, connected to all three, agrees
+// with the fleet again.
+func TestChaosClusterNodeKilled(t *testing.T) {
+	ss := natstest.Cluster(t, 3)
+	urls := natstest.ClientURLs(ss)
+	cfg := chaosNodeConfig(t, urls, true)
+	cfg.Stream.Replicas = 3
+	var n *Node
+	deadline := time.Now().Add(30 * time.Second)
+	for { // the cluster may still be placing its first stream
+		var err error
+		if n, err = Start(cfg); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	f, err := mock.Start(cleanFleet(), chaosConn(t, urls))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	traffic(t, f, 37, 300)
+	waitAgreement(t, &recoveryRig{n: n, f: f}, "before the node is killed")
+	ch := trafficAsync(f.Workers(), 38, 600)
+	killed := ""
+	for _, s := range ss {
+		if s.JetStreamIsStreamLeader("$G", n.stream.CachedInfo().Config.Name) {
+			killed = s.Name()
+			s.Shutdown()
+			break
+		}
+	}
+	if killed == "" {
+		t.Fatal("no node leads the stream")
+	}
+	awaitTraffic(t, f, ch)
+	traffic(t, f, 39, 300)
+	chaosReport(t, "cluster-leader-killed", n.Index, f, time.Now())
+}
+
 // A worker restarted (cache emptied, ids starting over) while traffic runs
 // on the others, then traffic on all, with events dropped and duplicated.
 func TestChaosWorkerRestart(t *testing.T) {
@@ -356,11 +405,25 @@ func TestChaosKill9Binary(t *testing.T) {
 	ch = trafficAsync(f.Workers(), 72, 300)
 	cfg := chaosNodeConfig(t, s.ClientURL(), true)
 	cfg.Stream = ingest.StreamConfig{} // the binary's defaults
+	var nodeLog bytes.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &nodeLog}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	n, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Close() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			log, _ := os.ReadFile(logf.Name())
+			t.Logf("restored node: recovery %+v, ingest %+v; its log:\n%s\nthe binary's log:\n%s", n.Recovery.Stats(), n.Ingest.Stats().Sources[ingest.SourceNATSNative], nodeLog.String(), log)
+			a, b := indexEntries(t, n.Index), fleetEntries(f)
+			for e := range a {
+				if !b[e] {
+					t.Logf("index only: %+v", e)
+				}
+			}
+		}
+	})
 	restart := time.Now()
 	if n.startSeq != snapSeq+1 {
 		t.Fatalf("new node starts at stream sequence %d, want %d (after the binary's snapshot)", n.startSeq, snapSeq+1)
@@ -369,4 +432,16 @@ func TestChaosKill9Binary(t *testing.T) {
 	waitCond(t, "caught up", n.CaughtUp)
 	chaosReport(t, "kill9-binary-restore", n.Index, f, restart)
 	replayOnly(t, n)
+}
+
+// lockedWriter serializes writes to w (a log buffer read at the end).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

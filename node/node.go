@@ -179,6 +179,7 @@ func (n *Node) start() error {
 	}
 	rc := n.cfg.Recovery
 	rc.Subjects, rc.Logger = n.cfg.Subjects, n.cfg.Logger
+	rc.SweepWhen = n.caughtUp.Load // the replay at start is lag, not loss
 	if n.Recovery, err = recovery.Start(rc, n.NC, n.Index, n.Ingest); err != nil {
 		return err
 	}

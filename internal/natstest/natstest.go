@@ -4,7 +4,10 @@
 package natstest
 
 import (
+	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,4 +72,59 @@ func Connect(tb testing.TB, s *server.Server) *nats.Conn {
 	}
 	tb.Cleanup(nc.Close)
 	return nc
+}
+
+// Cluster starts an n-node JetStream cluster on loopback (servers n1..nN,
+// random client ports, each with its own store), shut down when the test
+// ends, and waits until it has a JetStream meta leader.
+func Cluster(tb testing.TB, n int) []*server.Server {
+	tb.Helper()
+	cports := make([]int, n)
+	var routes []string
+	for i := range cports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cports[i] = ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(cports[i]))
+	}
+	var ss []*server.Server
+	for i, p := range cports {
+		o := natsserver.DefaultTestOptions
+		o.Port = -1
+		o.ServerName = fmt.Sprintf("n%d", i+1)
+		o.JetStream = true
+		o.StoreDir = tb.TempDir()
+		o.Cluster.Name = "kvroute-test"
+		o.Cluster.Host = "127.0.0.1"
+		o.Cluster.Port = p
+		o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		s := natsserver.RunServer(&o)
+		tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		ss = append(ss, s)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, s := range ss {
+			if s.JetStreamIsLeader() {
+				return ss
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("natstest: the cluster elected no JetStream meta leader within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling: the server announces no election
+	}
+}
+
+// ClientURLs is the comma-separated client URLs of ss (a nats.Connect URL
+// list).
+func ClientURLs(ss []*server.Server) string {
+	urls := make([]string, len(ss))
+	for i, s := range ss {
+		urls[i] = s.ClientURL()
+	}
+	return strings.Join(urls, ",")
 }

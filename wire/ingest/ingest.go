@@ -432,6 +432,10 @@ type SourceStats struct {
 	// MissingBatches what they skipped; Restarts the workers seen starting
 	// over at id 1 (NATS) or at a lower sequence number (ZMQ).
 	Duplicates, Gaps, MissingEvents, MissingBatches, Restarts uint64
+	// FirstSightings counts worker keys first seen at an id above 1 (NATS:
+	// the router joined a running worker, or restarted without the
+	// tracking of its snapshot); each asks the worker for a dump.
+	FirstSightings uint64
 	// SinkErrors counts Apply calls that failed (their events are lost).
 	SinkErrors uint64
 	// Dropped: NATS messages the client dropped because the subscription's

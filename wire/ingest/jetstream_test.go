@@ -3,13 +3,11 @@ package ingest
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	natsserver "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -169,52 +167,6 @@ func TestJetStreamResume(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// cluster starts a 3-node JetStream cluster on loopback, each node with its
-// own store, and waits until it has a meta leader.
-func cluster(t *testing.T) []*server.Server {
-	t.Helper()
-	cports := []int{freePort(t), freePort(t), freePort(t)}
-	var routes []string
-	for _, p := range cports {
-		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(p))
-	}
-	var ss []*server.Server
-	for i, p := range cports {
-		o := natsserver.DefaultTestOptions
-		o.Port = -1
-		o.ServerName = fmt.Sprintf("n%d", i+1)
-		o.JetStream = true
-		o.StoreDir = t.TempDir()
-		o.Cluster.Name = "kvroute-test"
-		o.Cluster.Host = "127.0.0.1"
-		o.Cluster.Port = p
-		o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
-		s := natsserver.RunServer(&o)
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		ss = append(ss, s)
-	}
-	waitFor(t, func() bool {
-		for _, s := range ss {
-			if s.JetStreamIsLeader() {
-				return true
-			}
-		}
-		return false
-	}, func() string { return "a JetStream meta leader" })
-	return ss
-}
-
 // TestJetStreamClusterNodeLoss: an R3 stream on a 3-node cluster; the stream
 // leader is shut down while events are being published; the ingest, connected
 // with all three URLs, applies every event exactly once.
@@ -222,7 +174,7 @@ func TestJetStreamClusterNodeLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	ss := cluster(t)
+	ss := natstest.Cluster(t, 3)
 	var urls []string
 	for _, s := range ss {
 		urls = append(urls, s.ClientURL())

@@ -30,6 +30,7 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_ingest_missing_events_total", Type: promtext.Counter, Help: "Event ids skipped by gaps (NATS), by source"},
 	{Name: "kvroute_ingest_missing_batches_total", Type: promtext.Counter, Help: "Event batches lost (ZMQ), by source"},
 	{Name: "kvroute_ingest_restarts_total", Type: promtext.Counter, Help: "Workers seen starting their event numbering over, by source"},
+	{Name: "kvroute_ingest_first_sightings_total", Type: promtext.Counter, Help: "Worker keys first seen at an event id above 1 (a running worker joined, or a restart without its snapshot's tracking); each is asked for a dump"},
 	{Name: "kvroute_ingest_sink_errors_total", Type: promtext.Counter, Help: "Failed applies of events to the index, by source"},
 	{Name: "kvroute_ingest_dropped_messages_total", Type: promtext.Counter, Help: "NATS messages dropped by the slow-consumer limit, or ZMQ batches lost, by source"},
 	{Name: "kvroute_ingest_pending_messages", Type: promtext.Gauge, Help: "NATS messages waiting for the ingest callback, by source"},
@@ -96,6 +97,7 @@ func writeSourceMetrics(w io.Writer, s *SourceStats) {
 	counter("missing_events_total", s.MissingEvents)
 	counter("missing_batches_total", s.MissingBatches)
 	counter("restarts_total", s.Restarts)
+	counter("first_sightings_total", s.FirstSightings)
 	counter("sink_errors_total", s.SinkErrors)
 	counter("dropped_messages_total", s.Dropped)
 	metrics.WriteGaugeUint64(w, "kvroute_ingest_pending_messages{"+l+"}", uint64(s.Pending))

@@ -24,7 +24,7 @@ var DispatchBuckets = [...]time.Duration{
 type counters struct {
 	messages, events, blocks                      atomic.Uint64
 	malformed, rejected, sizeMismatches, ignored  atomic.Uint64
-	duplicates, gaps, missing, restarts, sinkErrs atomic.Uint64
+	duplicates, gaps, missing, restarts, firsts, sinkErrs atomic.Uint64
 	missingBatches                                atomic.Uint64
 	droppedGone                                   atomic.Uint64 // Dropped of closed subscriptions
 	dispatchNanos, dispatchMax                    atomic.Uint64
@@ -38,7 +38,7 @@ func (c *counters) snapshot(s *SourceStats) {
 	s.SizeMismatches, s.Ignored = c.sizeMismatches.Load(), c.ignored.Load()
 	s.Duplicates, s.Gaps, s.MissingEvents = c.duplicates.Load(), c.gaps.Load(), c.missing.Load()
 	s.MissingBatches = c.missingBatches.Load()
-	s.Restarts, s.SinkErrors = c.restarts.Load(), c.sinkErrs.Load()
+	s.Restarts, s.FirstSightings, s.SinkErrors = c.restarts.Load(), c.firsts.Load(), c.sinkErrs.Load()
 	s.DispatchSum, s.DispatchMax = time.Duration(c.dispatchNanos.Load()), time.Duration(c.dispatchMax.Load())
 	for i := range c.buckets {
 		s.Buckets[i] = c.buckets[i].Load()
@@ -165,6 +165,7 @@ func (p *pipe) deliver(err error) {
 			restarts++
 			p.in.gap(p.src, ev.Worker, 1, ev.ID, false)
 		case vFirst:
+			c.firsts.Add(1)
 			p.in.lostAfter(ev.Worker, 0)
 		}
 		if n != i {

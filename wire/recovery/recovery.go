@@ -51,7 +51,13 @@ type Config struct {
 	// after its last id (the loss of a worker's last events shows no gap:
 	// no later event arrives). Default 10 s; negative: no sweep.
 	Interval time.Duration
-	Logger   *slog.Logger
+	// SweepWhen, if set, gates the periodic sweep: it is skipped while
+	// SweepWhen returns false (the node: while ingest replays the KV-event
+	// stream at start, the workers' ids run ahead of the replay without any
+	// loss, and probing them would only fetch dumps the replay makes
+	// redundant). Sweep is not gated.
+	SweepWhen func() bool
+	Logger    *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -238,7 +244,9 @@ func (r *Requester) dispatch() {
 		case <-r.wake:
 		case <-timer.C:
 		case <-sweep:
-			r.sweep()
+			if r.cfg.SweepWhen == nil || r.cfg.SweepWhen() {
+				r.sweep()
+			}
 		case <-r.sweepNow:
 			r.sweep()
 		}

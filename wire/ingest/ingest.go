@@ -409,7 +409,7 @@ type Stats struct {
 	StreamSeq, StreamDuplicates uint64
 	// StreamRestarts counts RestartJetStream calls (the stream was lost).
 	StreamRestarts uint64
-	Sources                     [NumSources]SourceStats
+	Sources        [NumSources]SourceStats
 	// ZMQ lists the ZMQ subscriptions by worker and dp rank.
 	ZMQ []ZMQStats
 }

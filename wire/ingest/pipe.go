@@ -22,14 +22,14 @@ var DispatchBuckets = [...]time.Duration{
 // per event or block), read at scrape time. Padded so that two sources'
 // handler goroutines do not share a cache line.
 type counters struct {
-	messages, events, blocks                      atomic.Uint64
-	malformed, rejected, sizeMismatches, ignored  atomic.Uint64
+	messages, events, blocks                              atomic.Uint64
+	malformed, rejected, sizeMismatches, ignored          atomic.Uint64
 	duplicates, gaps, missing, restarts, firsts, sinkErrs atomic.Uint64
-	missingBatches                                atomic.Uint64
-	droppedGone                                   atomic.Uint64 // Dropped of closed subscriptions
-	dispatchNanos, dispatchMax                    atomic.Uint64
-	buckets                                       [len(DispatchBuckets) + 1]atomic.Uint64
-	_                                             [64]byte
+	missingBatches                                        atomic.Uint64
+	droppedGone                                           atomic.Uint64 // Dropped of closed subscriptions
+	dispatchNanos, dispatchMax                            atomic.Uint64
+	buckets                                               [len(DispatchBuckets) + 1]atomic.Uint64
+	_                                                     [64]byte
 }
 
 func (c *counters) snapshot(s *SourceStats) {

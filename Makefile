@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare fuzz run clean
+.PHONY: replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz run clean
 
 all: build
 
@@ -62,6 +62,14 @@ bench-baseline:
 # Build both revisions' benchmark binaries and run them interleaved, in one run.
 bench-compare:
 	perf/bench-compare.sh '$(BASE)' '$(BENCH)' '$(BENCHTIME)' '$(COUNT)' $(BENCHPKGS)
+
+# The regression gate for hot-path changes: the gated benchmarks (Match,
+# Apply, IndexMatch, IndexApply, Decide, Route, NATSIngest) of $(BASE) and of
+# the work tree, interleaved; exits 1 naming each metric worse by more than
+# $(MARGIN) with p < 0.05 (perf/bench-gate.sh, perf/benchgate). Not for CI.
+MARGIN    ?= 0.05
+bench-gate:
+	BENCHTIME='$(BENCHTIME)' COUNT='$(COUNT)' perf/bench-gate.sh '$(BASE)' '$(MARGIN)'
 
 # Every fuzz target for $(FUZZTIME).
 fuzz:

@@ -1,0 +1,3 @@
+module slowbench
+
+go 1.26

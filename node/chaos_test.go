@@ -5,10 +5,13 @@ package node
 // Longer fault scenarios for `make chaos` (build tag chaos): each runs on a
 // real in-process nats-server and the simulated fleet under traffic, prints
 //
-//	chaos: <scenario> agreement_after_fault=<f> time_to_agreement=<d>
+//	chaos: <scenario> agreement_after_fault=<f> time_to_agreement=<d> entries=<n>
+//	       hit_ratio_lost=<f> phantom_hits=<f> engine_hit_ratio=<f>
 //
-// and fails if the index does not reach 100% agreement with the fleet's
-// true caches within chaosDeadline.
+// (hitProbe: the index's overlap for each request's worker against the
+// engine's cached_tokens, during and after the fault) and fails if the index
+// does not reach 100% agreement with the fleet's true caches within
+// chaosDeadline.
 
 import (
 	"bytes"
@@ -45,15 +48,16 @@ const chaosDeadline = 60 * time.Second
 // chaosReport measures the agreement of ix with f now (agreement_after_fault),
 // then polls until it is 1 and prints the scenario's line with the time
 // since faultEnd; it fails the test past chaosDeadline.
-func chaosReport(t *testing.T, name string, ix *shard.Index, f *mock.Fleet, faultEnd time.Time) {
+func chaosReport(t *testing.T, name string, ix *shard.Index, f *mock.Fleet, faultEnd time.Time, probe *hitProbe) {
 	t.Helper()
 	after, _, _, _ := agreement(t, ix, f)
 	deadline := time.Now().Add(chaosDeadline)
 	for {
 		frac, ni, nf, both := agreement(t, ix, f)
 		if frac == 1 {
-			fmt.Printf("chaos: %s agreement_after_fault=%.4f time_to_agreement=%s entries=%d\n",
-				name, after, time.Since(faultEnd).Round(time.Millisecond), ni)
+			lost, phantom, hit := probe.lost()
+			fmt.Printf("chaos: %s agreement_after_fault=%.4f time_to_agreement=%s entries=%d hit_ratio_lost=%.4f phantom_hits=%.4f engine_hit_ratio=%.4f\n",
+				name, after, time.Since(faultEnd).Round(time.Millisecond), ni, lost, phantom, hit)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -111,11 +115,20 @@ func cleanFleet() mock.Config {
 
 // trafficAsync runs sendTraffic on its own goroutine; the channel yields
 // its result.
-func trafficAsync(workers []*mock.Worker, seed uint64, n int) <-chan error {
+func trafficAsync(workers []*mock.Worker, seed uint64, n int, probe *hitProbe) <-chan error {
 	ch := make(chan error, 1)
-	go func() { ch <- sendTraffic(workers, seed, n) }()
+	go func() { ch <- sendProbed(workers, seed, n, probe) }()
 	return ch
 }
+
+// trafficProbed is traffic measured by probe.
+func trafficProbed(t *testing.T, f *mock.Fleet, seed uint64, n int, probe *hitProbe) {
+	t.Helper()
+	awaitTraffic(t, f, trafficAsync(f.Workers(), seed, n, probe))
+}
+
+// probeOn is a hit probe on ix for the chaos fleet's block size.
+func probeOn(ix *shard.Index) *hitProbe { return &hitProbe{ix: ix, blockSize: cleanFleet().BlockSize} }
 
 func awaitTraffic(t *testing.T, f *mock.Fleet, ch <-chan error) {
 	t.Helper()
@@ -125,6 +138,17 @@ func awaitTraffic(t *testing.T, f *mock.Fleet, ch <-chan error) {
 	if err := waitIdle(f.Workers(), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// No fault: the reference for the other scenarios' hit_ratio_lost and
+// phantom_hits (with 8 requests in flight, a request's lookup misses the
+// blocks of requests still running, whose events arrive later).
+func TestChaosBaseline(t *testing.T) {
+	rg := startRecoveryRig(t, cleanFleet())
+	traffic(t, rg.f, 11, 300)
+	probe := probeOn(rg.n.Index)
+	trafficProbed(t, rg.f, 12, 900, probe)
+	chaosReport(t, "baseline-no-fault", rg.n.Index, rg.f, time.Now(), probe)
 }
 
 // The router killed abruptly (its NATS connection closed without a drain,
@@ -149,17 +173,18 @@ func TestChaosKillRestoreSnapshot(t *testing.T) {
 	traffic(t, f, 22, 300)
 	waitCond(t, "a snapshot stored", func() bool { st, _ := n1.Snapshots(); return st >= 1 })
 	_, snapSeq := n1.Snapshots()
-	ch := trafficAsync(f.Workers(), 23, 300)
+	ch := trafficAsync(f.Workers(), 23, 300, nil)
 	// kill -9: the connection goes at once; Close then only frees the
 	// in-process goroutines (it takes no snapshot).
 	n1.NC.Close()
 	_ = n1.Close()
 	awaitTraffic(t, f, ch) // while no router runs
-	ch = trafficAsync(f.Workers(), 24, 300)
 	n2, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	probe := probeOn(n2.Index)
+	ch = trafficAsync(f.Workers(), 24, 300, probe)
 	t.Cleanup(func() { _ = n2.Close() })
 	restart := time.Now()
 	if n2.startSeq != snapSeq+1 {
@@ -167,7 +192,7 @@ func TestChaosKillRestoreSnapshot(t *testing.T) {
 	}
 	awaitTraffic(t, f, ch)
 	waitCond(t, "caught up", n2.CaughtUp)
-	chaosReport(t, "kill-restore-snapshot", n2.Index, f, restart)
+	chaosReport(t, "kill-restore-snapshot", n2.Index, f, restart, probe)
 	replayOnly(t, n2)
 }
 
@@ -177,8 +202,9 @@ func TestChaosDropsAndDuplicates(t *testing.T) {
 	for _, tr := range []string{plane.TransportNative, plane.TransportDynamo} {
 		t.Run(tr, func(t *testing.T) {
 			rg := startRecoveryRig(t, faultyFleet(tr))
-			traffic(t, rg.f, 41, 5000)
-			chaosReport(t, "drop10-dup5-"+tr, rg.n.Index, rg.f, time.Now())
+			probe := &hitProbe{ix: rg.n.Index, blockSize: faultyFleet(tr).BlockSize}
+			trafficProbed(t, rg.f, 41, 5000, probe)
+			chaosReport(t, "drop10-dup5-"+tr, rg.n.Index, rg.f, time.Now(), probe)
 			if st := rg.n.Recovery.Stats(); st.Events+st.DumpBlocks == 0 {
 				t.Fatalf("nothing was recovered (%+v): the faults did not bite", st)
 			}
@@ -206,14 +232,15 @@ func TestChaosNATSRestart(t *testing.T) {
 	traffic(t, f, 31, 300)
 	rg := &recoveryRig{n: n, f: f}
 	waitAgreement(t, rg, "before the NATS restart")
-	ch := trafficAsync(f.Workers(), 32, 600)
+	probe := probeOn(n.Index)
+	ch := trafficAsync(f.Workers(), 32, 600, probe)
 	s.Shutdown()
 	s.WaitForShutdown()
 	natstest.ServerStore(t, port, dir)
 	awaitTraffic(t, f, ch)
 	waitCond(t, "the node reconnected", func() bool { return n.reconnects.Load() > 0 })
-	traffic(t, f, 33, 300) // after the restart: the consumer goes on
-	chaosReport(t, "nats-restart", n.Index, f, time.Now())
+	trafficProbed(t, f, 33, 300, probe) // after the restart: the consumer goes on
+	chaosReport(t, "nats-restart", n.Index, f, time.Now(), probe)
 }
 
 // The NATS server shut down and started again on the same port with an
@@ -235,14 +262,15 @@ func TestChaosNATSStoreLost(t *testing.T) {
 	t.Cleanup(func() { _ = f.Close() })
 	traffic(t, f, 34, 300)
 	waitAgreement(t, &recoveryRig{n: n, f: f}, "before the store is lost")
-	ch := trafficAsync(f.Workers(), 35, 600)
+	probe := probeOn(n.Index)
+	ch := trafficAsync(f.Workers(), 35, 600, probe)
 	s.Shutdown()
 	s.WaitForShutdown()
 	natstest.ServerStore(t, port, t.TempDir())
 	awaitTraffic(t, f, ch)
 	waitCond(t, "the stream recreated", func() bool { return n.Ingest.Stats().StreamRestarts == 1 })
-	traffic(t, f, 36, 300)
-	chaosReport(t, "nats-store-lost", n.Index, f, time.Now())
+	trafficProbed(t, f, 36, 300, probe)
+	chaosReport(t, "nats-store-lost", n.Index, f, time.Now(), probe)
 }
 
 // A 3-node JetStream cluster with an R3 stream and snapshot bucket; the
@@ -275,7 +303,8 @@ func TestChaosClusterNodeKilled(t *testing.T) {
 	t.Cleanup(func() { _ = f.Close() })
 	traffic(t, f, 37, 300)
 	waitAgreement(t, &recoveryRig{n: n, f: f}, "before the node is killed")
-	ch := trafficAsync(f.Workers(), 38, 600)
+	probe := probeOn(n.Index)
+	ch := trafficAsync(f.Workers(), 38, 600, probe)
 	killed := ""
 	for _, s := range ss {
 		if s.JetStreamIsStreamLeader("$G", n.stream.CachedInfo().Config.Name) {
@@ -288,8 +317,8 @@ func TestChaosClusterNodeKilled(t *testing.T) {
 		t.Fatal("no node leads the stream")
 	}
 	awaitTraffic(t, f, ch)
-	traffic(t, f, 39, 300)
-	chaosReport(t, "cluster-leader-killed", n.Index, f, time.Now())
+	trafficProbed(t, f, 39, 300, probe)
+	chaosReport(t, "cluster-leader-killed", n.Index, f, time.Now(), probe)
 }
 
 // A worker restarted (cache emptied, ids starting over) while traffic runs
@@ -299,11 +328,12 @@ func TestChaosWorkerRestart(t *testing.T) {
 	traffic(t, rg.f, 51, 300)
 	waitAgreement(t, rg, "before the restart")
 	ws := rg.f.Workers()
-	ch := trafficAsync(ws[1:], 52, 300)
+	probe := &hitProbe{ix: rg.n.Index, blockSize: faultyFleet(plane.TransportNative).BlockSize}
+	ch := trafficAsync(ws[1:], 52, 300, probe)
 	ws[0].Restart()
 	awaitTraffic(t, rg.f, ch)
-	traffic(t, rg.f, 53, 300)
-	chaosReport(t, "worker-restart", rg.n.Index, rg.f, time.Now())
+	trafficProbed(t, rg.f, 53, 300, probe)
+	chaosReport(t, "worker-restart", rg.n.Index, rg.f, time.Now(), probe)
 }
 
 // A worker paused past its heartbeat expiry (the router forgets it and
@@ -316,7 +346,8 @@ func TestChaosWorkerPause(t *testing.T) {
 	ws := rg.f.Workers()
 	w := ws[1]
 	w.Pause()
-	ch := trafficAsync([]*mock.Worker{ws[0], ws[2]}, 62, 300)
+	probe := &hitProbe{ix: rg.n.Index, blockSize: faultyFleet(plane.TransportDynamo).BlockSize}
+	ch := trafficAsync([]*mock.Worker{ws[0], ws[2]}, 62, 300, probe)
 	rg.n.WorkerLeft(w.ID()) // what the router does when its heartbeats expire
 	if _, err := rg.n.Index.RemoveWorker(w.ID()); err != nil {
 		t.Fatal(err)
@@ -326,8 +357,8 @@ func TestChaosWorkerPause(t *testing.T) {
 	}
 	w.Resume()
 	rg.n.WorkerJoined(w.Registration()) // its next heartbeat registers it again
-	traffic(t, rg.f, 63, 300)
-	chaosReport(t, "worker-pause", rg.n.Index, rg.f, time.Now())
+	trafficProbed(t, rg.f, 63, 300, probe)
+	chaosReport(t, "worker-pause", rg.n.Index, rg.f, time.Now(), probe)
 }
 
 // The real `kvroute serve` binary (built by the test) with JetStream and
@@ -384,7 +415,7 @@ func TestChaosKill9Binary(t *testing.T) {
 		seq, _ := strconv.ParseUint(strings.TrimPrefix(name, SnapshotPrefix), 10, 64)
 		return seq
 	}
-	ch := trafficAsync(f.Workers(), 71, 3000)
+	ch := trafficAsync(f.Workers(), 71, 3000, nil)
 	deadline := time.Now().Add(30 * time.Second)
 	for current() == 0 { // the binary stored a snapshot mid-traffic
 		if time.Now().After(deadline) {
@@ -402,7 +433,6 @@ func TestChaosKill9Binary(t *testing.T) {
 	}
 	awaitTraffic(t, f, ch) // partly while no router runs
 	snapSeq := current()
-	ch = trafficAsync(f.Workers(), 72, 300)
 	cfg := chaosNodeConfig(t, s.ClientURL(), true)
 	cfg.Stream = ingest.StreamConfig{} // the binary's defaults
 	var nodeLog bytes.Buffer
@@ -425,12 +455,14 @@ func TestChaosKill9Binary(t *testing.T) {
 		}
 	})
 	restart := time.Now()
+	probe := probeOn(n.Index)
+	ch = trafficAsync(f.Workers(), 72, 300, probe)
 	if n.startSeq != snapSeq+1 {
 		t.Fatalf("new node starts at stream sequence %d, want %d (after the binary's snapshot)", n.startSeq, snapSeq+1)
 	}
 	awaitTraffic(t, f, ch)
 	waitCond(t, "caught up", n.CaughtUp)
-	chaosReport(t, "kill9-binary-restore", n.Index, f, restart)
+	chaosReport(t, "kill9-binary-restore", n.Index, f, restart, probe)
 	replayOnly(t, n)
 }
 

@@ -149,6 +149,62 @@ func traffic(t *testing.T, f *mock.Fleet, seed uint64, n int) {
 // waits for every answer; it returns the first failure (callable from any
 // goroutine).
 func sendTraffic(workers []*mock.Worker, seed uint64, n int) error {
+	return sendProbed(workers, seed, n, nil)
+}
+
+// hitProbe measures what a stale index costs the router while traffic
+// runs: for each request it looks up the prompt in the index for the worker
+// it goes to (the overlap a router would credit), and compares it with the
+// blocks the engine served from its cache (usage cached_tokens).
+type hitProbe struct {
+	ix        *shard.Index
+	blockSize int
+
+	mu                             sync.Mutex
+	blocks, cached, missed, phantom int
+}
+
+// predict returns the worker's overlap for prompt in the index, capped as
+// the engine caps a hit (the last prompt token is always computed).
+func (h *hitProbe) predict(worker uint64, prompt []uint32) int {
+	local := wire.LocalHashes(nil, prompt, h.blockSize, wire.Seed)
+	ovs, err := h.ix.Match(nil, local)
+	if err != nil {
+		return 0
+	}
+	for _, o := range ovs {
+		if o.Worker.Worker == worker {
+			return min(int(o.Blocks), (len(prompt)-1)/h.blockSize)
+		}
+	}
+	return 0
+}
+
+func (h *hitProbe) record(prompt []uint32, known, cachedTokens int) {
+	cached := cachedTokens / h.blockSize
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.blocks += len(prompt) / h.blockSize
+	h.cached += cached
+	h.missed += max(0, cached-known)
+	h.phantom += max(0, known-cached)
+}
+
+// lost returns the hit ratio lost (cached blocks the index did not know,
+// over all prompt blocks), the phantom ratio (blocks the index credited
+// that the engine did not have) and the engines' hit ratio.
+func (h *hitProbe) lost() (lost, phantom, hit float64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.blocks == 0 {
+		return 0, 0, 0
+	}
+	b := float64(h.blocks)
+	return float64(h.missed) / b, float64(h.phantom) / b, float64(h.cached) / b
+}
+
+// sendProbed is sendTraffic measuring each request with probe (nil: none).
+func sendProbed(workers []*mock.Worker, seed uint64, n int, probe *hitProbe) error {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	fams := make([][]uint32, 4)
 	for i := range fams {
@@ -163,10 +219,15 @@ func sendTraffic(workers []*mock.Worker, seed uint64, n int) error {
 		fam := fams[rng.IntN(len(fams))]
 		p := append(append([]uint32(nil), fam[:rng.IntN(len(fam)+1)]...), uint32(seed*100000)+uint32(i), uint32(i))
 		out := 1 + rng.IntN(24)
-		url := workers[rng.IntN(len(workers))].URL()
+		w := workers[rng.IntN(len(workers))]
+		url := w.URL()
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
+			known := 0
+			if probe != nil {
+				known = probe.predict(w.ID(), p)
+			}
 			b, _ := json.Marshal(map[string]any{"prompt": p, "max_tokens": out})
 			resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(b))
 			if err != nil {
@@ -177,6 +238,21 @@ func sendTraffic(workers []*mock.Worker, seed uint64, n int) error {
 			body, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != http.StatusOK {
 				errs <- fmt.Errorf("request %d: %d %s", i, resp.StatusCode, body)
+				return
+			}
+			if probe != nil {
+				var r struct {
+					Usage struct {
+						PromptTokensDetails struct {
+							CachedTokens int `json:"cached_tokens"`
+						} `json:"prompt_tokens_details"`
+					} `json:"usage"`
+				}
+				if err := json.Unmarshal(body, &r); err != nil {
+					errs <- fmt.Errorf("request %d: %v: %s", i, err, body)
+					return
+				}
+				probe.record(p, known, r.Usage.PromptTokensDetails.CachedTokens)
 			}
 		})
 	}

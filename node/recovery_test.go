@@ -160,7 +160,7 @@ type hitProbe struct {
 	ix        *shard.Index
 	blockSize int
 
-	mu                             sync.Mutex
+	mu                              sync.Mutex
 	blocks, cached, missed, phantom int
 }
 

@@ -58,6 +58,30 @@ func TestReplayIsExact(t *testing.T) {
 	}
 }
 
+// MinSeconds replays the stream until the run lasts that long: several
+// passes, each from an emptied index, with counts that add up and an index
+// that ends exactly as after one pass.
+func TestReplayMinSeconds(t *testing.T) {
+	s := build(t, 16, 64, 1)
+	one, err := Run(s, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(s, Config{MinSeconds: 3 * one.Seconds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Passes < 2 || res.Seconds < 3*one.Seconds {
+		t.Fatalf("%d passes in %.4fs, want >= 2 passes and >= %.4fs", res.Passes, res.Seconds, 3*one.Seconds)
+	}
+	if res.Ops != res.Passes*one.Ops || res.BlockOps != res.Passes*one.BlockOps {
+		t.Errorf("ops %d / block ops %d over %d passes, want %d / %d per pass", res.Ops, res.BlockOps, res.Passes, one.Ops, one.BlockOps)
+	}
+	if res.Entries != one.Entries || res.ParentMissing != 0 || res.OverlapErrors > res.Passes*one.OverlapErrors+res.Passes {
+		t.Errorf("after %d passes: %d entries (one pass: %d), %d parent missing, %d overlap errors", res.Passes, res.Entries, one.Entries, res.ParentMissing, res.OverlapErrors)
+	}
+}
+
 // The trace replay in benchmark form, for `make bench` (short configuration
 // on the small trace copy): reports block ops/s and Match p50/p99.
 func BenchmarkTraceReplay(b *testing.B) {
@@ -68,8 +92,13 @@ func BenchmarkTraceReplay(b *testing.B) {
 		{"W=256/B=512/S=1", 256, 512, 1},
 		{"W=256/B=16/S=1", 256, 16, 1},
 		{"W=256/B=16/S=2", 256, 16, 2},
+		{"W=7000/B=512/S=1", 7000, 512, 1}, // the fleet-scale configuration (issue 17): 7 trace copies
 	} {
-		s := build(b, c.workers, c.block, 4)
+		dup := 4
+		if c.workers == 7000 {
+			dup = 7
+		}
+		s := build(b, c.workers, c.block, dup)
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			var last Result

@@ -244,7 +244,7 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
 	body := ctx.PostBody()
-	if err := openai.Parse(body, chat, r.cfg.Tokenizer, req); err != nil {
+	if err := openai.ParseWith(body, chat, r.cfg.Tokenizer, r.tmpls, req); err != nil {
 		badRequest(ctx, err)
 		return
 	}

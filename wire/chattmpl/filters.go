@@ -424,9 +424,12 @@ func (r *renderer) applyFilter(v Value, n *node) Value {
 			a, _ := e.obj.get(args[0].s)
 			var res bool
 			if a.kind != Undefined {
-				if len(args) > 1 {
+				switch {
+				case len(args) > 1 && (args[1].s == "equalto" || args[1].s == "eq"):
+					res = len(args) > 2 && strictValueEqual(a, args[2])
+				case len(args) > 1:
 					res = r.test(a, args[1].s)
-				} else {
+				default:
 					res = a.truth()
 				}
 			}

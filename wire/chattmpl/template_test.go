@@ -140,6 +140,7 @@ func TestJinjaFeatures(t *testing.T) {
 		`{{ "x" if messages[0].role == "system" else "y" }}{{ "z" if false }}`:                                                                                              "x",
 		`{{ "a" ~ 1 ~ true }} {{ 7 // 2 }} {{ 7 % 3 }} {{ 2 ** 3 }} {{ 1 / 2 }} {{ -3|abs }}`:                                                                               "a1true 3 1 8 0.5 3",
 		`{% for i in range(3) %}{% if i == 1 %}{% continue %}{% endif %}{{ i }}{% endfor %}{% for i in range(5) %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}`: "0201",
+		`{% for i in range(3) %}{{ i }}{% if i == 1 %}{% break %}{% endif %}{% endfor %}`:                                                                                   "01", // jinja2 keeps the iteration's output
 		`{%- set x = "a" -%}  {{- x -}}  {# c #}  b`:                                                                                                                        "a  b",
 		`{{ strftime_now("%Y") | length }}`: "4",
 		`{{ "content" in messages[0] }} {{ "U" in "U1" }} {{ 1 in [1, 2] }} {{ "q" not in messages[0] }}`:                 "true true true true",

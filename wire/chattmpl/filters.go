@@ -211,6 +211,9 @@ func strReplace(_ *renderer, s Value, a []Value, kw *object) Value {
 			count = int(c.n)
 		}
 	}
+	if n := strings.Count(s.s, a[0].s); n > 0 && len(a[1].s) > len(a[0].s) {
+		checkLen(len(s.s) + n*(len(a[1].s)-len(a[0].s)))
+	}
 	return StringValue(strings.Replace(s.s, a[0].s, a[1].s, count))
 }
 
@@ -299,6 +302,9 @@ func (r *renderer) applyFilter(v Value, n *node) Value {
 			if x.kind != Int {
 				fail("If set, indent must be a number")
 			}
+			if x.n > 64 {
+				fail("tojson indent %d is too large (at most 64)", x.n)
+			}
 			o.indent, o.hasIndent = int(x.n), true
 		}
 		if x, ok := kwarg("ensure_ascii"); ok {
@@ -346,7 +352,10 @@ func (r *renderer) applyFilter(v Value, n *node) Value {
 			}
 			sep = x.s
 		}
-		return StringValue(strings.Join(parts, sep))
+		checkLen(len(parts) * (len(sep) + 1))
+		out := strings.Join(parts, sep)
+		checkLen(len(out))
+		return StringValue(out)
 	case "default", "d":
 		def := StringValue("")
 		if len(args) > 0 {
@@ -383,6 +392,8 @@ func (r *renderer) applyFilter(v Value, n *node) Value {
 		} else if x, ok := kwarg("blank"); ok {
 			blank = x.truth()
 		}
+		width = max(0, min(width, maxBytes))
+		checkLen(int(width) * (strings.Count(v.s, "\n") + 1))
 		return StringValue(indent(v.s, int(width), first, blank))
 	case "replace":
 		if v.kind == String {

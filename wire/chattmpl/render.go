@@ -60,9 +60,35 @@ const (
 
 // renderer is the state of one render. Not goroutine-safe; one per call.
 type renderer struct {
-	out []byte
-	sc  *scope
-	now func() time.Time
+	out   []byte
+	sc    *scope
+	now   func() time.Time
+	steps int // loop iterations and macro calls so far (maxSteps)
+	depth int // macro calls in progress (maxDepth)
+}
+
+// Bounds of one render: a template looping without end, or recursing, fails
+// the request instead of holding a core or overflowing the stack. A chat
+// template scans its messages a few times; 1<<20 steps allow 1,000 messages
+// scanned pairwise.
+const (
+	maxSteps = 1 << 20
+	maxDepth = 200
+	maxBytes = 32 << 20 // output, and any string or list built, in bytes or items
+)
+
+// checkLen fails a render whose output or a value built in it grew past maxBytes.
+func checkLen(n int) {
+	if n > maxBytes {
+		fail("the template built more than %d bytes", maxBytes)
+	}
+}
+
+func (r *renderer) step() {
+	r.steps++
+	if r.steps > maxSteps {
+		fail("the template ran more than %d loop iterations and macro calls", maxSteps)
+	}
 }
 
 // builtins are the globals every render sees (the reference's setupGlobals).
@@ -186,6 +212,7 @@ func (r *renderer) exec(body []*node) ctl {
 		switch n.kind {
 		case nText:
 			r.out = append(r.out, n.s...)
+			checkLen(len(r.out))
 		case nComment:
 		case nIf:
 			var c ctl
@@ -209,6 +236,7 @@ func (r *renderer) exec(body []*node) ctl {
 			return ctlContinue
 		default:
 			r.out = r.eval(n).appendString(r.out)
+			checkLen(len(r.out))
 		}
 	}
 	return ctlNone
@@ -292,6 +320,7 @@ func (r *renderer) execFor(n *node) {
 	if test != nil {
 		var kept []Value
 		for _, v := range items {
+			r.step()
 			r.bindLoopVar(n.a, v)
 			if r.eval(test).truth() {
 				kept = append(kept, v)
@@ -302,6 +331,7 @@ func (r *renderer) execFor(n *node) {
 	loopVal := Value{kind: Object, obj: &object{keys: loopKeys[:], vals: make([]Value, len(loopKeys))}}
 	ran := false
 	for i, v := range items {
+		r.step()
 		fillLoop(loopVal.obj.vals, items, i)
 		sc.set("loop", loopVal)
 		r.bindLoopVar(n.a, v)
@@ -360,6 +390,12 @@ func (r *renderer) defineMacro(n *node) {
 	body := n.list
 	name := n.s
 	r.sc.set(name, funcValue(func(r *renderer, args []Value, kw *object) (Value, error) {
+		r.step()
+		if r.depth >= maxDepth {
+			return Value{}, &RenderError{Msg: fmt.Sprintf("macro %s: calls nested more than %d deep", name, maxDepth)}
+		}
+		r.depth++
+		defer func() { r.depth-- }()
 		outer := r.sc
 		sc := &scope{parent: outer}
 		r.sc = sc
@@ -837,7 +873,9 @@ func (r *renderer) evalBinary(n *node) Value {
 		fail("Cannot perform operation on null values")
 	}
 	if op == "~" {
-		return StringValue(jsString(l) + jsString(rv))
+		a, b := jsString(l), jsString(rv)
+		checkLen(len(a) + len(b))
+		return StringValue(a + b)
 	}
 	if op == "**" && l.isNumericLike() && rv.isNumericLike() {
 		a, b := l.num(), rv.num()
@@ -912,6 +950,7 @@ func (r *renderer) evalBinary(n *node) Value {
 		}
 	} else if l.isList() && rv.isList() {
 		if op == "+" {
+			checkLen(len(l.list) + len(rv.list))
 			out := make([]Value, 0, len(l.list)+len(rv.list))
 			return arrayValue(append(append(out, l.list...), rv.list...))
 		}
@@ -929,7 +968,9 @@ func (r *renderer) evalBinary(n *node) Value {
 	}
 	if l.kind == String || rv.kind == String {
 		if op == "+" {
-			return StringValue(jsString(l) + jsString(rv))
+			a, b := jsString(l), jsString(rv)
+			checkLen(len(a) + len(b))
+			return StringValue(a + b)
 		}
 	}
 	if l.kind == String && rv.kind == String {

@@ -210,6 +210,9 @@ func (t *Template) Probe() error {
 	return nil
 }
 
+// internalError prefixes the message of a render that panicked.
+const internalError = "chattmpl: internal error: "
+
 // Vars are a render's variables.
 type Vars struct {
 	// Messages is the conversation (an array of message objects).
@@ -250,11 +253,14 @@ func (t *Template) Render(dst []byte, vars Vars) (out []byte, err error) {
 	start := len(dst)
 	defer func() {
 		if p := recover(); p != nil {
-			rp, ok := p.(renderPanic)
-			if !ok {
-				panic(p)
+			out = dst[:start]
+			if rp, ok := p.(renderPanic); ok {
+				err = rp.err
+				return
 			}
-			out, err = dst[:start], rp.err
+			// A bug here must not take the router down with the request:
+			// the request fails (FuzzTemplate looks for these).
+			err = &RenderError{Msg: fmt.Sprintf("%s%v", internalError, p)}
 		}
 	}()
 	r.exec(t.body)

@@ -154,3 +154,27 @@ func TestJinjaFeatures(t *testing.T) {
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// TestRenderBounds: endless loops and recursion fail the render.
+func TestRenderBounds(t *testing.T) {
+	for _, src := range []string{
+		`{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`,
+		`{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}`,
+	} {
+		_, err := render(t, src, `[]`)
+		var re *RenderError
+		if !errors.As(err, &re) || strings.HasPrefix(re.Msg, internalError) {
+			t.Errorf("%s: %v", src, err)
+		}
+	}
+}
+
+// TestRenderSizeBound: a template doubling a string fails instead of
+// exhausting memory.
+func TestRenderSizeBound(t *testing.T) {
+	_, err := render(t, `{% set ns = namespace(s="ab") %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}`, `[]`)
+	var re *RenderError
+	if !errors.As(err, &re) || !strings.Contains(re.Msg, "more than") {
+		t.Errorf("%v", err)
+	}
+}

@@ -108,8 +108,27 @@ func TestChatTemplateRouting(t *testing.T) {
 		t.Errorf("engine: %d prompt tokens, %d cached; router: %d rendered tokens, %d cached blocks", u2.Usage.PromptTokens, u2.Usage.PromptTokensDetails.CachedTokens, len(p2), cached2)
 	}
 
+	// /route decides a chat as /v1/chat/completions hashes it.
+	var rt struct {
+		RequestID     string `json:"request_id"`
+		WorkerID      uint64 `json:"worker_id"`
+		OverlapBlocks int    `json:"overlap_blocks"`
+		PromptBlocks  int    `json:"prompt_blocks"`
+	}
+	chat3 := chat("Which worker holds my prefix?")
+	code, resp, _ := e.do("POST", "/route", strings.Replace(chat3, "{", `{"explain":true,`, 1))
+	if err := json.Unmarshal(resp, &rt); code != 200 || err != nil {
+		t.Fatalf("/route: %d %s", code, resp)
+	}
+	if p3 := render(chat3); rt.WorkerID != w1 || rt.OverlapBlocks < shared || rt.PromptBlocks != len(p3)/testBlockSize {
+		t.Errorf("/route of a chat: worker %d, %d of %d blocks cached; want worker %d, ≥ %d of %d", rt.WorkerID, rt.OverlapBlocks, rt.PromptBlocks, w1, shared, len(p3)/testBlockSize)
+	}
+	if code, resp, _ := e.do("POST", "/route/"+rt.RequestID+"/free", ""); code != 200 {
+		t.Fatalf("free: %d %s", code, resp)
+	}
+
 	// A conversation the template refuses: 400 with an OpenAI error naming messages.
-	code, resp, _ := e.do("POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]}`)
+	code, resp, _ = e.do("POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]}`)
 	var er struct {
 		Error struct{ Message, Type, Param string }
 	}

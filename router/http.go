@@ -367,7 +367,14 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	}
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
-	if err := openai.ParsePrompt(v, r.cfg.Tokenizer, req); err != nil {
+	if v.Get("messages") != nil && v.Get("prompt") == nil && v.Get("token_ids") == nil {
+		// A chat: rendered as /v1/chat/completions renders it (the model's
+		// chat template; parseRouteOptions checks model's type below).
+		err = openai.ParseMessages(v, r.cfg.Tokenizer, r.tmpls.For(v.GetStringBytes("model")), req)
+	} else {
+		err = openai.ParsePrompt(v, r.cfg.Tokenizer, req)
+	}
+	if err != nil {
 		badRequest(ctx, err)
 		return
 	}

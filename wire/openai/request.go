@@ -163,10 +163,7 @@ func ParseWith(body []byte, chat bool, tok Tokenizer, tmpl *ChatTemplates, r *Re
 		return err
 	}
 	if chat {
-		if t := tmpl.For(r.Model); t != nil {
-			return renderMessages(v, t, tok, r)
-		}
-		return parseMessages(v, tok, r)
+		return ParseMessages(v, tok, tmpl.For(r.Model), r)
 	}
 	return ParsePrompt(v, tok, r)
 }
@@ -383,6 +380,15 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 	r.text = text
 	r.Tokens = tok.Encode(r.Tokens, text)
 	return nil
+}
+
+// ParseMessages reads v's chat "messages" into r.Tokens: rendered with
+// tmpl, or with ChatML when tmpl is nil, then tokenized.
+func ParseMessages(v *fastjson.Value, tok Tokenizer, tmpl ChatTemplate, r *Request) error {
+	if tmpl != nil {
+		return renderMessages(v, tmpl, tok, r)
+	}
+	return parseMessages(v, tok, r)
 }
 
 // renderMessages renders v's messages through a chat template and tokenizes

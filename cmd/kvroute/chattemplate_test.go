@@ -93,3 +93,13 @@ func TestChatTemplateFromTokenizer(t *testing.T) {
 		t.Errorf("bytes: %v, %v", def, err)
 	}
 }
+
+// TestMockChatTemplate: kvroute mock --chat-template refuses a broken
+// template before starting anything.
+func TestMockChatTemplate(t *testing.T) {
+	broken := tokenizerDir(t, "{% for m in messages %}")
+	err := runMock([]string{"--chat-template", broken, "--port", "0"})
+	if err == nil || !strings.Contains(err.Error(), "--chat-template") || !strings.Contains(err.Error(), broken) {
+		t.Errorf("err %v", err)
+	}
+}

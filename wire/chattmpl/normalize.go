@@ -52,7 +52,7 @@ func (t *Template) message(m *fastjson.Value) (Value, error) {
 		return Value{}, fieldErr(".role must be a string")
 	}
 	o := &object{keys: make([]string, 0, 4), vals: make([]Value, 0, 4)}
-	roleS := string(role.GetStringBytes())
+	roleS := intern(role.GetStringBytes())
 	o.set("role", StringValue(roleS))
 	var parts []*fastjson.Value
 	c := m.Get("content")
@@ -155,6 +155,16 @@ func (t *Template) message(m *fastjson.Value) (Value, error) {
 		o.set("reasoning_content", FromJSON(r))
 	}
 	return objectValue(o), nil
+}
+
+// intern returns the common role names without allocating.
+func intern(b []byte) string {
+	for _, s := range [...]string{"user", "assistant", "system", "tool", "developer"} {
+		if string(b) == s {
+			return s
+		}
+	}
+	return string(b)
 }
 
 func textPart(s string) Value {

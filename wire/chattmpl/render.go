@@ -8,18 +8,31 @@ import (
 	"time"
 )
 
-// scope is one level of variables: the render's globals, a for loop, a macro call.
+// scope is one level of variables: the render's globals, a for loop, a macro
+// call. The first few variables live in the scope itself (a for loop sets
+// loop, its variable and a couple of locals): setting them allocates nothing.
 type scope struct {
 	parent *scope
-	names  []string
-	vals   []Value
+	vars   []entry
+	inl    [4]entry
+}
+
+type entry struct {
+	name string
+	val  Value
+}
+
+func newScope(parent *scope) *scope {
+	s := &scope{parent: parent}
+	s.vars = s.inl[:0]
+	return s
 }
 
 func (s *scope) lookup(name string) (Value, bool) {
 	for ; s != nil; s = s.parent {
-		for i := len(s.names) - 1; i >= 0; i-- {
-			if s.names[i] == name {
-				return s.vals[i], true
+		for i := len(s.vars) - 1; i >= 0; i-- {
+			if s.vars[i].name == name {
+				return s.vars[i].val, true
 			}
 		}
 	}
@@ -27,14 +40,13 @@ func (s *scope) lookup(name string) (Value, bool) {
 }
 
 func (s *scope) set(name string, v Value) {
-	for i, n := range s.names {
-		if n == name {
-			s.vals[i] = v
+	for i := range s.vars {
+		if s.vars[i].name == name {
+			s.vars[i].val = v
 			return
 		}
 	}
-	s.names = append(s.names, name)
-	s.vals = append(s.vals, v)
+	s.vars = append(s.vars, entry{name, v})
 }
 
 // RenderError is a template that failed on a conversation: raise_exception,
@@ -92,7 +104,7 @@ func (r *renderer) step() {
 }
 
 // builtins are the globals every render sees (the reference's setupGlobals).
-var builtins = &scope{}
+var builtins = newScope(nil)
 
 func init() {
 	builtins.set("false", BoolValue(false))
@@ -295,7 +307,7 @@ func (r *renderer) capture(body []*node) Value {
 
 func (r *renderer) execFor(n *node) {
 	outer := r.sc
-	sc := &scope{parent: outer}
+	sc := newScope(outer)
 	r.sc = sc
 	defer func() { r.sc = outer }()
 	var items []Value
@@ -397,7 +409,7 @@ func (r *renderer) defineMacro(n *node) {
 		r.depth++
 		defer func() { r.depth-- }()
 		outer := r.sc
-		sc := &scope{parent: outer}
+		sc := newScope(outer)
 		r.sc = sc
 		defer func() { r.sc = outer }()
 		var pending []*node

@@ -51,7 +51,7 @@ func Parse(name, src string) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chat template %s: %w", name, err)
 	}
-	t := &Template{name: name, body: body, vars: &scope{parent: builtins}}
+	t := &Template{name: name, body: body, vars: newScope(builtins)}
 	if contentLoopRe.MatchString(src) {
 		t.format = FormatOpenAI
 	}
@@ -232,7 +232,7 @@ type Vars struct {
 // (raise_exception, a type error) returns a *RenderError and dst unchanged
 // in content (its length restored).
 func (t *Template) Render(dst []byte, vars Vars) (out []byte, err error) {
-	sc := &scope{parent: t.vars}
+	sc := newScope(t.vars)
 	sc.set("messages", vars.Messages)
 	tools := vars.Tools
 	if tools.kind == Undefined {

@@ -3,15 +3,17 @@ package chattmpl
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/valyala/fastjson"
 )
 
-func writeConfig(t *testing.T, dir, template string) string {
+func writeConfig(t *testing.T, dir string, template any) string {
 	t.Helper()
 	cfg := map[string]any{"bos_token": "<s>", "eos_token": map[string]any{"__type": "AddedToken", "content": "</s>"}, "chat_template": template}
 	data, err := jsonMarshal(cfg)
@@ -176,5 +178,50 @@ func TestRenderSizeBound(t *testing.T) {
 	var re *RenderError
 	if !errors.As(err, &re) || !strings.Contains(re.Msg, "more than") {
 		t.Errorf("%v", err)
+	}
+}
+
+// TestNamedTemplates: a chat_template given as a list of named templates
+// (tool_use, default) uses "default".
+func TestNamedTemplates(t *testing.T) {
+	p := writeConfig(t, t.TempDir(), []map[string]string{{"name": "tool_use", "template": "T"}, {"name": "default", "template": "{{ bos_token }}D{{ messages|length }}"}})
+	tmpl, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := tmpl.RenderRequest(nil, fastjson.MustParse(`{"messages":[{"role":"user","content":"x"}]}`))
+	if err != nil || string(out) != "<s>D1" {
+		t.Errorf("%q, %v", out, err)
+	}
+}
+
+// TestConcurrentRenders: one Template serves renders on many goroutines
+// (run with -race); namespaces and sets stay per render.
+func TestConcurrentRenders(t *testing.T) {
+	tmpl, err := Parse("c", `{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + m.content|length %}{% endfor %}{{ ns.n }}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for i := range 200 {
+				body := fastjson.MustParse(fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, strings.Repeat("x", g*1000+i)))
+				out, err := tmpl.RenderRequest(nil, body)
+				if err == nil && string(out) != strconv.Itoa(g*1000+i) {
+					err = fmt.Errorf("goroutine %d render %d: %q", g, i, out)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -84,7 +84,9 @@
 // restates those rules (and render.mjs restates them in JavaScript for the
 // goldens' "vllm" half), so the router hashes the prompt vLLM's engine
 // tokenizes. Other engines (SGLang) normalize by their own rules, which may
-// differ for multi-part content and tool calls.
+// differ for multi-part content and tool calls. Media parts (images, audio)
+// render as the template's placeholder, which the engine expands into many
+// tokens: the prompt's blocks match the engine's up to the first one.
 //
 // # Cost
 //

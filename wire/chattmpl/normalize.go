@@ -12,15 +12,18 @@ import (
 // engine behind the router renders), so router and engine tokenize the same
 // prompt:
 //
-//   - content: in a "string"-format template, the text parts joined by "\n"
-//     (a string stays, null becomes ""); in an "openai"-format template, a
-//     list of parts ({"type":"text","text":...}; other parts keep only their
-//     type, image_url as "image"), a string becoming one text part.
+//   - content: in a "string"-format template, the text parts (text,
+//     input_text, output_text, thinking, refusal, plain strings) joined by
+//     "\n", media parts dropped (a string stays, null becomes ""); in an
+//     "openai"-format template, a list of parts ({"type":"text","text":...},
+//     media as {"type":"image"|"audio"|"video"}), a string becoming one text
+//     part. A text part without its text is skipped; an unknown part type
+//     is an error (vLLM: "Unknown part type").
 //   - assistant tool_calls: each function.arguments JSON string parsed into
 //     an object (invalid JSON, a non-object or an empty value: {}); an empty
 //     tool_calls list is dropped.
-//   - tool_call_id (tool), name (a string) and reasoning or
-//     reasoning_content (both set) are kept; other keys are dropped.
+//   - tool_call_id (tool), name (a string), tools (developer) and reasoning
+//     or reasoning_content (both set) are kept; other keys are dropped.
 //
 // It checks the shapes it reads; errors name the field (messages[2].content).
 func (t *Template) Messages(msgs *fastjson.Value) (Value, error) {
@@ -54,66 +57,84 @@ func (t *Template) message(m *fastjson.Value) (Value, error) {
 	o := &object{keys: make([]string, 0, 4), vals: make([]Value, 0, 4)}
 	roleS := intern(role.GetStringBytes())
 	o.set("role", StringValue(roleS))
-	var parts []*fastjson.Value
+	// The content as vLLM's parts: text (from a string, a string part or a
+	// text-like part) or a media type; parts without content are skipped.
+	var texts []string
+	var kinds []string // "" for text, else the media type
 	c := m.Get("content")
-	single := ""
-	isString := false
 	switch {
 	case c == nil || c.Type() == fastjson.TypeNull:
 	case c.Type() == fastjson.TypeString:
-		single, isString = string(c.GetStringBytes()), true
+		texts, kinds = []string{string(c.GetStringBytes())}, []string{""}
 	case c.Type() == fastjson.TypeArray:
-		parts = c.GetArray()
+		parts := c.GetArray()
+		texts, kinds = make([]string, 0, len(parts)), make([]string, 0, len(parts))
 		for j, p := range parts {
+			if p.Type() == fastjson.TypeString {
+				texts, kinds = append(texts, string(p.GetStringBytes())), append(kinds, "")
+				continue
+			}
 			if p.Type() != fastjson.TypeObject {
-				return Value{}, fieldErr(fmt.Sprintf(".content[%d] must be an object", j))
+				return Value{}, fieldErr(fmt.Sprintf(".content[%d] must be a string or an object", j))
 			}
-			if string(p.GetStringBytes("type")) == "text" {
-				if tx := p.Get("text"); tx == nil || tx.Type() != fastjson.TypeString {
-					return Value{}, fieldErr(fmt.Sprintf(".content[%d].text must be a string", j))
-				}
+			typ := string(p.GetStringBytes("type"))
+			field := "text"
+			switch typ {
+			case "text", "input_text", "output_text", "thinking":
+			case "refusal":
+				field = "refusal"
+			case "image_url", "input_image", "image_embeds", "image_pil":
+				texts, kinds = append(texts, ""), append(kinds, "image")
+				continue
+			case "audio_url", "input_audio", "audio_embeds":
+				texts, kinds = append(texts, ""), append(kinds, "audio")
+				continue
+			case "video_url":
+				texts, kinds = append(texts, ""), append(kinds, "video")
+				continue
+			default:
+				return Value{}, fieldErr(fmt.Sprintf(".content[%d].type %q is not a supported content part", j, typ))
 			}
+			tx := p.Get(field)
+			if tx == nil || tx.Type() == fastjson.TypeNull {
+				continue // vLLM skips a part without content
+			}
+			if tx.Type() != fastjson.TypeString {
+				return Value{}, fieldErr(fmt.Sprintf(".content[%d].%s must be a string", j, field))
+			}
+			texts, kinds = append(texts, string(tx.GetStringBytes())), append(kinds, "")
 		}
 	default:
 		return Value{}, fieldErr(".content must be a string, an array of parts or null")
 	}
 	if t.format == FormatString {
-		if isString {
-			o.set("content", StringValue(single))
+		if len(texts) == 1 && kinds[0] == "" {
+			o.set("content", StringValue(texts[0]))
 		} else {
 			var b strings.Builder
 			n := 0
-			for _, p := range parts {
-				if string(p.GetStringBytes("type")) != "text" {
+			for i, s := range texts {
+				if kinds[i] != "" {
 					continue
 				}
 				if n > 0 {
 					b.WriteByte('\n')
 				}
-				b.Write(p.GetStringBytes("text"))
+				b.WriteString(s)
 				n++
 			}
 			o.set("content", StringValue(b.String()))
 		}
 	} else {
-		var l []Value
-		if isString {
-			l = []Value{textPart(single)}
-		} else {
-			l = make([]Value, 0, len(parts))
-			for _, p := range parts {
-				typ := string(p.GetStringBytes("type"))
-				if typ == "text" {
-					l = append(l, textPart(string(p.GetStringBytes("text"))))
-					continue
-				}
-				if typ == "image_url" {
-					typ = "image"
-				}
-				po := &object{}
-				po.set("type", StringValue(typ))
-				l = append(l, objectValue(po))
+		l := make([]Value, len(texts))
+		for i, s := range texts {
+			if kinds[i] == "" {
+				l[i] = textPart(s)
+				continue
 			}
+			po := &object{}
+			po.set("type", StringValue(kinds[i]))
+			l[i] = objectValue(po)
 		}
 		o.set("content", arrayValue(l))
 	}
@@ -146,6 +167,9 @@ func (t *Template) message(m *fastjson.Value) (Value, error) {
 	if n := m.Get("name"); n != nil && n.Type() == fastjson.TypeString {
 		o.set("name", FromJSON(n))
 	}
+	if roleS == "developer" {
+		o.set("tools", nullIfAbsent(m.Get("tools")))
+	}
 	r := m.Get("reasoning")
 	if r == nil || r.Type() == fastjson.TypeNull {
 		r = m.Get("reasoning_content")
@@ -165,6 +189,13 @@ func intern(b []byte) string {
 		}
 	}
 	return string(b)
+}
+
+func nullIfAbsent(v *fastjson.Value) Value {
+	if v == nil {
+		return NullValue()
+	}
+	return FromJSON(v)
 }
 
 func textPart(s string) Value {

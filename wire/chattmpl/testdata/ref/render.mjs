@@ -35,16 +35,34 @@ const cases = JSON.parse(readFileSync(join(here, "../conversations.json"), "utf8
 // message's content parts (vLLM detects the same on the Jinja AST).
 const contentLoop = /\{%-?\s*for\s+\w+\s+in\s+[\w.\[\]'"]*(\[['"]content['"]\]|\.content)\s*-?%\}/;
 
+const textTypes = { text: "text", input_text: "text", output_text: "text", thinking: "text", refusal: "refusal" };
+const mediaTypes = { image_url: "image", input_image: "image", image_embeds: "image", image_pil: "image",
+	audio_url: "audio", input_audio: "audio", audio_embeds: "audio", video_url: "video" };
+
 function normalize(messages, format) {
-	return messages.map((m) => {
+	return messages.map((m, i) => {
 		const out = { role: m.role };
 		let parts = m.content;
 		if (parts === null || parts === undefined) parts = [];
-		else if (typeof parts === "string") parts = [{ type: "text", text: parts }];
+		else if (typeof parts === "string") parts = [parts];
+		// [text or null, media type or null] per part, as vLLM parses them.
+		const items = [];
+		for (const p of parts) {
+			if (typeof p === "string") {
+				items.push([p, null]);
+			} else if (textTypes[p.type]) {
+				const t = p[textTypes[p.type]];
+				if (t !== undefined && t !== null) items.push([t, null]);
+			} else if (mediaTypes[p.type]) {
+				items.push([null, mediaTypes[p.type]]);
+			} else {
+				throw new Error(`messages[${i}]: unknown part type ${p.type}`);
+			}
+		}
 		if (format === "string") {
-			out.content = parts.filter((p) => p.type === "text").map((p) => p.text).join("\n");
+			out.content = items.filter(([t]) => t !== null).map(([t]) => t).join("\n");
 		} else {
-			out.content = parts.map((p) => (p.type === "text" ? { type: "text", text: p.text } : { type: p.type === "image_url" ? "image" : p.type }));
+			out.content = items.map(([t, media]) => (media === null ? { type: "text", text: t } : { type: media }));
 		}
 		if (m.role === "assistant" && Array.isArray(m.tool_calls) && m.tool_calls.length > 0) {
 			out.tool_calls = m.tool_calls.map((tc) => {
@@ -63,6 +81,7 @@ function normalize(messages, format) {
 		}
 		if (m.role === "tool" && m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
 		if (typeof m.name === "string") out.name = m.name;
+		if (m.role === "developer") out.tools = m.tools ?? null;
 		const reasoning = m.reasoning ?? m.reasoning_content;
 		if (reasoning !== undefined && reasoning !== null) {
 			out.reasoning = reasoning;

@@ -71,7 +71,12 @@
 // Qwen3's content.lstrip('\n') differs on content starting with a space),
 // and break/continue keep the output of the iteration so far (the reference
 // drops it). Strings are indexed and measured in code points (the reference:
-// UTF-16 units). The parity corpus has no case that reaches these.
+// UTF-16 units). The parity corpus has no case that reaches these. Where
+// the reference is more lenient than jinja2 (a string plus a list or dict
+// concatenates the JavaScript way, {{ none }} prints nothing, == is
+// JavaScript's loose equality), this package does as the reference: jinja2
+// would refuse those templates or print "None", and after vLLM's
+// normalization the real templates do not reach them.
 //
 // # Message normalization (vLLM)
 //

@@ -57,3 +57,43 @@ func FuzzTemplate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRenderRequest renders arbitrary request bodies (the untrusted input)
+// through a real template when fetched, else a tool-aware inline one:
+// errors are fine, a panic is not.
+func FuzzRenderRequest(f *testing.F) {
+	_, bodies := loadCorpus(f)
+	for _, b := range bodies {
+		f.Add(string(b))
+	}
+	src := `{% for m in messages %}{{ m.role }}:{% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}{% for c in m.tool_calls or [] %}{{ c.function.name }}{{ c.function.arguments|tojson }}{% endfor %}{% endfor %}{{ tools|tojson }}`
+	var tmpls []*Template
+	for _, fmtSrc := range []string{src, src + "{# for p in message['content'] #}"} {
+		tmpl, err := Parse("inline", fmtSrc)
+		if err != nil {
+			f.Fatal(err)
+		}
+		tmpls = append(tmpls, tmpl)
+	}
+	if p := filepath.Join(tokenizersDir(), "qwen3", "tokenizer_config.json"); fileExists(p) {
+		if tmpl, err := Load(p); err == nil {
+			tmpls = append(tmpls, tmpl)
+		}
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		v, err := fastjson.Parse(body)
+		if err != nil {
+			return
+		}
+		for _, tmpl := range tmpls {
+			if _, err := tmpl.RenderRequest(nil, v); err != nil && strings.HasPrefix(err.Error(), internalError) {
+				t.Fatalf("%s: %q: %v", tmpl.Name(), body, err)
+			}
+		}
+	})
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -27,6 +27,9 @@ import (
 //
 // It checks the shapes it reads; errors name the field (messages[2].content).
 func (t *Template) Messages(msgs *fastjson.Value) (Value, error) {
+	if msgs == nil {
+		return Value{}, fieldErr("messages is required")
+	}
 	arr, err := msgs.Array()
 	if err != nil {
 		return Value{}, fmt.Errorf("messages must be an array")

@@ -7,7 +7,7 @@
 # tokenizers` runs this and CI runs it before the tests. Idempotent: a NAME
 # already fetched at VERSION is skipped.
 set -euo pipefail
-cd "$(git rev-parse --show-toplevel 2>/dev/null || dirname "$0")"
+cd "$(git rev-parse --show-toplevel 2>/dev/null || echo "$(dirname "$0")/..")"
 dir=${1:-out/tokenizers}
 VERSION=3.7.2
 NAMES="qwen3 llama3 deepseek_v3 gemma3"

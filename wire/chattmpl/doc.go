@@ -96,8 +96,8 @@
 // # Cost
 //
 // BenchmarkRender (RenderRequest of a 6-turn conversation, normalization
-// included): 23-55 µs per render on the loaded 2-vCPU VM (its load average
-// was 8-10: timings are noisy), 56-85 allocations (7-15 KB) depending on the
+// included): 23-95 µs per render on the loaded 2-vCPU VM (its load average
+// was 8-11: timings are noisy), 56-85 allocations (7-15 KB) depending on the
 // template; most are the normalized messages and the strings the template
 // concatenates. A render allocates: it
 // runs once per chat request, before tokenization, on the handler goroutine.

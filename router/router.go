@@ -17,6 +17,7 @@ import (
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/proxy"
 )
@@ -66,6 +67,7 @@ type Hooks struct {
 // Close it when done.
 type Router struct {
 	cfg   Config
+	tmpls *openai.ChatTemplates // from cfg.ChatTemplate and ModelChatTemplates; nil: ChatML
 	ix    *shard.Index
 	s     *sched.Scheduler // owned by the batcher goroutine
 	hooks Hooks
@@ -181,6 +183,9 @@ func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		routeIDs: xsync.NewMap[string, uint64](),
+	}
+	if cfg.ChatTemplate != nil || len(cfg.ModelChatTemplates) > 0 {
+		r.tmpls = &openai.ChatTemplates{Default: cfg.ChatTemplate, ByModel: cfg.ModelChatTemplates}
 	}
 	r.m = newMetricSet(r)
 	r.pool.New = func() any { return &pending{done: make(chan struct{}, 1)} }

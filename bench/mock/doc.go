@@ -65,7 +65,8 @@
 //
 // Prompts are token-id arrays or text tokenized as UTF-8 bytes (one token per
 // byte, openai.BytesTokenizer); chat messages are rendered with the ChatML
-// template of openai.RenderChat first. max_tokens (default 16) is the exact
+// template of openai.RenderChat first, or with Config.ChatTemplate (a real
+// model's template, wire/chattmpl) when one is set, as the router does. max_tokens (default 16) is the exact
 // output length. Prompt blocks are hashed with wire.LocalHashes (seed
 // wire.Seed, or wire.LoRASeed of lora_name), so a router hashing the same
 // tokens finds the worker's blocks.

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/bench/engine"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -25,14 +26,15 @@ type Config struct {
 	MaxBatchedTokens int      // default 8192
 	Speedup          float64  // default 1
 	Perf             engine.Perf
-	Namespace        string        // default "kvroute"
-	Component        string        // default "backend"
-	Transport        string        // plane.Transport*; default dynamo
-	ZMQPort          int           // with zmq: worker i publishes on ZMQPort+2i, replays on ZMQPort+2i+1; 0: random
-	Model            string        // default "mock"
-	Heartbeat        time.Duration // default 1s
-	LoadInterval     time.Duration // minimum gap between a worker's load messages; default 50ms
-	DropFraction     float64       // fault switches, see WorkerConfig
+	Namespace        string              // default "kvroute"
+	Component        string              // default "backend"
+	Transport        string              // plane.Transport*; default dynamo
+	ZMQPort          int                 // with zmq: worker i publishes on ZMQPort+2i, replays on ZMQPort+2i+1; 0: random
+	Model            string              // default "mock"
+	ChatTemplate     openai.ChatTemplate // chat messages' template (see WorkerConfig); nil: ChatML
+	Heartbeat        time.Duration       // default 1s
+	LoadInterval     time.Duration       // minimum gap between a worker's load messages; default 50ms
+	DropFraction     float64             // fault switches, see WorkerConfig
 	DupFraction      float64
 	Seed             uint64
 	RecoveryRing     int // KV events kept per worker for recovery; default DefaultRecoveryRing, < 0: none
@@ -131,7 +133,7 @@ func Start(cfg Config, nc *nats.Conn) (*Fleet, error) {
 		wc := WorkerConfig{
 			ID: id, Host: cfg.Host, BlockSize: cfg.BlockSize, KVBlocks: cfg.KVBlocks,
 			MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, Speedup: cfg.Speedup, Perf: cfg.Perf,
-			Model: cfg.Model, Transport: cfg.Transport, Subjects: subj, Heartbeat: cfg.Heartbeat, LoadInterval: cfg.LoadInterval,
+			Model: cfg.Model, ChatTemplate: cfg.ChatTemplate, Transport: cfg.Transport, Subjects: subj, Heartbeat: cfg.Heartbeat, LoadInterval: cfg.LoadInterval,
 			DropFraction: cfg.DropFraction, DupFraction: cfg.DupFraction, Seed: cfg.Seed, RecoveryRing: cfg.RecoveryRing, Logger: cfg.Logger,
 		}
 		if cfg.Port > 0 {

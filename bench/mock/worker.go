@@ -17,6 +17,7 @@ import (
 	"github.com/kvroute/kvroute/bench/engine"
 	"github.com/kvroute/kvroute/bench/kvcache"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/zmq"
 )
@@ -43,14 +44,17 @@ type WorkerConfig struct {
 	Speedup          float64
 	Perf             engine.Perf // default engine.DefaultPerf
 	Model            string      // default "mock"
-	Transport        string      // plane.Transport*; default dynamo
-	ZMQPort          int         // with TransportZMQ: PUB on this port, replay on port+1; 0 picks free ones
-	Subjects         plane.Subjects
-	Heartbeat        time.Duration // registration interval; default 1s
-	LoadInterval     time.Duration // minimum gap between load messages; default 50ms
-	DropFraction     float64       // fault: fraction of event messages not sent (ZMQ: sent only to the replay buffer)
-	DupFraction      float64       // fault: fraction of event messages sent twice
-	Seed             uint64        // seeds the fault switches
+	// ChatTemplate renders chat messages before tokenizing (the router's
+	// --chat-template); nil: ChatML.
+	ChatTemplate openai.ChatTemplate
+	Transport    string // plane.Transport*; default dynamo
+	ZMQPort      int    // with TransportZMQ: PUB on this port, replay on port+1; 0 picks free ones
+	Subjects     plane.Subjects
+	Heartbeat    time.Duration // registration interval; default 1s
+	LoadInterval time.Duration // minimum gap between load messages; default 50ms
+	DropFraction float64       // fault: fraction of event messages not sent (ZMQ: sent only to the replay buffer)
+	DupFraction  float64       // fault: fraction of event messages sent twice
+	Seed         uint64        // seeds the fault switches
 	// RecoveryRing is the number of recent KV events kept to answer
 	// recovery requests (NATS transports); default DefaultRecoveryRing,
 	// negative: no ring (every request is answered with a dump).
@@ -133,6 +137,7 @@ type counters struct {
 // goroutine-safe; the zero value is not usable, use StartWorker.
 type Worker struct {
 	cfg   WorkerConfig
+	tmpls *openai.ChatTemplates // cfg.ChatTemplate; nil: ChatML
 	nc    *nats.Conn
 	epoch time.Time
 	ln    net.Listener
@@ -200,6 +205,9 @@ func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
 		cfg: cfg, nc: nc, epoch: time.Now(),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), hbDone: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
+	}
+	if cfg.ChatTemplate != nil {
+		w.tmpls = &openai.ChatTemplates{Default: cfg.ChatTemplate}
 	}
 	w.mu.eng = w.newEngine()
 	w.mu.calls = make(map[uint64]*call)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/natsembed"
+	"github.com/kvroute/kvroute/wire/chattmpl"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -45,6 +46,7 @@ func runMock(args []string) error {
 		seed      = fs.Uint64("seed", 1, "seed of the fault switches")
 		ring      = fs.Int("recovery-ring", mock.DefaultRecoveryRing, "KV events each worker keeps to answer routers' recovery requests (NATS transports); older ones are answered with a cache dump; 0: dumps only")
 		verbose   = fs.Bool("v", false, "log warnings to stderr")
+		chatTmpl  = fs.String("chat-template", "", "render chat messages with this chat template (a tokenizer_config.json, a directory holding one, or a Jinja file), as the router's --chat-template; empty: ChatML")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -57,6 +59,13 @@ func runMock(args []string) error {
 	}
 	if *ring < 0 {
 		return fmt.Errorf("--recovery-ring must be >= 0 (got %d)", *ring)
+	}
+	if *chatTmpl != "" {
+		t, err := chattmpl.Load(*chatTmpl)
+		if err != nil {
+			return fmt.Errorf("--chat-template: %w", err)
+		}
+		cfg.ChatTemplate = t
 	}
 	if *ring == 0 {
 		cfg.RecoveryRing = -1 // mock.Config: negative is no ring

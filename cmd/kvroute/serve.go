@@ -83,11 +83,14 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		staticMBT  = fs.Int("worker-max-batched-tokens", 0, "max batched tokens of --worker engines, for --busy-prefill-frac (0: unknown)")
 		workers    stringList
 		zmqWorkers stringList
+		chatTmpl   = fs.String("chat-template", "", "chat template for /v1/chat/completions: a tokenizer_config.json, a directory holding one, or a Jinja file (default: the chat_template beside --tokenizer PATH; none: ChatML)")
+		modelTmpls stringList
 		o          serveOptions
 	)
 	fs.Var(&evMaxBytes, "events-max-bytes", "JetStream: size bound of the KV-event stream, oldest dropped first (bytes, or with KiB, MiB, GiB, TiB)")
 	fs.Var(&readyDelay, "shutdown-ready-delay", "first part of --shutdown-grace during which /ready answers 503 while requests are still served (auto: min(5s, grace/2); 0: none)")
 	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3][,model=NAME] that does not register (repeatable); without model= the router asks GET /v1/models")
+	fs.Var(&modelTmpls, "model-chat-template", "MODEL=PATH: the chat template of one model's requests, PATH as --chat-template (repeatable)")
 	fs.Var(&zmqWorkers, "zmq-worker", "subscribe to a vLLM/SGLang engine's ZMQ KV events: ID[:DP]=tcp://host:port[,model=NAME][,replay=tcp://host:port] (repeatable)")
 	fs.IntVar(&o.demoFleet, "demo-fleet", 0, "also run this many simulated workers in the process (evaluation without GPUs)")
 	fs.StringVar(&o.demoTransport, "demo-transport", plane.TransportDynamo, "KV events of the demo fleet: dynamo, native or zmq")
@@ -163,6 +166,12 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	if err != nil {
 		return cfg, o, fmt.Errorf("--tokenizer: %w", err)
 	}
+	chatDefault, chatByModel, err := chatTemplates(*tokenizer, *chatTmpl, modelTmpls, func(msg string) {
+		fmt.Fprintln(os.Stderr, "kvroute serve: warning:", msg)
+	})
+	if err != nil {
+		return cfg, o, err
+	}
 
 	// NATS: external or embedded, not both.
 	if *natsURL != "" && (*dataDir != "" || *natsPort != 0) {
@@ -214,7 +223,8 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
 		Proxy:      proxy.Config{FirstByteTimeout: *fbTimeout},
-		EjectAfter: *ejectAfter, ProbeInterval: *probeIvl, ProbeMaxInterval: *probeMax}
+		EjectAfter: *ejectAfter, ProbeInterval: *probeIvl, ProbeMaxInterval: *probeMax,
+		ChatTemplate: chatDefault, ModelChatTemplates: chatByModel}
 	for _, w := range workers {
 		sw, err := parseStaticWorker(w)
 		if err != nil {
@@ -342,6 +352,7 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 			Workers: o.demoFleet, Port: 0, BlockSize: cfg.Router.Sched.BlockSize, KVBlocks: o.demoKVBlocks,
 			Speedup: o.demoSpeedup, Transport: transport, ZMQPort: 0,
 			Namespace: o.namespace, Component: o.component, Logger: cfg.Logger,
+			ChatTemplate: cfg.Router.ChatTemplate, // the fleet renders chats as the router does
 		}, svc.NC)
 		if err != nil {
 			_ = svc.Close()

@@ -12,7 +12,9 @@
 //	<|im_start|>assistant\n                     (generation prompt)
 //
 // Content may be a string or a list of parts of which the "text" parts are
-// concatenated.
+// concatenated. ParseWith renders a model's real chat template instead
+// (ChatTemplate, implemented by wire/chattmpl from a tokenizer_config.json);
+// a render error is a 400 naming "messages".
 //
 // Validation. Parse also rejects, naming the field, the sampling fields vLLM
 // rejects: a wrong JSON type (no coercion of "2" or "yes") or a value out of

@@ -41,6 +41,34 @@ func NewTokenizer(name string) (Tokenizer, error) {
 	return nil, fmt.Errorf("unknown tokenizer %q (supported: bytes)", name)
 }
 
+// ChatTemplate renders a /v1/chat/completions body (its messages, tools,
+// add_generation_prompt, chat_template_kwargs) into the prompt text that is
+// tokenized: *chattmpl.Template implements it. Implementations must be
+// goroutine-safe; an error is the client's (a malformed message, or a
+// conversation the template refuses) and is answered 400.
+type ChatTemplate interface {
+	RenderRequest(dst []byte, body *fastjson.Value) ([]byte, error)
+}
+
+// ChatTemplates picks a chat request's template by its model: ByModel, else
+// Default; none renders ChatML (see the package doc). The zero value and
+// nil render ChatML. Read-only once in use.
+type ChatTemplates struct {
+	Default ChatTemplate
+	ByModel map[string]ChatTemplate
+}
+
+// For returns model's template, or nil for ChatML.
+func (c *ChatTemplates) For(model []byte) ChatTemplate {
+	if c == nil {
+		return nil
+	}
+	if t, ok := c.ByModel[string(model)]; ok {
+		return t
+	}
+	return c.Default
+}
+
 // ErrBadRequest wraps every error a malformed body produces; the HTTP layer
 // answers it with 400.
 var ErrBadRequest = errors.New("bad request")
@@ -107,6 +135,13 @@ var parsers fastjson.ParserPool
 // (chat=true) body into r. Text prompts and chat messages are tokenized with
 // tok. Errors wrap ErrBadRequest and say which field is wrong.
 func Parse(body []byte, chat bool, tok Tokenizer, r *Request) error {
+	return ParseWith(body, chat, tok, nil, r)
+}
+
+// ParseWith is Parse with chat templates: a chat request's messages are
+// rendered with tmpl.For(model) (ChatML when it is nil) before they are
+// tokenized.
+func ParseWith(body []byte, chat bool, tok Tokenizer, tmpl *ChatTemplates, r *Request) error {
 	p := parsers.Get()
 	defer parsers.Put(p)
 	r.Reset()
@@ -128,7 +163,7 @@ func Parse(body []byte, chat bool, tok Tokenizer, r *Request) error {
 		return err
 	}
 	if chat {
-		return parseMessages(v, tok, r)
+		return ParseMessages(v, tok, tmpl.For(r.Model), r)
 	}
 	return ParsePrompt(v, tok, r)
 }
@@ -342,6 +377,32 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 		text = append(text, "<|im_end|>\n"...)
 	}
 	text = append(text, "<|im_start|>assistant\n"...)
+	r.text = text
+	r.Tokens = tok.Encode(r.Tokens, text)
+	return nil
+}
+
+// ParseMessages reads v's chat "messages" into r.Tokens: rendered with
+// tmpl, or with ChatML when tmpl is nil, then tokenized.
+func ParseMessages(v *fastjson.Value, tok Tokenizer, tmpl ChatTemplate, r *Request) error {
+	if tmpl != nil {
+		return renderMessages(v, tmpl, tok, r)
+	}
+	return parseMessages(v, tok, r)
+}
+
+// renderMessages renders v's messages through a chat template and tokenizes
+// the text as it is: the template writes the special tokens (BOS included),
+// as vLLM tokenizes a rendered chat prompt without adding any.
+func renderMessages(v *fastjson.Value, t ChatTemplate, tok Tokenizer, r *Request) error {
+	m := v.Get("messages")
+	if m == nil || m.Type() != fastjson.TypeArray || len(m.GetArray()) == 0 {
+		return badField("messages", "messages must be a non-empty array")
+	}
+	text, err := t.RenderRequest(r.text[:0], v)
+	if err != nil {
+		return badField("messages", "chat template: %v", err)
+	}
 	r.text = text
 	r.Tokens = tok.Encode(r.Tokens, text)
 	return nil

@@ -386,6 +386,7 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_nats_connected", Type: promtext.Gauge, Help: "1 while the NATS connection (registrations, load, KV events) is up"},
 	{Name: "kvroute_nats_disconnects_total", Type: promtext.Counter, Help: "Times the NATS connection was lost"},
 	{Name: "kvroute_nats_reconnects_total", Type: promtext.Counter, Help: "Times the NATS connection was re-established"},
+	{Name: "kvroute_refused_total", Type: promtext.Counter, Help: "Input refused by a bound or a trust check, by reason (README: Limits and trust)"},
 }
 
 // WriteMetrics writes the NATS connection's metrics (MetricFamilies) in

@@ -422,7 +422,7 @@ func TestBusyWindow(t *testing.T) {
 		c.BusyPrefillTokens = 100
 		c.QueueDepth = 0
 		c.RejectionWindow = 300 * time.Millisecond
-	}})
+	}, health: func(c *Config) { c.Peers = []string{"other"} }})
 	busy := make(chan *nats.Msg, 16)
 	sub, err := e.nc.ChanSubscribe(e.subj.AllBusy, busy)
 	if err != nil {
@@ -461,7 +461,22 @@ func TestBusyWindow(t *testing.T) {
 		c, _, _ := e.do("POST", "/v1/completions", `{"prompt":"hello","max_tokens":1}`)
 		return c == 200
 	})
-	// Another replica's message opens the window here.
+	// A router that is not a peer (--router-peers) cannot open it, nor can
+	// a peer's message whose window already ended.
+	if err := e.nc.Publish(e.subj.AllBusy, plane.Encode(plane.AllWorkersBusy{Router: "intruder", QueueDepth: 1})); err != nil {
+		t.Fatal(err)
+	}
+	stale := plane.AllWorkersBusy{Router: "other", QueueDepth: 1, AtUnixNano: time.Now().Add(-time.Hour).UnixNano()}
+	if err := e.nc.Publish(e.subj.AllBusy, plane.Encode(stale)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "intruder and stale counted", func() bool {
+		return e.metric(`kvroute_refused_total{reason="busy_unknown_router"}`) == 1 && e.metric(`kvroute_refused_total{reason="busy_stale"}`) == 1
+	})
+	if c, _, _ := e.do("POST", "/v1/completions", `{"prompt":"hello","max_tokens":1}`); c != 200 {
+		t.Fatalf("a non-peer's or a stale all-workers-busy throttled: %d", c)
+	}
+	// A peer's message opens the window here.
 	if err := e.nc.Publish(e.subj.AllBusy, plane.Encode(plane.AllWorkersBusy{Router: "other", QueueDepth: 1})); err != nil {
 		t.Fatal(err)
 	}

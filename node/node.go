@@ -79,6 +79,9 @@ type Config struct {
 	// Recovery configures the requester of lost KV events (Subjects are
 	// Config.Subjects); Recovery.Interval < 0 turns its sweep off.
 	Recovery recovery.Config
+	// Fleet bounds the index entries of unregistered and registered
+	// workers (fleet.go).
+	Fleet FleetConfig
 
 	Logger *slog.Logger
 }
@@ -102,14 +105,19 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	ingest      atomic.Pointer[ingest.Ingest] // for the NATS callbacks
-	recovery    atomic.Pointer[recovery.Requester]
-	gapStop     chan struct{} // stops watchIndexGaps
-	gapDone     chan struct{}
-	closing     atomic.Bool
-	disconnects atomic.Uint64
-	reconnects  atomic.Uint64
-	lastErr     atomic.Pointer[string] // why the connection was lost
+	ingest   atomic.Pointer[ingest.Ingest] // for the NATS callbacks
+	recovery atomic.Pointer[recovery.Requester]
+	gapStop  chan struct{} // stops watchIndexGaps
+	gapDone  chan struct{}
+	fleet    *fleet
+	// Index gaps (dropped Stored events) by what was done: a dump asked
+	// for, or nothing (the worker's tracking was forgotten, or ZMQ).
+	gapsDump, gapsUntracked    atomic.Uint64
+	gapLog, capLog, unknownLog logLimit
+	closing                    atomic.Bool
+	disconnects                atomic.Uint64
+	reconnects                 atomic.Uint64
+	lastErr                    atomic.Pointer[string] // why the connection was lost
 
 	// JetStream catch-up at start: ready once the message with sequence
 	// replayTo (the stream's last KV event at start) was applied.
@@ -160,6 +168,10 @@ func (n *Node) start() error {
 		}
 	}
 	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq}
+	n.fleet = newFleet(n.cfg.Fleet, n.Index)
+	if n.cfg.Fleet.Filter {
+		ic.Admit = n.fleet.admit
+	}
 	if n.snap != nil || !n.caughtUp.Load() {
 		ic.AfterApply = n.afterApply
 	}
@@ -386,6 +398,9 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_nats_connected", Type: promtext.Gauge, Help: "1 while the NATS connection (registrations, load, KV events) is up"},
 	{Name: "kvroute_nats_disconnects_total", Type: promtext.Counter, Help: "Times the NATS connection was lost"},
 	{Name: "kvroute_nats_reconnects_total", Type: promtext.Counter, Help: "Times the NATS connection was re-established"},
+	{Name: "kvroute_unknown_workers_pending", Type: promtext.Gauge, Help: "Unregistered workers whose KV events are applied for --unknown-worker-grace, waiting for their registration"},
+	{Name: "kvroute_unknown_workers_evicted_total", Type: promtext.Counter, Help: "Unregistered workers whose grace ended: their blocks were removed from the index"},
+	{Name: "kvroute_index_gaps_total", Type: promtext.Counter, Help: "Stored events the index dropped (parent missing, or over the worker's cap), by action: dump (asked for), none (the worker is not tracked: forgotten, or ZMQ)"},
 	{Name: "kvroute_refused_total", Type: promtext.Counter, Help: "Input refused by a bound or a trust check, by reason (README: Limits and trust)"},
 }
 
@@ -399,6 +414,25 @@ func (n *Node) WriteMetrics(w io.Writer) {
 	metrics.WriteGaugeUint64(w, "kvroute_nats_connected", up)
 	metrics.WriteCounterUint64(w, "kvroute_nats_disconnects_total", n.disconnects.Load())
 	metrics.WriteCounterUint64(w, "kvroute_nats_reconnects_total", n.reconnects.Load())
+	if n.Ingest != nil {
+		var unknown uint64
+		st := n.Ingest.Stats()
+		for i := range st.Sources {
+			unknown += st.Sources[i].Unknown
+		}
+		metrics.WriteCounterUint64(w, `kvroute_refused_total{reason="unknown_worker_events"}`, unknown)
+	}
+	if n.Index != nil {
+		if ss, err := n.Index.Stats(nil); err == nil {
+			metrics.WriteCounterUint64(w, `kvroute_refused_total{reason="worker_over_capacity"}`, shard.Sum(ss).OverCapEvents)
+		}
+	}
+	if n.fleet != nil {
+		metrics.WriteGaugeUint64(w, "kvroute_unknown_workers_pending", uint64(n.fleet.pending()))
+		metrics.WriteCounterUint64(w, "kvroute_unknown_workers_evicted_total", n.fleet.evicted.Load())
+	}
+	metrics.WriteCounterUint64(w, `kvroute_index_gaps_total{action="dump"}`, n.gapsDump.Load())
+	metrics.WriteCounterUint64(w, `kvroute_index_gaps_total{action="none"}`, n.gapsUntracked.Load())
 	if n.snap != nil {
 		n.snap.writeMetrics(w, n.replayMsgs.Load(), time.Duration(n.replayDur.Load()))
 	}
@@ -419,7 +453,13 @@ func embeddedError(cfg Config, err error) error {
 
 // WorkerJoined subscribes to a registered worker's ZMQ events, if it
 // publishes them there (rank r on the endpoint's port + r).
+//
+// It also admits the worker's KV events (FleetConfig.Filter) and caps its
+// index entries at FleetConfig.CapFactor × its kv_blocks per dp rank.
 func (n *Node) WorkerJoined(reg plane.Registration) {
+	if n.fleet != nil {
+		n.fleet.join(reg)
+	}
 	if n.Recovery != nil && (reg.EventTransport == plane.TransportDynamo || reg.EventTransport == plane.TransportNative) {
 		n.Recovery.Joined(reg.WorkerID, reg.DpRanks)
 	}
@@ -442,6 +482,9 @@ func (n *Node) WorkerJoined(reg plane.Registration) {
 // WorkerLeft stops a worker's ZMQ subscriptions and forgets its event-id
 // tracking.
 func (n *Node) WorkerLeft(id uint64) {
+	if n.fleet != nil {
+		n.fleet.leave(id)
+	}
 	n.Ingest.RemoveZMQ(id)
 	n.Ingest.Forget(id)
 	if n.Recovery != nil {
@@ -539,17 +582,55 @@ func (n *Node) watchIndexGaps(every time.Duration) {
 			return
 		case <-t.C:
 		}
+		if n.fleet != nil {
+			n.evictUnknown()
+		}
 		if gaps, err = n.Index.Gaps(gaps[:0]); err != nil || len(gaps) == 0 {
 			continue
 		}
 		tracked = n.Ingest.Tracked(tracked[:0])
+		var overCap, parent int
 		for _, g := range gaps {
+			if g.OverCap {
+				overCap++
+			} else {
+				parent++
+			}
+			asked := false
 			for _, k := range tracked {
 				if k.Worker == g.Worker {
 					n.Recovery.Lost(g.Worker, recovery.DumpAll)
+					asked = true
 					break
 				}
 			}
+			if asked {
+				n.gapsDump.Add(1)
+			} else {
+				n.gapsUntracked.Add(1)
+			}
 		}
+		if parent > 0 {
+			n.gapLog.log(n.cfg.Logger, slog.LevelWarn, "index dropped Stored events whose parent block is unknown; asking their workers for a dump",
+				"events", parent, "first_worker", gaps[0].Worker.Worker)
+		}
+		if overCap > 0 {
+			n.capLog.log(n.cfg.Logger, slog.LevelWarn, "index refused Stored events over a worker's cap (--index-cap-factor × its kv_blocks): the worker lies about its capacity or removals were missed; asking for a dump",
+				"events", overCap)
+		}
+	}
+}
+
+// evictUnknown removes the blocks of unknown workers whose grace ended.
+func (n *Node) evictUnknown() {
+	for _, id := range n.fleet.sweep(time.Now(), nil) {
+		_, _ = n.Index.RemoveWorker(id)
+		n.Ingest.Forget(id)
+		if n.Recovery != nil {
+			n.Recovery.Forget(id)
+		}
+		n.fleet.evicted.Add(1)
+		n.unknownLog.log(n.cfg.Logger, slog.LevelWarn, "KV events from a worker that never registered: its blocks were removed and its events are dropped until it registers (--unknown-worker-grace)",
+			"worker", id, "grace", n.fleet.cfg.Grace)
 	}
 }

@@ -90,6 +90,13 @@ type Config struct {
 	// point where shard.Index.Capture(seq) is exact (node's snapshots). It
 	// must not block for long: ingest waits for it.
 	AfterApply func(seq uint64)
+	// Admit, if set, is asked about the worker of each NATS event (once per
+	// run of events of one worker in a message): false drops the event,
+	// counted in SourceStats.Unknown (node admits registered workers and,
+	// for a short grace, workers about to register). ZMQ events are not
+	// asked: their subscriptions exist only for known workers. It must be
+	// goroutine-safe and fast.
+	Admit func(worker uint64) bool
 }
 
 // Source is where events came from: a NATS subject's format or ZMQ.
@@ -427,6 +434,9 @@ type SourceStats struct {
 	Duplicates, Gaps, MissingEvents, MissingBatches, Restarts uint64
 	// SinkErrors counts Apply calls that failed (their events are lost).
 	SinkErrors uint64
+	// Unknown counts events dropped because Config.Admit refused their
+	// worker (not registered).
+	Unknown uint64
 	// Dropped: NATS messages the client dropped because the subscription's
 	// pending limits were reached (slow consumer); ZMQ batches lost and not
 	// recovered from the engine's replay socket.

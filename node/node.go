@@ -75,6 +75,10 @@ type Config struct {
 	// ZMQWorkers are engines whose vLLM ZMQ event streams are subscribed
 	// directly (--zmq-worker).
 	ZMQWorkers []ingest.ZMQWorker
+	// MaxEventBytes bounds a ZMQ event frame and message
+	// (--max-event-bytes); zero: zmq.DefaultMaxMessageBytes. (NATS
+	// messages are bounded by the server's max_payload, 1 MiB by default.)
+	MaxEventBytes int
 
 	// Recovery configures the requester of lost KV events (Subjects are
 	// Config.Subjects); Recovery.Interval < 0 turns its sweep off.
@@ -167,7 +171,8 @@ func (n *Node) start() error {
 			return err
 		}
 	}
-	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq}
+	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq,
+		ZMQMaxMessageBytes: n.cfg.MaxEventBytes}
 	n.fleet = newFleet(n.cfg.Fleet, n.Index)
 	if n.cfg.Fleet.Filter {
 		ic.Admit = n.fleet.admit
@@ -421,6 +426,11 @@ func (n *Node) WriteMetrics(w io.Writer) {
 			unknown += st.Sources[i].Unknown
 		}
 		metrics.WriteCounterUint64(w, `kvroute_refused_total{reason="unknown_worker_events"}`, unknown)
+		var oversized uint64
+		for _, z := range st.ZMQ {
+			oversized += z.Oversized
+		}
+		metrics.WriteCounterUint64(w, `kvroute_refused_total{reason="event_too_large"}`, oversized)
 	}
 	if n.Index != nil {
 		if ss, err := n.Index.Stats(nil); err == nil {

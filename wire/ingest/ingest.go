@@ -84,6 +84,9 @@ type Config struct {
 	// ZMQRetryInterval is how often a ZMQ subscriber re-dials an engine that
 	// is not up; zero: wire/zmq's default (500 ms).
 	ZMQRetryInterval time.Duration
+	// ZMQMaxMessageBytes bounds a ZMQ frame and message (--max-event-bytes;
+	// zmq.SubscriberConfig.MaxMessageBytes); zero: wire/zmq's default.
+	ZMQMaxMessageBytes int
 	// AfterApply, if set, is called by ConsumeJetStream's handler goroutine
 	// right after the events of the message with stream sequence seq were
 	// handed to the sink (and LastSeq is seq), before the next message: the

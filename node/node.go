@@ -65,6 +65,13 @@ type Config struct {
 	NATSKey   string // --nats-tls-key
 	DataDir   string
 	NATSPort  int
+	// NATSAuth (--nats-auth) makes the embedded server require a user:
+	// the node connects as RouterUser, and the URL workers connect with
+	// (user WorkerUser, a random password) is written to NATSAuthFile
+	// (--nats-auth-file, mode 0600) and kept in Node.WorkerURL. See
+	// authUsers for the subject permissions.
+	NATSAuth     bool
+	NATSAuthFile string
 	// NATSConnectTimeout bounds the first connection (default 5 s). Later
 	// losses reconnect forever.
 	NATSConnectTimeout time.Duration
@@ -97,8 +104,12 @@ type Config struct {
 // After a reconnection the ingest is told that events may have been lost
 // (ingest.Ingest.MarkReconnected).
 type Node struct {
-	NC      *nats.Conn
+	NC *nats.Conn
+	// NATSURL is the URL connected to, its password redacted.
 	NATSURL string
+	// WorkerURL is the URL, with credentials, workers connect to the
+	// embedded server with under Config.NATSAuth ("" otherwise).
+	WorkerURL string
 	Index   *shard.Index
 	Ingest  *ingest.Ingest
 	// Recovery asks workers for lost KV events (nil with NoEvents).
@@ -310,12 +321,26 @@ func (n *Node) CaughtUp() bool { return n.caughtUp.Load() }
 func (n *Node) connectNATS() error {
 	url := n.cfg.NATSURL
 	if url == "" {
-		ns, err := natsembed.Open(natsembed.Config{Host: "127.0.0.1", Port: n.cfg.NATSPort, StoreDir: n.cfg.DataDir})
+		ec := natsembed.Config{Host: "127.0.0.1", Port: n.cfg.NATSPort, StoreDir: n.cfg.DataDir}
+		var routerPass, workerPass string
+		if n.cfg.NATSAuth {
+			ec.Users, routerPass, workerPass = authUsers(n.cfg.Subjects)
+		}
+		ns, err := natsembed.Open(ec)
 		if err != nil {
 			return embeddedError(n.cfg, err)
 		}
 		n.embedded = ns
 		url = ns.ClientURL()
+		if n.cfg.NATSAuth {
+			n.WorkerURL = userURL(url, WorkerUser, workerPass)
+			if n.cfg.NATSAuthFile != "" {
+				if err := writeWorkerURL(n.cfg.NATSAuthFile, n.WorkerURL); err != nil {
+					return err
+				}
+			}
+			url = userURL(url, RouterUser, routerPass)
+		}
 	}
 	opts := []nats.Option{nats.Name("kvroute"), nats.MaxReconnects(-1), nats.Timeout(n.cfg.NATSConnectTimeout),
 		nats.DisconnectErrHandler(n.onDisconnect), nats.ReconnectHandler(n.onReconnect), nats.ClosedHandler(n.onClosed)}
@@ -338,7 +363,7 @@ func (n *Node) connectNATS() error {
 		}
 		return fmt.Errorf("--nats %s: cannot connect: %w", url, err)
 	}
-	n.NC, n.NATSURL = nc, url
+	n.NC, n.NATSURL = nc, redactURL(url)
 	return nil
 }
 

@@ -110,8 +110,8 @@ type Node struct {
 	// WorkerURL is the URL, with credentials, workers connect to the
 	// embedded server with under Config.NATSAuth ("" otherwise).
 	WorkerURL string
-	Index   *shard.Index
-	Ingest  *ingest.Ingest
+	Index     *shard.Index
+	Ingest    *ingest.Ingest
 	// Recovery asks workers for lost KV events (nil with NoEvents).
 	Recovery *recovery.Requester
 

@@ -214,6 +214,7 @@ func TestInflightBodyBudget(t *testing.T) {
 func TestMaxConns(t *testing.T) {
 	e := startEnv(t, envOptions{workers: 1, health: func(c *Config) { c.MaxConns = 3 }})
 	http.DefaultClient.CloseIdleConnections()
+	waitFor(t, "the harness's connections closed", func() bool { return e.svc.http.GetOpenConnectionsCount() == 0 })
 	var held []net.Conn
 	for range 3 {
 		c, err := net.Dial("tcp", e.svc.Addr())

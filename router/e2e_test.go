@@ -442,7 +442,7 @@ func TestBusyWindow(t *testing.T) {
 	select {
 	case m := <-busy:
 		var ab plane.AllWorkersBusy
-		if err := plane.Decode(m.Data, &ab); err != nil || ab.Router == "" {
+		if err := plane.Decode(m.Data, &ab); err != nil || ab.Router == "" || ab.WindowMillis != 300 || ab.AtUnixNano == 0 {
 			t.Errorf("AllWorkersBusy message %s: %v", m.Data, err)
 		}
 	case <-time.After(5 * time.Second):
@@ -487,6 +487,22 @@ func TestBusyWindow(t *testing.T) {
 	if v := e.metric("kvroute_all_workers_busy_remote_total"); v != 1 {
 		t.Errorf("remote busy counted %v", v)
 	}
+	// A peer asking for an hour gets this router's window (300 ms): the
+	// window closes again (issue 15: five messages throttled an idle fleet
+	// for 9 s).
+	waitFor(t, "remote window closed", func() bool {
+		c, _, _ := e.do("POST", "/v1/completions", `{"prompt":"hello","max_tokens":1}`)
+		return c == 200
+	})
+	hour := plane.AllWorkersBusy{Router: "other", QueueDepth: 1, AtUnixNano: time.Now().UnixNano(), WindowMillis: 3_600_000}
+	if err := e.nc.Publish(e.subj.AllBusy, plane.Encode(hour)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "hour-long remote window opened", func() bool { return e.metric("kvroute_all_workers_busy_remote_total") == 2 })
+	waitFor(t, "hour-long remote window clamped and closed", func() bool {
+		c, _, _ := e.do("POST", "/v1/completions", `{"prompt":"hello","max_tokens":1}`)
+		return c == 200
+	})
 }
 
 // A registration with another block size is rejected loudly.

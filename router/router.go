@@ -520,7 +520,8 @@ func (r *Router) effect(e sched.Effect) {
 	case sched.EffectAllWorkersBusy:
 		r.m.allBusy.Inc()
 		if r.hooks.Publish != nil {
-			msg := plane.Encode(plane.AllWorkersBusy{Router: r.cfg.ID, QueueDepth: e.QueueDepth, AtUnixNano: time.Now().UnixNano()})
+			msg := plane.Encode(plane.AllWorkersBusy{Router: r.cfg.ID, QueueDepth: e.QueueDepth, AtUnixNano: time.Now().UnixNano(),
+				WindowMillis: r.cfg.Sched.RejectionWindow.Milliseconds()})
 			if err := r.hooks.Publish(r.cfg.Subjects.AllBusy, msg); err != nil {
 				r.m.publishErrors.Inc()
 			}

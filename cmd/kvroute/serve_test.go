@@ -169,10 +169,16 @@ func TestServeEventsDefaults(t *testing.T) {
 // What `make run` does: the router with an embedded NATS server and an
 // in-process demo fleet answers a completion, routes the repeat to the
 // worker that cached it, and shuts down cleanly.
-func TestServeDemoFleet(t *testing.T) {
-	cfg, o, err := serveConfig([]string{"--http-addr", "127.0.0.1:0", "--demo-fleet", "2", "--demo-speedup", "20",
+func TestServeDemoFleet(t *testing.T) { testServeDemoFleet(t) }
+
+// With --nats-auth the demo fleet connects as the worker user: its
+// registrations and KV events pass the subject permissions.
+func TestServeDemoFleetNATSAuth(t *testing.T) { testServeDemoFleet(t, "--nats-auth") }
+
+func testServeDemoFleet(t *testing.T, extra ...string) {
+	cfg, o, err := serveConfig(append([]string{"--http-addr", "127.0.0.1:0", "--demo-fleet", "2", "--demo-speedup", "20",
 		"--data-dir", t.TempDir(), "--log-level", "error", "--pprof", "--admin-addr", "127.0.0.1:0",
-		"--shutdown-ready-delay", "100ms"})
+		"--shutdown-ready-delay", "100ms"}, extra...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -245,5 +246,32 @@ func TestMaxConns(t *testing.T) {
 	waitFor(t, "connections closed", func() bool { return e.svc.http.GetOpenConnectionsCount() == 0 })
 	if v := e.refused("conn_limit"); v < 1 {
 		t.Errorf("conn_limit counted %v", v)
+	}
+}
+
+// TestBookingFitsCapacity: a prompt of more blocks than a worker's KV cache
+// is never booked on it (issue 15's 983,040-block bookings on workers of
+// 16,384): it goes to a worker it fits, and pinning it on one it does not
+// fit is a 400.
+func TestBookingFitsCapacity(t *testing.T) {
+	big := StaticWorker{ID: 200, URL: "http://127.0.0.1:1", Capacity: sched.Capacity{TotalBlocks: 1000}}
+	e := startEnv(t, envOptions{workers: 1, kvBlocks: 64, static: []StaticWorker{big}})
+	small := e.fleet.Workers()[0].ID()
+	for i := range 4 {
+		code, b, _ := e.do("POST", "/route", fmt.Sprintf(`{"token_ids":%s}`, promptJSON(tokens(3, i, 100*testBlockSize, 0))))
+		if code != 200 || !strings.Contains(string(b), `"worker_id":200`) {
+			t.Fatalf("100-block prompt: %d %s", code, b)
+		}
+	}
+	code, b, _ := e.do("POST", "/route", fmt.Sprintf(`{"token_ids":%s,"overrides":{"worker_id":%d}}`, promptJSON(tokens(3, 9, 100*testBlockSize, 0)), small))
+	if code != 400 || !strings.Contains(string(b), "overrides.worker_id") {
+		t.Fatalf("pinned on a worker of 64 blocks: %d %s", code, b)
+	}
+	for _, w := range e.workers().Workers {
+		for _, r := range w.Ranks {
+			if r.KVTotal > 0 && r.ActiveBlocks > int64(r.KVTotal) {
+				t.Errorf("worker %d books %d blocks, capacity %d", w.WorkerID, r.ActiveBlocks, r.KVTotal)
+			}
+		}
 	}
 }

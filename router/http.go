@@ -376,6 +376,11 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		p.allowed = append(p.allowed[:0], ranks...)
 	}
 	r.hash(p, req.Tokens, req.LoRA)
+	if err := r.table.Load().fitCapacity(p); err != nil {
+		r.m.refused[refPromptTooLong].Inc()
+		badRequest(ctx, err)
+		return
+	}
 	r.submit(p)
 	if p.err != nil {
 		r.fail(ctx, p.err)
@@ -503,6 +508,11 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	r.hash(p, req.Tokens, req.LoRA)
+	if err := r.table.Load().fitCapacity(p); err != nil {
+		r.m.refused[refPromptTooLong].Inc()
+		badRequest(ctx, err)
+		return
+	}
 	if p.routeID == "" {
 		p.routeID = newRouteID()
 	}

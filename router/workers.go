@@ -51,6 +51,52 @@ type workerTable struct {
 	// maxPrompt is the longest prompt accepted, in tokens
 	// (Config.MaxPromptTokens or the workers' largest max_model_len).
 	maxPrompt int
+	// minCap is the smallest declared per-rank KV capacity, in blocks (0:
+	// none declared): a longer prompt goes only to ranks it fits
+	// (fitCapacity).
+	minCap uint64
+}
+
+// fitCapacity keeps a prompt of more blocks than some rank's declared
+// capacity away from that rank, so that no booking exceeds a rank's
+// capacity in the scheduler's accounting (issue 15: 983,040 blocks were
+// booked on workers of 16,384, marking the fleet busy). The fast path
+// (a prompt within every rank's capacity) does nothing.
+func (t *workerTable) fitCapacity(p *pending) error {
+	n := uint64(len(p.seq))
+	if t.minCap == 0 || n <= t.minCap {
+		return nil
+	}
+	return t.fitCapacitySlow(p, n)
+}
+
+func (t *workerTable) fitCapacitySlow(p *pending, n uint64) error {
+	fits := func(id uint64) bool {
+		w := t.byID[id]
+		return w == nil || w.Capacity.TotalBlocks == 0 || n <= w.Capacity.TotalBlocks
+	}
+	if p.override.PinnedSet {
+		if !fits(p.override.Pinned.Worker) {
+			return fieldErr("overrides.worker_id", "worker %d has %d KV blocks per rank, fewer than the prompt's %d",
+				p.override.Pinned.Worker, t.byID[p.override.Pinned.Worker].Capacity.TotalBlocks, n)
+		}
+		return nil
+	}
+	if len(p.allowed) > 0 {
+		p.allowed = slices.DeleteFunc(p.allowed, func(k wire.WorkerKey) bool { return !fits(k.Worker) })
+	} else {
+		for _, id := range t.ids {
+			if fits(id) {
+				for _, rank := range t.byID[id].Ranks {
+					p.allowed = append(p.allowed, wire.WorkerKey{Worker: id, Dp: rank})
+				}
+			}
+		}
+	}
+	if len(p.allowed) == 0 {
+		return fieldErr("prompt", "a prompt of %d blocks fits no allowed worker's KV cache", n)
+	}
+	return nil
 }
 
 // modelRanks are the ranks that may serve one model.
@@ -127,6 +173,11 @@ func (r *Router) publishTable() {
 	// the request's lifetime (issue 15): bound it by the largest declared
 	// capacity when every worker declares one.
 	var largest uint64
+	for _, w := range t.byID {
+		if c := w.Capacity.TotalBlocks; c > 0 && (t.minCap == 0 || c < t.minCap) {
+			t.minCap = c
+		}
+	}
 	for _, w := range t.byID {
 		if w.Capacity.TotalBlocks == 0 {
 			largest = 0

@@ -142,3 +142,27 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestGapsOfUntrackedWorkersCounted: a Stored event dropped for a missing
+// parent is counted even when no dump can be asked for (the worker's id
+// tracking is forgotten, or its events carry no ids).
+func TestGapsOfUntrackedWorkersCounted(t *testing.T) {
+	s := natstest.Server(t)
+	pub := natstest.Connect(t, s)
+	sub := subjects(t)
+	n, err := Start(Config{BlockSize: 16, Subjects: sub, NATSURL: s.ClientURL(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ev := wire.Event{Worker: wire.WorkerKey{Worker: 5}, ID: 0, Kind: wire.KindStored, HasParent: true, Parent: 12345, Blocks: chain(5, 0, 2)}
+	if err := pub.Publish(sub.KVEventsNative, wire.AppendNative(nil, []wire.Event{ev})); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "untracked gap counted", func() bool {
+		return strings.Contains(metricsText(n), `kvroute_index_gaps_total{action="none"} 1`)
+	})
+	if n.gapsDump.Load() != 0 {
+		t.Fatal("a dump was asked of an untracked worker")
+	}
+}

@@ -60,7 +60,7 @@ type envOptions struct {
 	// noFleet starts no simulated fleet.
 	noFleet bool
 	// node tunes the node's configuration (e.g. its fleet bounds).
-	node func(*node.Config)
+	node    func(*node.Config)
 	model   string // the fleet's model (default mock's "mock")
 	maxBody int
 }

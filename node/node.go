@@ -127,12 +127,12 @@ type Node struct {
 	fleet    *fleet
 	// Index gaps (dropped Stored events) by what was done: a dump asked
 	// for, or nothing (the worker's tracking was forgotten, or ZMQ).
-	gapsDump, gapsUntracked    atomic.Uint64
-	gapLog, capLog, unknownLog logLimit
-	closing                    atomic.Bool
-	disconnects                atomic.Uint64
-	reconnects                 atomic.Uint64
-	lastErr                    atomic.Pointer[string] // why the connection was lost
+	gapsDump, gapsUntracked, gapsThrottled atomic.Uint64
+	gapLog, capLog, unknownLog             logLimit
+	closing                                atomic.Bool
+	disconnects                            atomic.Uint64
+	reconnects                             atomic.Uint64
+	lastErr                                atomic.Pointer[string] // why the connection was lost
 
 	// JetStream catch-up at start: ready once the message with sequence
 	// replayTo (the stream's last KV event at start) was applied.
@@ -430,7 +430,7 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_nats_reconnects_total", Type: promtext.Counter, Help: "Times the NATS connection was re-established"},
 	{Name: "kvroute_unknown_workers_pending", Type: promtext.Gauge, Help: "Unregistered workers whose KV events are applied for --unknown-worker-grace, waiting for their registration"},
 	{Name: "kvroute_unknown_workers_evicted_total", Type: promtext.Counter, Help: "Unregistered workers whose grace ended: their blocks were removed from the index"},
-	{Name: "kvroute_index_gaps_total", Type: promtext.Counter, Help: "Stored events the index dropped (parent missing, or over the worker's cap), by action: dump (asked for), none (the worker is not tracked: forgotten, or ZMQ)"},
+	{Name: "kvroute_index_gaps_total", Type: promtext.Counter, Help: "Stored events the index dropped (parent missing, or over the worker's cap), by action: dump (asked for), throttled (over cap, a dump asked for less than a minute ago), none (the worker is not tracked: forgotten, or ZMQ)"},
 	{Name: "kvroute_refused_total", Type: promtext.Counter, Help: "Input refused by a bound or a trust check, by reason (README: Limits and trust)"},
 }
 
@@ -468,6 +468,7 @@ func (n *Node) WriteMetrics(w io.Writer) {
 	}
 	metrics.WriteCounterUint64(w, `kvroute_index_gaps_total{action="dump"}`, n.gapsDump.Load())
 	metrics.WriteCounterUint64(w, `kvroute_index_gaps_total{action="none"}`, n.gapsUntracked.Load())
+	metrics.WriteCounterUint64(w, `kvroute_index_gaps_total{action="throttled"}`, n.gapsThrottled.Load())
 	if n.snap != nil {
 		n.snap.writeMetrics(w, n.replayMsgs.Load(), time.Duration(n.replayDur.Load()))
 	}
@@ -596,6 +597,9 @@ func redactURL(list string) string {
 // indexGapPoll is how often watchIndexGaps drains the index's gap outbox.
 const indexGapPoll = 100 * time.Millisecond
 
+// capDumpEvery is how often a worker over its index cap is asked for a dump.
+const capDumpEvery = time.Minute
+
 // watchIndexGaps asks for a dump of every NATS-tracked worker key whose
 // Stored event the index dropped because its parent was missing: the event
 // ids can be in order while a block the event builds on is gone (a dump
@@ -610,6 +614,10 @@ func (n *Node) watchIndexGaps(every time.Duration) {
 		gaps    []shard.Gap
 		tracked []ingest.TrackedKey
 		err     error
+		// Over-cap gaps ask for a dump at most every capDumpEvery per
+		// worker: a worker lying about its capacity refuses its own dump
+		// again, and would otherwise be asked for one after another.
+		capDumped = map[uint64]time.Time{}
 	)
 	for {
 		select {
@@ -631,17 +639,31 @@ func (n *Node) watchIndexGaps(every time.Duration) {
 			} else {
 				parent++
 			}
-			asked := false
+			asked, throttled := false, false
 			for _, k := range tracked {
-				if k.Worker == g.Worker {
-					n.Recovery.Lost(g.Worker, recovery.DumpAll)
-					asked = true
-					break
+				if k.Worker != g.Worker {
+					continue
 				}
+				if g.OverCap {
+					if last, ok := capDumped[g.Worker.Worker]; ok && time.Since(last) < capDumpEvery {
+						throttled = true
+						break
+					}
+					if len(capDumped) >= maxExpired {
+						clear(capDumped)
+					}
+					capDumped[g.Worker.Worker] = time.Now()
+				}
+				n.Recovery.Lost(g.Worker, recovery.DumpAll)
+				asked = true
+				break
 			}
-			if asked {
+			switch {
+			case asked:
 				n.gapsDump.Add(1)
-			} else {
+			case throttled:
+				n.gapsThrottled.Add(1)
+			default:
 				n.gapsUntracked.Add(1)
 			}
 		}

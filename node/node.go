@@ -682,6 +682,7 @@ func (n *Node) watchIndexGaps(every time.Duration) {
 func (n *Node) evictUnknown() {
 	for _, id := range n.fleet.sweep(time.Now(), nil) {
 		_, _ = n.Index.RemoveWorker(id)
+		_ = n.Index.SetCap(id, 0)
 		n.Ingest.Forget(id)
 		if n.Recovery != nil {
 			n.Recovery.Forget(id)

@@ -220,6 +220,9 @@ func (c *Config) Validate() error {
 		if w.URL == "" {
 			return fmt.Errorf("--worker: worker %d has no URL", w.ID)
 		}
+		if maxRanks := max(c.MaxDpRanks, plane.DefaultMaxDpRanks); len(w.DpRanks) > maxRanks {
+			return fmt.Errorf("--worker: worker %d has %d dp ranks, more than --max-dp-ranks %d", w.ID, len(w.DpRanks), maxRanks)
+		}
 	}
 	if c.ProbeMaxInterval > 0 && c.ProbeMaxInterval < c.ProbeInterval {
 		return fmt.Errorf("--worker-probe-max-interval %v is shorter than --worker-probe-interval %v", c.ProbeMaxInterval, c.ProbeInterval)

@@ -59,6 +59,7 @@ func TestServeConfigRejects(t *testing.T) {
 		{[]string{"--shutdown-ready-delay", "-1s"}, "--shutdown-ready-delay"},
 		{[]string{"--shutdown-ready-delay", "soon"}, "shutdown-ready-delay"},
 		{[]string{"--max-conns", "0"}, "--max-conns"},
+		{[]string{"--worker", "1=http://a:1,ranks=0-999"}, "--max-dp-ranks"},
 		{[]string{"--max-workers", "0"}, "--max-workers"},
 		{[]string{"--max-dp-ranks", "70000"}, "--max-dp-ranks"},
 		{[]string{"--max-prompt-tokens", "-1"}, "--max-prompt-tokens"},

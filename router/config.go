@@ -220,7 +220,11 @@ func (c *Config) Validate() error {
 		if w.URL == "" {
 			return fmt.Errorf("--worker: worker %d has no URL", w.ID)
 		}
-		if maxRanks := max(c.MaxDpRanks, plane.DefaultMaxDpRanks); len(w.DpRanks) > maxRanks {
+		maxRanks := c.MaxDpRanks
+		if maxRanks <= 0 {
+			maxRanks = plane.DefaultMaxDpRanks
+		}
+		if len(w.DpRanks) > maxRanks {
 			return fmt.Errorf("--worker: worker %d has %d dp ranks, more than --max-dp-ranks %d", w.ID, len(w.DpRanks), maxRanks)
 		}
 	}

@@ -137,6 +137,7 @@
 // declared length against Config.MaxInflightBodyBytes before fasthttp
 // allocates them (bodyBudget, via fasthttp's HeaderReceived): one that does
 // not fit gets 503 unread. /route ids are "kvr-" and 128 random bits.
+// FuzzRouteBody fuzzes /route's body and the /route/{id}/{action} paths.
 //
 // # Metrics
 //

@@ -86,3 +86,27 @@ func TestSubscriberRefusesOversizedMessages(t *testing.T) {
 		}
 	}
 }
+
+// FuzzBoundedConnScan: the framing check sees any byte stream (after a
+// greeting) the same whatever the read boundaries, and never trips before
+// a frame header is complete.
+func FuzzBoundedConnScan(f *testing.F) {
+	f.Add([]byte{1, 5, 0, 0, 0, 0, 0, 0, 3, 'a', 'b', 'c'}, uint8(3))
+	f.Add([]byte{2, 0, 0, 0, 0, 12, 0, 0, 0}, uint8(1))
+	f.Fuzz(func(t *testing.T, frames []byte, step uint8) {
+		in := append(make([]byte, zmtpGreeting), frames...)
+		whole := (&boundedConn{max: 1024, greet: zmtpGreeting}).scan(in)
+		s := int(step%32) + 1
+		bc := &boundedConn{max: 1024, greet: zmtpGreeting}
+		split := false
+		for i := 0; i < len(in) && !split; i += s {
+			split = bc.scan(in[i:min(i+s, len(in))])
+		}
+		if whole != split {
+			t.Fatalf("whole %v, in reads of %d: %v", whole, s, split)
+		}
+		if whole && len(frames) < 2 {
+			t.Fatal("tripped without a complete header")
+		}
+	})
+}

@@ -42,10 +42,13 @@ test-invariants:
 # Fault scenarios (build tag chaos, node/chaos_test.go) on a real NATS and the
 # simulated fleet: one line per scenario with the agreement right after the
 # fault and the time to 100% agreement; fails on any scenario that does not
-# reach it within its deadline. The full log is in out/chaos.log.
+# reach it within its deadline. Hostile input (router/hostile_chaos_test.go):
+# forged registrations, unregistered floods, spoofed all-workers-busy, slow
+# bodies, one line each, failing when a bound does not hold. The full log is
+# in out/chaos.log.
 chaos:
 	@mkdir -p out
-	@$(GO) test -tags chaos -count=1 -timeout 10m -run '$(CHAOSRUN)' -v ./node/ >out/chaos.log 2>&1; rc=$$?; \
+	@$(GO) test -tags chaos -count=1 -timeout 10m -run '$(CHAOSRUN)' -v ./node/ ./router/ >out/chaos.log 2>&1; rc=$$?; \
 	grep -E '^chaos:|^--- FAIL|^FAIL|^ok|^panic' out/chaos.log; \
 	if [ $$rc -ne 0 ]; then grep -E '_test.go:[0-9]+:' out/chaos.log | tail -20; fi; exit $$rc
 

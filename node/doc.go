@@ -69,4 +69,24 @@
 // WriteMetrics adds SnapshotFamilies: snapshots stored, failed and
 // skipped, the newest one's size, duration, sequence and age, and the
 // restore's duration, failures, messages replayed and replay time.
+//
+// # Bounds (fleet.go, auth.go)
+//
+// With FleetConfig.Filter (set by the router service outside approximate
+// mode) ingest asks the node about each NATS event's worker
+// (ingest.Config.Admit): registered (WorkerJoined) and static workers pass
+// lock-free; an unknown worker's events are applied for FleetConfig.Grace
+// after its first one, capped at PendingCap blocks per rank, for at most
+// MaxPending such workers at once; when the grace ends without a
+// registration, its blocks are removed and its events dropped (counted as
+// kvroute_refused_total{reason="unknown_worker_events"}) until it
+// registers. A registered worker's entries per rank are capped at
+// CapFactor × its kv_blocks (shard.Index.SetCap); Stored events beyond are
+// refused (reason="worker_over_capacity") and come back as gaps, for which
+// watchIndexGaps asks the worker for a dump as for a missing parent.
+// Every index gap is counted (kvroute_index_gaps_total{action}), also
+// for workers whose tracking was forgotten; the logs are rate-limited.
+// Config.NATSAuth gives the embedded server a router and a worker user with
+// subject permissions (authUsers) and writes the workers' URL to
+// Config.NATSAuthFile.
 package node

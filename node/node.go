@@ -65,6 +65,13 @@ type Config struct {
 	NATSKey   string // --nats-tls-key
 	DataDir   string
 	NATSPort  int
+	// NATSAuth (--nats-auth) makes the embedded server require a user:
+	// the node connects as RouterUser, and the URL workers connect with
+	// (user WorkerUser, a random password) is written to NATSAuthFile
+	// (--nats-auth-file, mode 0600) and kept in Node.WorkerURL. See
+	// authUsers for the subject permissions.
+	NATSAuth     bool
+	NATSAuthFile string
 	// NATSConnectTimeout bounds the first connection (default 5 s). Later
 	// losses reconnect forever.
 	NATSConnectTimeout time.Duration
@@ -75,10 +82,17 @@ type Config struct {
 	// ZMQWorkers are engines whose vLLM ZMQ event streams are subscribed
 	// directly (--zmq-worker).
 	ZMQWorkers []ingest.ZMQWorker
+	// MaxEventBytes bounds a ZMQ event frame and message
+	// (--max-event-bytes); zero: zmq.DefaultMaxMessageBytes. (NATS
+	// messages are bounded by the server's max_payload, 1 MiB by default.)
+	MaxEventBytes int
 
 	// Recovery configures the requester of lost KV events (Subjects are
 	// Config.Subjects); Recovery.Interval < 0 turns its sweep off.
 	Recovery recovery.Config
+	// Fleet bounds the index entries of unregistered and registered
+	// workers (fleet.go).
+	Fleet FleetConfig
 
 	Logger *slog.Logger
 }
@@ -90,10 +104,14 @@ type Config struct {
 // After a reconnection the ingest is told that events may have been lost
 // (ingest.Ingest.MarkReconnected).
 type Node struct {
-	NC      *nats.Conn
+	NC *nats.Conn
+	// NATSURL is the URL connected to, its password redacted.
 	NATSURL string
-	Index   *shard.Index
-	Ingest  *ingest.Ingest
+	// WorkerURL is the URL, with credentials, workers connect to the
+	// embedded server with under Config.NATSAuth ("" otherwise).
+	WorkerURL string
+	Index     *shard.Index
+	Ingest    *ingest.Ingest
 	// Recovery asks workers for lost KV events (nil with NoEvents).
 	Recovery *recovery.Requester
 
@@ -102,14 +120,19 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	ingest      atomic.Pointer[ingest.Ingest] // for the NATS callbacks
-	recovery    atomic.Pointer[recovery.Requester]
-	gapStop     chan struct{} // stops watchIndexGaps
-	gapDone     chan struct{}
-	closing     atomic.Bool
-	disconnects atomic.Uint64
-	reconnects  atomic.Uint64
-	lastErr     atomic.Pointer[string] // why the connection was lost
+	ingest   atomic.Pointer[ingest.Ingest] // for the NATS callbacks
+	recovery atomic.Pointer[recovery.Requester]
+	gapStop  chan struct{} // stops watchIndexGaps
+	gapDone  chan struct{}
+	fleet    *fleet
+	// Index gaps (dropped Stored events) by what was done: a dump asked
+	// for, or nothing (the worker's tracking was forgotten, or ZMQ).
+	gapsDump, gapsUntracked, gapsThrottled atomic.Uint64
+	gapLog, capLog, unknownLog             logLimit
+	closing                                atomic.Bool
+	disconnects                            atomic.Uint64
+	reconnects                             atomic.Uint64
+	lastErr                                atomic.Pointer[string] // why the connection was lost
 
 	// JetStream catch-up at start: ready once the message with sequence
 	// replayTo (the stream's last KV event at start) was applied.
@@ -160,7 +183,12 @@ func (n *Node) start() error {
 			return err
 		}
 	}
-	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq}
+	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq,
+		ZMQMaxMessageBytes: n.cfg.MaxEventBytes}
+	n.fleet = newFleet(n.cfg.Fleet, n.Index)
+	if n.cfg.Fleet.Filter {
+		ic.Admit = n.fleet.admit
+	}
 	if n.snap != nil || !n.caughtUp.Load() {
 		ic.AfterApply = n.afterApply
 	}
@@ -346,12 +374,26 @@ func (n *Node) CaughtUp() bool { return n.caughtUp.Load() }
 func (n *Node) connectNATS() error {
 	url := n.cfg.NATSURL
 	if url == "" {
-		ns, err := natsembed.Open(natsembed.Config{Host: "127.0.0.1", Port: n.cfg.NATSPort, StoreDir: n.cfg.DataDir})
+		ec := natsembed.Config{Host: "127.0.0.1", Port: n.cfg.NATSPort, StoreDir: n.cfg.DataDir}
+		var routerPass, workerPass string
+		if n.cfg.NATSAuth {
+			ec.Users, routerPass, workerPass = authUsers(n.cfg.Subjects)
+		}
+		ns, err := natsembed.Open(ec)
 		if err != nil {
 			return embeddedError(n.cfg, err)
 		}
 		n.embedded = ns
 		url = ns.ClientURL()
+		if n.cfg.NATSAuth {
+			n.WorkerURL = userURL(url, WorkerUser, workerPass)
+			if n.cfg.NATSAuthFile != "" {
+				if err := writeWorkerURL(n.cfg.NATSAuthFile, n.WorkerURL); err != nil {
+					return err
+				}
+			}
+			url = userURL(url, RouterUser, routerPass)
+		}
 	}
 	opts := []nats.Option{nats.Name("kvroute"), nats.MaxReconnects(-1), nats.Timeout(n.cfg.NATSConnectTimeout),
 		nats.DisconnectErrHandler(n.onDisconnect), nats.ReconnectHandler(n.onReconnect), nats.ClosedHandler(n.onClosed)}
@@ -374,7 +416,7 @@ func (n *Node) connectNATS() error {
 		}
 		return fmt.Errorf("--nats %s: cannot connect: %w", url, err)
 	}
-	n.NC, n.NATSURL = nc, url
+	n.NC, n.NATSURL = nc, redactURL(url)
 	return nil
 }
 
@@ -445,6 +487,10 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_nats_connected", Type: promtext.Gauge, Help: "1 while the NATS connection (registrations, load, KV events) is up"},
 	{Name: "kvroute_nats_disconnects_total", Type: promtext.Counter, Help: "Times the NATS connection was lost"},
 	{Name: "kvroute_nats_reconnects_total", Type: promtext.Counter, Help: "Times the NATS connection was re-established"},
+	{Name: "kvroute_unknown_workers_pending", Type: promtext.Gauge, Help: "Unregistered workers whose KV events are applied for --unknown-worker-grace, waiting for their registration"},
+	{Name: "kvroute_unknown_workers_evicted_total", Type: promtext.Counter, Help: "Unregistered workers whose grace ended: their blocks were removed from the index"},
+	{Name: "kvroute_index_gaps_total", Type: promtext.Counter, Help: "Stored events the index dropped (parent missing, or over the worker's cap), by action: dump (asked for), throttled (over cap, a dump asked for less than a minute ago), none (the worker is not tracked: forgotten, or ZMQ)"},
+	{Name: "kvroute_refused_total", Type: promtext.Counter, Help: "Input refused by a bound or a trust check, by reason (README: Limits and trust)"},
 }
 
 // WriteMetrics writes the NATS connection's metrics (MetricFamilies) in
@@ -457,6 +503,31 @@ func (n *Node) WriteMetrics(w io.Writer) {
 	metrics.WriteGaugeUint64(w, "kvroute_nats_connected", up)
 	metrics.WriteCounterUint64(w, "kvroute_nats_disconnects_total", n.disconnects.Load())
 	metrics.WriteCounterUint64(w, "kvroute_nats_reconnects_total", n.reconnects.Load())
+	if n.Ingest != nil {
+		var unknown uint64
+		st := n.Ingest.Stats()
+		for i := range st.Sources {
+			unknown += st.Sources[i].Unknown
+		}
+		metrics.WriteCounterUint64(w, `kvroute_refused_total{reason="unknown_worker_events"}`, unknown)
+		var oversized uint64
+		for _, z := range st.ZMQ {
+			oversized += z.Oversized
+		}
+		metrics.WriteCounterUint64(w, `kvroute_refused_total{reason="event_too_large"}`, oversized)
+	}
+	if n.Index != nil {
+		if ss, err := n.Index.Stats(nil); err == nil {
+			metrics.WriteCounterUint64(w, `kvroute_refused_total{reason="worker_over_capacity"}`, shard.Sum(ss).OverCapEvents)
+		}
+	}
+	if n.fleet != nil {
+		metrics.WriteGaugeUint64(w, "kvroute_unknown_workers_pending", uint64(n.fleet.pending()))
+		metrics.WriteCounterUint64(w, "kvroute_unknown_workers_evicted_total", n.fleet.evicted.Load())
+	}
+	metrics.WriteCounterUint64(w, `kvroute_index_gaps_total{action="dump"}`, n.gapsDump.Load())
+	metrics.WriteCounterUint64(w, `kvroute_index_gaps_total{action="none"}`, n.gapsUntracked.Load())
+	metrics.WriteCounterUint64(w, `kvroute_index_gaps_total{action="throttled"}`, n.gapsThrottled.Load())
 	if n.snap != nil {
 		n.snap.writeMetrics(w, n.replayMsgs.Load(), time.Duration(n.replayDur.Load()))
 	}
@@ -477,7 +548,13 @@ func embeddedError(cfg Config, err error) error {
 
 // WorkerJoined subscribes to a registered worker's ZMQ events, if it
 // publishes them there (rank r on the endpoint's port + r).
+//
+// It also admits the worker's KV events (FleetConfig.Filter) and caps its
+// index entries at FleetConfig.CapFactor × its kv_blocks per dp rank.
 func (n *Node) WorkerJoined(reg plane.Registration) {
+	if n.fleet != nil {
+		n.fleet.join(reg)
+	}
 	if n.Recovery != nil && (reg.EventTransport == plane.TransportDynamo || reg.EventTransport == plane.TransportNative) {
 		n.Recovery.Joined(reg.WorkerID, reg.DpRanks)
 	}
@@ -500,6 +577,9 @@ func (n *Node) WorkerJoined(reg plane.Registration) {
 // WorkerLeft stops a worker's ZMQ subscriptions and forgets its event-id
 // tracking.
 func (n *Node) WorkerLeft(id uint64) {
+	if n.fleet != nil {
+		n.fleet.leave(id)
+	}
 	n.Ingest.RemoveZMQ(id)
 	n.Ingest.Forget(id)
 	if n.Recovery != nil {
@@ -576,6 +656,9 @@ func redactURL(list string) string {
 // indexGapPoll is how often watchIndexGaps drains the index's gap outbox.
 const indexGapPoll = 100 * time.Millisecond
 
+// capDumpEvery is how often a worker over its index cap is asked for a dump.
+const capDumpEvery = time.Minute
+
 // watchIndexGaps asks for a dump of every NATS-tracked worker key whose
 // Stored event the index dropped because its parent was missing: the event
 // ids can be in order while a block the event builds on is gone (a dump
@@ -590,6 +673,10 @@ func (n *Node) watchIndexGaps(every time.Duration) {
 		gaps    []shard.Gap
 		tracked []ingest.TrackedKey
 		err     error
+		// Over-cap gaps ask for a dump at most every capDumpEvery per
+		// worker: a worker lying about its capacity refuses its own dump
+		// again, and would otherwise be asked for one after another.
+		capDumped = map[uint64]time.Time{}
 	)
 	for {
 		select {
@@ -597,17 +684,70 @@ func (n *Node) watchIndexGaps(every time.Duration) {
 			return
 		case <-t.C:
 		}
+		if n.fleet != nil {
+			n.evictUnknown()
+		}
 		if gaps, err = n.Index.Gaps(gaps[:0]); err != nil || len(gaps) == 0 {
 			continue
 		}
 		tracked = n.Ingest.Tracked(tracked[:0])
+		var overCap, parent int
 		for _, g := range gaps {
+			if g.OverCap {
+				overCap++
+			} else {
+				parent++
+			}
+			asked, throttled := false, false
 			for _, k := range tracked {
-				if k.Worker == g.Worker {
-					n.Recovery.Lost(g.Worker, recovery.DumpAll)
-					break
+				if k.Worker != g.Worker {
+					continue
 				}
+				if g.OverCap {
+					if last, ok := capDumped[g.Worker.Worker]; ok && time.Since(last) < capDumpEvery {
+						throttled = true
+						break
+					}
+					if len(capDumped) >= maxExpired {
+						clear(capDumped)
+					}
+					capDumped[g.Worker.Worker] = time.Now()
+				}
+				n.Recovery.Lost(g.Worker, recovery.DumpAll)
+				asked = true
+				break
+			}
+			switch {
+			case asked:
+				n.gapsDump.Add(1)
+			case throttled:
+				n.gapsThrottled.Add(1)
+			default:
+				n.gapsUntracked.Add(1)
 			}
 		}
+		if parent > 0 {
+			n.gapLog.log(n.cfg.Logger, slog.LevelWarn, "index dropped Stored events whose parent block is unknown; asking their workers for a dump",
+				"events", parent, "first_worker", gaps[0].Worker.Worker)
+		}
+		if overCap > 0 {
+			n.capLog.log(n.cfg.Logger, slog.LevelWarn, "index refused Stored events over a worker's cap (--index-cap-factor × its kv_blocks): the worker lies about its capacity or removals were missed; asking for a dump",
+				"events", overCap)
+		}
+	}
+}
+
+// evictUnknown removes the blocks of unknown workers whose grace ended.
+func (n *Node) evictUnknown() {
+	for _, id := range n.fleet.sweep(time.Now(), nil) {
+		_, _ = n.Index.RemoveWorker(id)
+		_ = n.Index.SetCap(id, 0)
+		n.Ingest.Forget(id)
+		if n.Recovery != nil {
+			n.Recovery.Forget(id)
+		}
+		n.fleet.evicted.Add(1)
+		n.unknownLog.log(n.cfg.Logger, slog.LevelWarn, "KV events from a worker that never registered: its blocks were removed and its events are dropped until it registers (--unknown-worker-grace)",
+			"worker", id, "grace", n.fleet.cfg.Grace)
 	}
 }

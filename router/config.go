@@ -30,6 +30,23 @@ type StaticWorker struct {
 // default is tight; nginx allows 8 KiB per header line.
 const DefaultMaxHeaderBytes = 16 << 10
 
+// Defaults of the bounds (issue 15: each was exhausted by one client or one
+// forged control message).
+const (
+	// DefaultMaxWorkers is far above any fleet one router serves (the
+	// scheduler scans every rank per decision) and far below the 10,000
+	// forged registrations that broke every request.
+	DefaultMaxWorkers = 1024
+	// DefaultMaxPromptTokens: 1 Mi tokens, above the longest context of
+	// today's served models; workers declaring max_model_len set it lower.
+	DefaultMaxPromptTokens = 1 << 20
+	// DefaultMaxConns: 4,096 connections × 16 KiB read buffers = 64 MiB.
+	DefaultMaxConns = 4096
+	// DefaultMaxInflightBodyBytes: 256 MiB of bodies at once, 16 bodies at
+	// the default --max-body-bytes (50 trickled 16 MiB bodies took 847 MB).
+	DefaultMaxInflightBodyBytes = 256 << 20
+)
+
 // Config configures a Router. It is plain data, copied by New; zero fields
 // take the defaults noted.
 type Config struct {
@@ -58,6 +75,23 @@ type Config struct {
 	// ID names this replica in the AllWorkersBusy messages it publishes; a
 	// replica ignores its own. Default "kvroute-<pid>-<random>".
 	ID string
+	// Peers are the ids (--router-id) of the other replicas whose
+	// AllWorkersBusy messages this one honours (--router-peers); "*"
+	// honours any (for a NATS account where only routers may publish
+	// all-workers-busy). Empty: none; remote messages are counted and
+	// ignored (kvroute_refused_total{reason="busy_unknown_router"}).
+	Peers []string
+
+	// MaxWorkers bounds the registered workers (--max-workers); a new
+	// worker beyond it is refused and counted. Default DefaultMaxWorkers.
+	MaxWorkers int
+	// MaxDpRanks bounds the dp ranks of one registration (--max-dp-ranks).
+	// Default plane.DefaultMaxDpRanks.
+	MaxDpRanks int
+	// MaxPromptTokens refuses longer prompts with 400
+	// (--max-prompt-tokens). 0: the largest max_model_len the registered
+	// workers declare, or DefaultMaxPromptTokens when none does.
+	MaxPromptTokens int
 
 	// BatchMax is the largest batch of requests decided at once. Default 256.
 	BatchMax int
@@ -77,8 +111,19 @@ type Config struct {
 	// (--max-header-bytes; fasthttp's ReadBufferSize, allocated per
 	// connection); beyond it: 431. Default 16 KiB.
 	MaxHeaderBytes int
-	// ReadTimeout bounds reading a request (--http-read-timeout). Default 30 s.
+	// ReadTimeout bounds reading a request's line, headers and body
+	// (--http-read-timeout); shorter than a streamed answer may last (the
+	// write side has no such bound). Default 10 s.
 	ReadTimeout time.Duration
+	// MaxConns bounds the open API connections (--max-conns; fasthttp's
+	// Concurrency): beyond it a new connection gets 503 and is closed.
+	// Default DefaultMaxConns.
+	MaxConns int
+	// MaxInflightBodyBytes bounds the request bodies being read or held at
+	// once, in declared Content-Length bytes (--max-inflight-body-bytes):
+	// a request whose body does not fit gets 503 before its body is read.
+	// Default DefaultMaxInflightBodyBytes.
+	MaxInflightBodyBytes int64
 	// IdleTimeout closes idle keep-alive connections. Default 2 min.
 	IdleTimeout time.Duration
 	// Proxy configures the client that forwards requests to workers
@@ -129,7 +174,19 @@ func (c *Config) fill() {
 		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if c.ReadTimeout <= 0 {
-		c.ReadTimeout = 30 * time.Second
+		c.ReadTimeout = 10 * time.Second
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxInflightBodyBytes <= 0 {
+		c.MaxInflightBodyBytes = DefaultMaxInflightBodyBytes
+	}
+	if c.MaxWorkers <= 0 {
+		c.MaxWorkers = DefaultMaxWorkers
+	}
+	if c.MaxDpRanks <= 0 {
+		c.MaxDpRanks = plane.DefaultMaxDpRanks
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 2 * time.Minute
@@ -169,9 +226,27 @@ func (c *Config) Validate() error {
 		if w.URL == "" {
 			return fmt.Errorf("--worker: worker %d has no URL", w.ID)
 		}
+		maxRanks := c.MaxDpRanks
+		if maxRanks <= 0 {
+			maxRanks = plane.DefaultMaxDpRanks
+		}
+		if len(w.DpRanks) > maxRanks {
+			return fmt.Errorf("--worker: worker %d has %d dp ranks, more than --max-dp-ranks %d", w.ID, len(w.DpRanks), maxRanks)
+		}
 	}
 	if c.ProbeMaxInterval > 0 && c.ProbeMaxInterval < c.ProbeInterval {
 		return fmt.Errorf("--worker-probe-max-interval %v is shorter than --worker-probe-interval %v", c.ProbeMaxInterval, c.ProbeInterval)
+	}
+	if c.MaxInflightBodyBytes > 0 && c.MaxBodyBytes > 0 && c.MaxInflightBodyBytes < int64(c.MaxBodyBytes) {
+		return fmt.Errorf("--max-inflight-body-bytes %d is smaller than --max-body-bytes %d: no body of the allowed size could be read", c.MaxInflightBodyBytes, c.MaxBodyBytes)
+	}
+	if c.MaxPromptTokens < 0 {
+		return fmt.Errorf("--max-prompt-tokens %d must be >= 0", c.MaxPromptTokens)
+	}
+	for _, p := range c.Peers {
+		if p == "" {
+			return errors.New("--router-peers: empty router id")
+		}
 	}
 	if c.Subjects.Heartbeat == "" {
 		return errors.New("router: Subjects not set (use plane.SubjectsFor with --namespace and --component)")

@@ -113,13 +113,31 @@
 // # Workers
 //
 // Static workers (--worker) are configured and never expire. Registered
-// workers come from heartbeats on the control plane (plane.Registry): a
-// registration whose block size differs from --block-size is rejected and
+// workers come from heartbeats on the control plane (plane.Registry): each
+// registration is validated (plane.Registration.ValidateRanks with
+// --max-dp-ranks), a live worker id belongs to its URL (another URL is a
+// conflict, never a takeover; a new instance_id at the same URL a restart),
+// a withdrawal must name the live URL and instance id, and at most
+// --max-workers register; each refusal is counted in
+// kvroute_refused_total{reason} and logged at most every 10 s per reason
+// (rateLog). A registration whose block size differs from --block-size is
+// rejected and
 // counted (kvroute_registration_block_size_mismatch_total) with an error log
 // naming both sizes; a worker that withdraws, or misses plane.ExpiryFactor
 // heartbeats, leaves the scheduler (its active requests dropped) and the
 // index at once. A worker registering a ZMQ endpoint gets its events
 // subscribed (Hooks.WorkerJoined).
+//
+// Another replica's AllWorkersBusy opens the rejection window only when its
+// router id is in Config.Peers (--router-peers), for at most this router's
+// window counted from the message's time. Bounds of the HTTP side: prompts
+// over Config.MaxPromptTokens (or the workers' max_model_len, or the
+// largest rank's KV capacity) get 400 before they are booked; the server
+// takes at most Config.MaxConns connections, and bodies are accounted by
+// declared length against Config.MaxInflightBodyBytes before fasthttp
+// allocates them (bodyBudget, via fasthttp's HeaderReceived): one that does
+// not fit gets 503 unread. /route ids are "kvr-" and 128 random bits.
+// FuzzRouteBody fuzzes /route's body and the /route/{id}/{action} paths.
 //
 // # Metrics
 //

@@ -422,7 +422,7 @@ func TestBusyWindow(t *testing.T) {
 		c.BusyPrefillTokens = 100
 		c.QueueDepth = 0
 		c.RejectionWindow = 300 * time.Millisecond
-	}})
+	}, health: func(c *Config) { c.Peers = []string{"other"} }})
 	busy := make(chan *nats.Msg, 16)
 	sub, err := e.nc.ChanSubscribe(e.subj.AllBusy, busy)
 	if err != nil {
@@ -442,7 +442,7 @@ func TestBusyWindow(t *testing.T) {
 	select {
 	case m := <-busy:
 		var ab plane.AllWorkersBusy
-		if err := plane.Decode(m.Data, &ab); err != nil || ab.Router == "" {
+		if err := plane.Decode(m.Data, &ab); err != nil || ab.Router == "" || ab.WindowMillis != 300 || ab.AtUnixNano == 0 {
 			t.Errorf("AllWorkersBusy message %s: %v", m.Data, err)
 		}
 	case <-time.After(5 * time.Second):
@@ -461,7 +461,22 @@ func TestBusyWindow(t *testing.T) {
 		c, _, _ := e.do("POST", "/v1/completions", `{"prompt":"hello","max_tokens":1}`)
 		return c == 200
 	})
-	// Another replica's message opens the window here.
+	// A router that is not a peer (--router-peers) cannot open it, nor can
+	// a peer's message whose window already ended.
+	if err := e.nc.Publish(e.subj.AllBusy, plane.Encode(plane.AllWorkersBusy{Router: "intruder", QueueDepth: 1})); err != nil {
+		t.Fatal(err)
+	}
+	stale := plane.AllWorkersBusy{Router: "other", QueueDepth: 1, AtUnixNano: time.Now().Add(-time.Hour).UnixNano()}
+	if err := e.nc.Publish(e.subj.AllBusy, plane.Encode(stale)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "intruder and stale counted", func() bool {
+		return e.metric(`kvroute_refused_total{reason="busy_unknown_router"}`) == 1 && e.metric(`kvroute_refused_total{reason="busy_stale"}`) == 1
+	})
+	if c, _, _ := e.do("POST", "/v1/completions", `{"prompt":"hello","max_tokens":1}`); c != 200 {
+		t.Fatalf("a non-peer's or a stale all-workers-busy throttled: %d", c)
+	}
+	// A peer's message opens the window here.
 	if err := e.nc.Publish(e.subj.AllBusy, plane.Encode(plane.AllWorkersBusy{Router: "other", QueueDepth: 1})); err != nil {
 		t.Fatal(err)
 	}
@@ -472,6 +487,22 @@ func TestBusyWindow(t *testing.T) {
 	if v := e.metric("kvroute_all_workers_busy_remote_total"); v != 1 {
 		t.Errorf("remote busy counted %v", v)
 	}
+	// A peer asking for an hour gets this router's window (300 ms): the
+	// window closes again (issue 15: five messages throttled an idle fleet
+	// for 9 s).
+	waitFor(t, "remote window closed", func() bool {
+		c, _, _ := e.do("POST", "/v1/completions", `{"prompt":"hello","max_tokens":1}`)
+		return c == 200
+	})
+	hour := plane.AllWorkersBusy{Router: "other", QueueDepth: 1, AtUnixNano: time.Now().UnixNano(), WindowMillis: 3_600_000}
+	if err := e.nc.Publish(e.subj.AllBusy, plane.Encode(hour)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "hour-long remote window opened", func() bool { return e.metric("kvroute_all_workers_busy_remote_total") == 2 })
+	waitFor(t, "hour-long remote window clamped and closed", func() bool {
+		c, _, _ := e.do("POST", "/v1/completions", `{"prompt":"hello","max_tokens":1}`)
+		return c == 200
+	})
 }
 
 // A registration with another block size is rejected loudly.

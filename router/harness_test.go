@@ -60,6 +60,8 @@ type envOptions struct {
 	health func(*Config)
 	// noFleet starts no simulated fleet.
 	noFleet bool
+	// node tunes the node's configuration (e.g. its fleet bounds).
+	node    func(*node.Config)
 	model   string // the fleet's model (default mock's "mock")
 	maxBody int
 	// chatTemplate renders chat messages in the router and the fleet.
@@ -113,6 +115,9 @@ func startEnv(t *testing.T, o envOptions) *env {
 	}
 	if o.health != nil {
 		o.health(&cfg.Router)
+	}
+	if o.node != nil {
+		o.node(&cfg.Node)
 	}
 	if o.approx {
 		cfg.Node.Index.Core.Approx = shard.ApproxConfig{TTL: time.Minute, MaxBlocks: 1 << 16}

@@ -2,12 +2,15 @@ package router
 
 import (
 	"bytes"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,10 +36,19 @@ var routeParsers fastjson.ParserPool
 // header limits and timeouts; malformed HTTP gets a JSON error body too
 // (connError). Serve it on a linger.Listen listener so that those answers
 // reach a client that is still sending.
+//
+// Memory is bounded: at most MaxConns connections (each with its
+// MaxHeaderBytes read buffer; beyond, 503 and close, counted as
+// kvroute_refused_total{reason="conn_limit"}), and the bodies being read or
+// handled at once fit MaxInflightBodyBytes by their declared length
+// (fasthttp allocates a body's Content-Length before reading it): a request
+// whose body does not fit gets 503 before its body is read (bodyBudget).
 func (r *Router) Server() *fasthttp.Server {
-	return &fasthttp.Server{
+	srv := &fasthttp.Server{
 		Handler:               r.Handler,
+		HeaderReceived:        r.headerReceived,
 		Name:                  "kvroute",
+		Concurrency:           r.cfg.MaxConns,
 		MaxRequestBodySize:    r.cfg.MaxBodyBytes,
 		ReadBufferSize:        r.cfg.MaxHeaderBytes,
 		ReadTimeout:           r.cfg.ReadTimeout,
@@ -47,6 +59,91 @@ func (r *Router) Server() *fasthttp.Server {
 		Logger:                fasthttpLogger{r.cfg.Logger},
 		ErrorHandler:          r.connError,
 	}
+	r.srv.Store(srv)
+	return srv
+}
+
+// bodyBudget accounts the declared lengths of the request bodies being
+// read or handled. headerReceived reserves a body's length (chunked: the
+// largest allowed) before fasthttp allocates it; Handler and connError
+// release it. Keyed by the request's header, which fasthttp reuses with its
+// RequestCtx: a reservation nobody released (a connection that broke in a
+// way that calls neither) is released when its header is reused. The map
+// reuses its slots, so the hot path does not allocate. Goroutine-safe.
+type bodyBudget struct {
+	limit, maxBody int64
+	mu             sync.Mutex
+	used           int64
+	held           map[*fasthttp.RequestHeader]int64 // reserved bytes; -1: refused
+}
+
+// reserve accounts h's body and reports whether it does not fit.
+func (b *bodyBudget) reserve(h *fasthttp.RequestHeader) (refused bool) {
+	n := int64(h.ContentLength())
+	if n == -1 { // chunked: unknown, up to the largest allowed
+		n = b.maxBody
+	}
+	n = min(n, b.maxBody) // larger bodies are refused with 413 before they are read
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if old, ok := b.held[h]; ok {
+		delete(b.held, h)
+		b.used -= max(old, 0)
+	}
+	switch {
+	case n <= 0:
+		return false
+	case b.used+n > b.limit:
+		b.held[h] = -1
+		return true
+	}
+	b.used += n
+	b.held[h] = n
+	return false
+}
+
+// release ends h's accounting and reports whether its body was refused.
+func (b *bodyBudget) release(h *fasthttp.RequestHeader) (refused bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.held[h]
+	if !ok {
+		return false
+	}
+	delete(b.held, h)
+	b.used -= max(v, 0)
+	return v < 0
+}
+
+// refused reports whether h's body was refused (without releasing it).
+func (b *bodyBudget) refused(h *fasthttp.RequestHeader) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held[h] < 0
+}
+
+func (b *bodyBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// headerReceived runs after a request's headers were read, before its body
+// is: a body over the budget is not read (a 1-byte limit makes fasthttp
+// stop at once; connError or Handler answers 503).
+func (r *Router) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if r.budget.reserve(h) {
+		return fasthttp.RequestConfig{MaxRequestBodySize: 1}
+	}
+	return fasthttp.RequestConfig{}
+}
+
+// overBudget answers a request whose body did not fit the budget.
+func (r *Router) overBudget(ctx *fasthttp.RequestCtx) {
+	r.m.refused[refBodyBudget].Inc()
+	proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable,
+		fmt.Sprintf("too many request bodies in flight (--max-inflight-body-bytes %d); retry", r.cfg.MaxInflightBodyBytes))
+	ctx.Response.Header.Set("Retry-After", "1")
 }
 
 // connError answers a request fasthttp could not read: 413 for a body over
@@ -58,6 +155,12 @@ func (r *Router) Server() *fasthttp.Server {
 // instead of a reset. Counted in kvroute_http_requests_total under the
 // path's endpoint when the request line was read, else "connection".
 func (r *Router) connError(ctx *fasthttp.RequestCtx, err error) {
+	if r.budget.release(&ctx.Request.Header) {
+		r.overBudget(ctx)
+		linger.Set(ctx.Conn())
+		r.m.request(endpointOf(ctx.Path()), fasthttp.StatusServiceUnavailable, 0)
+		return
+	}
 	ep, status, msg := epConnection, fasthttp.StatusBadRequest, "malformed HTTP request: its request line or headers could not be parsed"
 	var small *fasthttp.ErrSmallBuffer
 	switch {
@@ -122,6 +225,13 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	path := ctx.Path()
 	ep := epOther
+	if r.budget.refused(&ctx.Request.Header) { // a body of at most 1 byte over the budget
+		r.budget.release(&ctx.Request.Header)
+		r.overBudget(ctx)
+		r.m.request(endpointOf(path), ctx.Response.StatusCode(), time.Since(start))
+		return
+	}
+	defer r.budget.release(&ctx.Request.Header)
 	switch string(path) {
 	case "/v1/completions":
 		ep = epCompletions
@@ -252,6 +362,9 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		badRequest(ctx, emptyPrompt(chat))
 		return
 	}
+	if r.promptTooLong(ctx, len(req.Tokens), chat) {
+		return
+	}
 	ranks, restrict, ok := r.table.Load().ranksFor(req.Model)
 	if !ok {
 		modelNotFound(ctx, req.Model)
@@ -263,6 +376,11 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		p.allowed = append(p.allowed[:0], ranks...)
 	}
 	r.hash(p, req.Tokens, req.LoRA)
+	if err := r.table.Load().fitCapacity(p); err != nil {
+		r.m.refused[refPromptTooLong].Inc()
+		badRequest(ctx, err)
+		return
+	}
 	r.submit(p)
 	if p.err != nil {
 		r.fail(ctx, p.err)
@@ -382,6 +500,9 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		badRequest(ctx, emptyPrompt(false))
 		return
 	}
+	if r.promptTooLong(ctx, len(req.Tokens), false) {
+		return
+	}
 	p := r.acquire()
 	defer r.release(p)
 	if err := r.parseRouteOptions(v, p, req); err != nil {
@@ -394,8 +515,13 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	r.hash(p, req.Tokens, req.LoRA)
+	if err := r.table.Load().fitCapacity(p); err != nil {
+		r.m.refused[refPromptTooLong].Inc()
+		badRequest(ctx, err)
+		return
+	}
 	if p.routeID == "" {
-		p.routeID = "kvr-" + strconv.FormatUint(p.id, 10)
+		p.routeID = newRouteID()
 	}
 	if _, loaded := r.routeIDs.LoadOrStore(p.routeID, p.id); loaded {
 		proxy.WriteError(ctx, fasthttp.StatusConflict, fmt.Sprintf("request_id %q is already active; free it first", p.routeID))
@@ -632,6 +758,37 @@ func badRequest(ctx *fasthttp.RequestCtx, err error) {
 
 func fieldErr(param, format string, args ...any) error {
 	return &openai.FieldError{Param: param, Msg: fmt.Sprintf(format, args...)}
+}
+
+// promptTooLong answers 400 to a prompt of more than the table's
+// maxPrompt tokens (--max-prompt-tokens, or the workers' max_model_len) and
+// reports whether it did.
+func (r *Router) promptTooLong(ctx *fasthttp.RequestCtx, n int, chat bool) bool {
+	limit := r.table.Load().maxPrompt
+	if n <= limit {
+		return false
+	}
+	r.m.refused[refPromptTooLong].Inc()
+	param := "prompt"
+	if chat {
+		param = "messages"
+	}
+	proxy.WriteAPIError(ctx, fasthttp.StatusBadRequest, openai.Error{
+		Message: fmt.Sprintf("prompt of %d tokens is longer than the %d allowed (--max-prompt-tokens, the workers' max_model_len, or the largest worker's KV capacity)", n, limit),
+		Param:   param, Code: "context_length_exceeded",
+	})
+	return true
+}
+
+// newRouteID returns an unguessable /route request id ("kvr-" and 128
+// random bits): the id is the capability to free the booking.
+func newRouteID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand)
+	var s [4 + 32]byte
+	copy(s[:], "kvr-")
+	hex.Encode(s[4:], b[:])
+	return string(s[:])
 }
 
 func emptyPrompt(chat bool) error {

@@ -3,6 +3,7 @@ package router
 import (
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -65,7 +66,7 @@ var routerFamilies = []promtext.Family{
 	{Name: "kvroute_workers_joined_total", Type: promtext.Counter, Help: "Workers that registered"},
 	{Name: "kvroute_workers_left_total", Type: promtext.Counter, Help: "Workers that withdrew"},
 	{Name: "kvroute_workers_expired_total", Type: promtext.Counter, Help: "Workers removed after missing their heartbeats"},
-	{Name: "kvroute_registration_block_size_mismatch_total", Type: promtext.Counter, Help: "Worker registrations rejected because their block size differs from --block-size"},
+	{Name: "kvroute_registration_block_size_mismatch_total", Type: promtext.Counter, Help: "Worker registrations rejected because their block size differs from --block-size (also in kvroute_refused_total)"},
 	{Name: "kvroute_control_messages_invalid_total", Type: promtext.Counter, Help: "Control-plane messages that could not be decoded"},
 	{Name: "kvroute_proxy_ttft_seconds", Type: promtext.Histogram, Help: "Time from forwarding a request to its worker to the first token (after the routing decision)"},
 	{Name: "kvroute_proxy_duration_seconds", Type: promtext.Histogram, Help: "Time from forwarding a request to its worker to the end of the response"},
@@ -93,6 +94,8 @@ var routerFamilies = []promtext.Family{
 	{Name: "kvroute_worker_reported_used_blocks", Type: promtext.Gauge, Help: "KV blocks in use as last reported by the worker"},
 	{Name: "kvroute_worker_tree_blocks", Type: promtext.Gauge, Help: "Blocks the index holds for the worker's dp rank"},
 	{Name: "kvroute_worker_busy", Type: promtext.Gauge, Help: "1 while the worker's dp rank is over its load limits"},
+	{Name: "kvroute_http_open_connections", Type: promtext.Gauge, Help: "Open API connections (at most --max-conns)"},
+	{Name: "kvroute_http_inflight_body_bytes", Type: promtext.Gauge, Help: "Declared bytes of the request bodies being read or handled (at most --max-inflight-body-bytes)"},
 	{Name: "kvroute_batcher_queue_depth", Type: promtext.Gauge, Help: "Requests waiting for the batcher"},
 	{Name: "kvroute_throttled", Type: promtext.Gauge, Help: "1 while the all-workers-busy window is open (requests get 429)"},
 }
@@ -140,6 +143,62 @@ type metricSet struct {
 	workerGone                                 *metrics.Counter
 
 	retries, firstByteTimeouts, ejections, recoveries *metrics.Counter
+
+	refused [numRefusals]*metrics.Counter
+	logs    rateLog
+}
+
+// refusal is a reason in kvroute_refused_total (declared with node's
+// families: ingest and the index write their reasons into it too).
+type refusal uint8
+
+const (
+	refRegInvalid     refusal = iota // registration failed plane.Registration.Validate
+	refRegConflict                   // worker id held by a live registration from another URL (or static)
+	refRegBlockSize                  // registration with another block size
+	refTooManyWorkers                // --max-workers reached
+	refLeaveMismatch                 // withdrawal naming another URL or instance id
+	refBusyUnknown                   // all-workers-busy from a router not in --router-peers
+	refBusyStale                     // all-workers-busy whose window already ended
+	refPromptTooLong                 // prompt over --max-prompt-tokens
+	refBodyBudget                    // body over the --max-inflight-body-bytes budget
+	refConnLimit                     // connection over --max-conns
+	numRefusals
+)
+
+var refusalNames = [numRefusals]string{"registration_invalid", "registration_conflict", "registration_block_size",
+	"too_many_workers", "leave_mismatch", "busy_unknown_router", "busy_stale", "prompt_too_long", "body_budget"}
+
+// rateLog lets one log line per reason through per interval and counts
+// the ones it holds back (reported with the next line).
+type rateLog struct {
+	mu         sync.Mutex
+	last       [numRefusals]time.Time
+	suppressed [numRefusals]int
+}
+
+// rateLogInterval is how often one refusal reason is logged.
+const rateLogInterval = 10 * time.Second
+
+func (l *rateLog) allow(r refusal, now time.Time) (suppressed int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last[r].IsZero() && now.Sub(l.last[r]) < rateLogInterval {
+		l.suppressed[r]++
+		return 0, false
+	}
+	l.last[r] = now
+	suppressed, l.suppressed[r] = l.suppressed[r], 0
+	return suppressed, true
+}
+
+// refuse counts a refusal and logs it at Warn, at most once per
+// rateLogInterval per reason.
+func (r *Router) refuse(why refusal, msg string, args ...any) {
+	r.m.refused[why].Inc()
+	if sup, ok := r.m.logs.allow(why, time.Now()); ok {
+		r.cfg.Logger.Warn(msg, append(args, "reason", refusalNames[why], "suppressed_since_last_log", sup)...)
+	}
 }
 
 func newMetricSet(r *Router) *metricSet {
@@ -182,6 +241,9 @@ func newMetricSet(r *Router) *metricSet {
 	m.firstByteTimeouts = s.NewCounter("kvroute_proxy_first_byte_timeouts_total")
 	m.ejections = s.NewCounter("kvroute_worker_ejections_total")
 	m.recoveries = s.NewCounter("kvroute_worker_recoveries_total")
+	for i := range m.refused {
+		m.refused[i] = s.NewCounter(fmt.Sprintf(`kvroute_refused_total{reason=%q}`, refusalNames[i]))
+	}
 	return m
 }
 
@@ -269,6 +331,11 @@ func (r *Router) writeSamples(w io.Writer) {
 		metrics.WriteGaugeUint64(w, fmt.Sprintf(`kvroute_worker_up{worker="%d"}`, id), up)
 	}
 	metrics.WriteGaugeUint64(w, "kvroute_batcher_queue_depth", uint64(len(r.in)))
+	if srv := r.srv.Load(); srv != nil {
+		metrics.WriteCounterUint64(w, `kvroute_refused_total{reason="conn_limit"}`, uint64(srv.GetRejectedConnectionsCount()))
+		metrics.WriteGaugeUint64(w, "kvroute_http_open_connections", uint64(max(srv.GetOpenConnectionsCount(), 0)))
+	}
+	metrics.WriteGaugeUint64(w, "kvroute_http_inflight_body_bytes", uint64(max(r.budget.inUse(), 0)))
 	throttled := uint64(0)
 	if t, _ := r.Throttled(); t {
 		throttled = 1

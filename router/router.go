@@ -89,7 +89,9 @@ type Router struct {
 	nworkers  atomic.Int32 // dp ranks in the scheduler
 	table     atomic.Pointer[workerTable]
 	nextID    atomic.Uint64
-	routeIDs  *xsync.Map[string, uint64] // /route request id → scheduler id
+	routeIDs  *xsync.Map[string, uint64]      // /route request id → scheduler id
+	srv       atomic.Pointer[fasthttp.Server] // the last Server(), for its connection counts
+	budget    bodyBudget
 
 	pool sync.Pool // *pending
 
@@ -188,10 +190,12 @@ func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
 		r.tmpls = &openai.ChatTemplates{Default: cfg.ChatTemplate, ByModel: cfg.ModelChatTemplates}
 	}
 	r.m = newMetricSet(r)
+	r.budget = bodyBudget{limit: cfg.MaxInflightBodyBytes, maxBody: int64(cfg.MaxBodyBytes), held: map[*fasthttp.RequestHeader]int64{}}
 	r.pool.New = func() any { return &pending{done: make(chan struct{}, 1)} }
 	r.b.waiting = map[uint64]*pending{}
 	r.b.routeOf = map[uint64]string{}
 	r.b.registry = plane.NewRegistry()
+	r.b.registry.MaxWorkers = cfg.MaxWorkers
 	r.b.workers = map[uint64]*workerInfo{}
 	r.b.down = map[uint64]*workerHealth{}
 	for _, w := range cfg.Workers {
@@ -521,7 +525,8 @@ func (r *Router) effect(e sched.Effect) {
 	case sched.EffectAllWorkersBusy:
 		r.m.allBusy.Inc()
 		if r.hooks.Publish != nil {
-			msg := plane.Encode(plane.AllWorkersBusy{Router: r.cfg.ID, QueueDepth: e.QueueDepth, AtUnixNano: time.Now().UnixNano()})
+			msg := plane.Encode(plane.AllWorkersBusy{Router: r.cfg.ID, QueueDepth: e.QueueDepth, AtUnixNano: time.Now().UnixNano(),
+				WindowMillis: r.cfg.Sched.RejectionWindow.Milliseconds()})
 			if err := r.hooks.Publish(r.cfg.Subjects.AllBusy, msg); err != nil {
 				r.m.publishErrors.Inc()
 			}

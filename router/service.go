@@ -89,6 +89,15 @@ func StartService(cfg ServiceConfig) (*Service, error) {
 	cfg.Node.BlockSize = cfg.Router.Sched.BlockSize
 	cfg.Node.Subjects = cfg.Router.Subjects
 	cfg.Node.NoEvents = cfg.Router.Approx
+	// KV events of workers that never registered are dropped after a grace
+	// (node.FleetConfig); static workers do not register.
+	cfg.Node.Fleet.Filter = !cfg.Router.Approx
+	for _, w := range cfg.Router.Workers {
+		cfg.Node.Fleet.Known = append(cfg.Node.Fleet.Known, w.ID)
+	}
+	for _, z := range cfg.Node.ZMQWorkers {
+		cfg.Node.Fleet.Known = append(cfg.Node.Fleet.Known, z.Worker)
+	}
 	s := &Service{cfg: cfg, conns: xsync.NewMap[net.Conn, struct{}]()}
 	if err := s.start(); err != nil {
 		_ = s.stop()

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -29,8 +30,10 @@ type workerInfo struct {
 	Capacity  sched.Capacity
 	Static    bool
 	Transport string
-	Joined    time.Time
-	health    *workerHealth // shared by every snapshot of the worker
+	// MaxModelLen is the registration's max_model_len (0: not declared).
+	MaxModelLen int
+	Joined      time.Time
+	health      *workerHealth // shared by every snapshot of the worker
 }
 
 // workerTable is an immutable snapshot of the workers, read by handlers.
@@ -45,6 +48,55 @@ type workerTable struct {
 	// candidates for a model no worker declares.
 	anyModel []wire.WorkerKey
 	list     []openai.Model // GET /v1/models, sorted by id
+	// maxPrompt is the longest prompt accepted, in tokens
+	// (Config.MaxPromptTokens or the workers' largest max_model_len).
+	maxPrompt int
+	// minCap is the smallest declared per-rank KV capacity, in blocks (0:
+	// none declared): a longer prompt goes only to ranks it fits
+	// (fitCapacity).
+	minCap uint64
+}
+
+// fitCapacity keeps a prompt of more blocks than some rank's declared
+// capacity away from that rank, so that no booking exceeds a rank's
+// capacity in the scheduler's accounting (issue 15: 983,040 blocks were
+// booked on workers of 16,384, marking the fleet busy). The fast path
+// (a prompt within every rank's capacity) does nothing.
+func (t *workerTable) fitCapacity(p *pending) error {
+	n := uint64(len(p.seq))
+	if t.minCap == 0 || n <= t.minCap {
+		return nil
+	}
+	return t.fitCapacitySlow(p, n)
+}
+
+func (t *workerTable) fitCapacitySlow(p *pending, n uint64) error {
+	fits := func(id uint64) bool {
+		w := t.byID[id]
+		return w == nil || w.Capacity.TotalBlocks == 0 || n <= w.Capacity.TotalBlocks
+	}
+	if p.override.PinnedSet {
+		if !fits(p.override.Pinned.Worker) {
+			return fieldErr("overrides.worker_id", "worker %d has %d KV blocks per rank, fewer than the prompt's %d",
+				p.override.Pinned.Worker, t.byID[p.override.Pinned.Worker].Capacity.TotalBlocks, n)
+		}
+		return nil
+	}
+	if len(p.allowed) > 0 {
+		p.allowed = slices.DeleteFunc(p.allowed, func(k wire.WorkerKey) bool { return !fits(k.Worker) })
+	} else {
+		for _, id := range t.ids {
+			if fits(id) {
+				for _, rank := range t.byID[id].Ranks {
+					p.allowed = append(p.allowed, wire.WorkerKey{Worker: id, Dp: rank})
+				}
+			}
+		}
+	}
+	if len(p.allowed) == 0 {
+		return fieldErr("prompt", "a prompt of %d blocks fits no allowed worker's KV cache", n)
+	}
+	return nil
 }
 
 // modelRanks are the ranks that may serve one model.
@@ -107,6 +159,35 @@ func (r *Router) publishTable() {
 		}
 		slices.SortFunc(t.list, func(a, b openai.Model) int { return strings.Compare(a.ID, b.ID) })
 	}
+	t.maxPrompt = r.cfg.MaxPromptTokens
+	if t.maxPrompt == 0 {
+		for _, w := range t.byID {
+			t.maxPrompt = max(t.maxPrompt, w.MaxModelLen)
+		}
+		if t.maxPrompt == 0 {
+			t.maxPrompt = DefaultMaxPromptTokens
+		}
+	}
+	// A prompt needing more blocks than the largest rank's KV cache can
+	// never be served, and its booking would mark every worker busy for
+	// the request's lifetime (issue 15): bound it by the largest declared
+	// capacity when every worker declares one.
+	var largest uint64
+	for _, w := range t.byID {
+		if c := w.Capacity.TotalBlocks; c > 0 && (t.minCap == 0 || c < t.minCap) {
+			t.minCap = c
+		}
+	}
+	for _, w := range t.byID {
+		if w.Capacity.TotalBlocks == 0 {
+			largest = 0
+			break
+		}
+		largest = max(largest, w.Capacity.TotalBlocks)
+	}
+	if bs := uint64(r.cfg.Sched.BlockSize); largest > 0 && largest*bs < uint64(t.maxPrompt) {
+		t.maxPrompt = int(largest * bs)
+	}
 	r.table.Store(t)
 	r.nworkers.Store(int32(r.s.Workers()))
 }
@@ -154,26 +235,50 @@ func (r *Router) onHeartbeat(m *nats.Msg) {
 		r.cfg.Logger.Warn("bad worker registration", "err", err)
 		return
 	}
+	if err := reg.ValidateRanks(r.cfg.MaxDpRanks); err != nil {
+		r.refuse(refRegInvalid, "worker registration refused", "worker", reg.WorkerID, "err", err)
+		return
+	}
 	r.post(func() {
 		if w, ok := r.b.workers[reg.WorkerID]; ok && w.Static {
+			if w.URL != reg.URL {
+				r.refuse(refRegConflict, "worker registration refused: the id is a static worker's (--worker)",
+					"worker", reg.WorkerID, "url", reg.URL, "static_url", w.URL)
+			}
 			return // a static worker is configured, not registered
+		}
+		if err := r.b.registry.Check(&reg); err != nil {
+			why := refRegConflict
+			if errors.Is(err, plane.ErrFull) {
+				why = refTooManyWorkers
+			}
+			r.refuse(why, "worker registration refused", "worker", reg.WorkerID, "url", reg.URL, "instance", reg.Instance, "err", err)
+			return
 		}
 		if reg.BlockSize != r.cfg.Sched.BlockSize {
 			r.m.sizeMismatch.Inc()
+			r.m.refused[refRegBlockSize].Inc()
 			r.cfg.Logger.Error("worker registration rejected: block size mismatch",
 				"worker", reg.WorkerID, "worker_block_size", reg.BlockSize, "router_block_size", r.cfg.Sched.BlockSize,
 				"fix", fmt.Sprintf("start the router with --block-size %d or the engine with block size %d", reg.BlockSize, r.cfg.Sched.BlockSize))
-			if _, known := r.b.registry.Get(reg.WorkerID); known {
-				r.b.changes = r.b.registry.Leave(reg.WorkerID, r.b.changes[:0])
+			if _, known := r.b.registry.Get(reg.WorkerID); known { // same URL (Check): the worker itself changed
+				r.b.changes = r.b.registry.Remove(reg.WorkerID, r.b.changes[:0])
 				r.applyChanges()
 			}
 			return
 		}
-		r.b.changes = r.b.registry.Heartbeat(reg, time.Now(), r.b.changes[:0])
+		var err error
+		r.b.changes, err = r.b.registry.Heartbeat(reg, time.Now(), r.b.changes[:0])
+		if err != nil { // Check passed on this goroutine: unreachable
+			r.refuse(refRegConflict, "worker registration refused", "worker", reg.WorkerID, "err", err)
+			return
+		}
 		r.applyChanges()
 	})
 }
 
+// onLeave removes a worker that withdrew, if the withdrawal names its live
+// URL and instance id (plane.Registry.Leave): a forged one is refused.
 func (r *Router) onLeave(m *nats.Msg) {
 	var reg plane.Registration
 	if err := plane.Decode(m.Data, &reg); err != nil {
@@ -181,7 +286,12 @@ func (r *Router) onLeave(m *nats.Msg) {
 		return
 	}
 	r.post(func() {
-		r.b.changes = r.b.registry.Leave(reg.WorkerID, r.b.changes[:0])
+		var err error
+		r.b.changes, err = r.b.registry.Leave(reg, r.b.changes[:0])
+		if err != nil {
+			r.refuse(refLeaveMismatch, "worker withdrawal refused", "worker", reg.WorkerID, "url", reg.URL, "instance", reg.Instance, "err", err)
+			return
+		}
 		r.applyChanges()
 	})
 }
@@ -198,6 +308,11 @@ func (r *Router) onLoad(m *nats.Msg) {
 	})
 }
 
+// onAllBusy honours another replica's AllWorkersBusy if it comes from a
+// peer (Config.Peers), for the message's window clamped to this router's
+// (sched.Config.RejectionWindow) and counted from the message's time
+// (clamped to [now - window, now]): forged or replayed messages cannot
+// keep the window open longer than one window after a real overflow.
 func (r *Router) onAllBusy(m *nats.Msg) {
 	var b plane.AllWorkersBusy
 	if err := plane.Decode(m.Data, &b); err != nil {
@@ -207,8 +322,38 @@ func (r *Router) onAllBusy(m *nats.Msg) {
 	if b.Router == r.cfg.ID {
 		return
 	}
+	if !r.peer(b.Router) {
+		r.refuse(refBusyUnknown, "all-workers-busy from a router that is not a peer ignored (--router-peers)", "router", b.Router)
+		return
+	}
+	own := int64(r.cfg.Sched.RejectionWindow)
+	win := own
+	if b.WindowMillis > 0 {
+		win = min(own, b.WindowMillis*int64(time.Millisecond))
+	}
+	age := time.Now().UnixNano() - b.AtUnixNano
+	if b.AtUnixNano == 0 || age < 0 {
+		age = 0 // unknown or ahead of this clock: from now
+	}
+	if age >= win {
+		r.refuse(refBusyStale, "all-workers-busy whose window already ended ignored", "router", b.Router, "age", time.Duration(age))
+		return
+	}
 	r.m.remoteBusy.Inc()
-	r.post(func() { r.s.ObserveAllWorkersBusy(r.now()) })
+	r.post(func() {
+		// sched opens [at, at+own): start it so that it ends at age+win from now.
+		r.s.ObserveAllWorkersBusy(r.now() - age - (own - win))
+	})
+}
+
+// peer reports whether id is a replica whose AllWorkersBusy is honoured.
+func (r *Router) peer(id string) bool {
+	for _, p := range r.cfg.Peers {
+		if p == "*" || p == id {
+			return true
+		}
+	}
+	return false
 }
 
 // ObserveAllWorkersBusy opens the rejection window as if another replica
@@ -226,7 +371,7 @@ func (r *Router) applyChanges() {
 	for _, c := range r.b.changes {
 		id := c.Reg.WorkerID
 		switch c.Kind {
-		case plane.Joined, plane.Updated:
+		case plane.Joined, plane.Updated, plane.Restarted:
 			ranks := c.Reg.DpRanks
 			if len(ranks) == 0 {
 				ranks = []uint32{0}
@@ -256,10 +401,13 @@ func (r *Router) applyChanges() {
 				models = []string{c.Reg.Model}
 			}
 			r.b.workers[id] = &workerInfo{ID: id, URL: c.Reg.URL, Models: models, Ranks: slices.Clone(ranks),
-				Capacity: capa, Transport: c.Reg.EventTransport, Joined: joined, health: health}
-			if c.Kind == plane.Joined {
+				Capacity: capa, Transport: c.Reg.EventTransport, MaxModelLen: c.Reg.MaxModelLen, Joined: joined, health: health}
+			switch c.Kind {
+			case plane.Joined:
 				r.m.joined.Inc()
-				r.cfg.Logger.Info("worker joined", "worker", id, "url", c.Reg.URL, "ranks", ranks, "events", c.Reg.EventTransport)
+				r.cfg.Logger.Info("worker joined", "worker", id, "url", c.Reg.URL, "ranks", ranks, "events", c.Reg.EventTransport, "instance", c.Reg.Instance)
+			case plane.Restarted:
+				r.cfg.Logger.Info("worker restarted (new instance id)", "worker", id, "url", c.Reg.URL, "instance", c.Reg.Instance)
 			}
 			if r.hooks.WorkerJoined != nil {
 				r.hooks.WorkerJoined(c.Reg)

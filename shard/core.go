@@ -52,6 +52,10 @@ type Counters struct {
 	// GapsDropped counts gap notices lost because the outbox was full
 	// (CoreConfig.MaxGaps); the events themselves are still counted.
 	GapsDropped uint64
+	// OverCapEvents and OverCapBlocks count Stored events refused whole
+	// because they would take their worker key past its cap (SetCap), and
+	// their blocks; each is also reported as a Gap with OverCap set.
+	OverCapEvents, OverCapBlocks uint64
 	// Lookups counts matched requests; LookupBatches the batches they came in.
 	Lookups, LookupBatches uint64
 	// EventBatches counts the event batches applied (one per Index.Apply
@@ -75,6 +79,8 @@ func (c *Counters) Add(o *Counters) {
 	c.BlocksUnknown += o.BlocksUnknown
 	c.BlocksConflicting += o.BlocksConflicting
 	c.GapsDropped += o.GapsDropped
+	c.OverCapEvents += o.OverCapEvents
+	c.OverCapBlocks += o.OverCapBlocks
 	c.Lookups += o.Lookups
 	c.LookupBatches += o.LookupBatches
 	c.EventBatches += o.EventBatches
@@ -93,6 +99,10 @@ type Gap struct {
 	Worker  wire.WorkerKey
 	EventID uint64          // the dropped event's ID (0 if the transport has none)
 	Parent  wire.EngineHash // the missing parent
+	// OverCap: the event was refused because the worker key holds its cap
+	// of blocks (SetCap): the worker lies about its capacity or the index
+	// missed removals; a dump (Index.Replace) repairs the latter.
+	OverCap bool
 }
 
 // ErrLengthMismatch is returned (wrapped, with both lengths) by
@@ -157,6 +167,7 @@ type CoreConfig struct {
 // them, except where a method says otherwise.
 type Core struct {
 	tree    *radix.Tree
+	caps    map[uint64]uint32 // blocks per worker key, by worker (SetCap)
 	maxGaps int
 	cnt     Counters
 	gaps    []Gap
@@ -190,6 +201,11 @@ func (c *Core) ApplyEvent(ev *wire.Event) (radix.Result, error) {
 }
 
 func (c *Core) applyEvent(ev *wire.Event) (radix.Result, error) {
+	if ev.Kind == wire.KindStored && len(c.caps) > 0 {
+		if capa, ok := c.caps[ev.Worker.Worker]; ok && uint64(c.tree.TreeSize(ev.Worker))+uint64(len(ev.Blocks)) > uint64(capa) {
+			return c.overCap(ev)
+		}
+	}
 	if ev.Kind == wire.KindCleared {
 		c.ax.dropWorker(ev.Worker.Worker, nil)
 	}
@@ -212,6 +228,31 @@ func (c *Core) applyEvent(ev *wire.Event) (radix.Result, error) {
 	c.cnt.BlocksUnknown += uint64(res.Unknown)
 	c.cnt.BlocksConflicting += uint64(res.Conflicts)
 	return res, err
+}
+
+// ErrOverCap is returned by ApplyEvent for a Stored event refused by the
+// worker's cap (SetCap).
+var ErrOverCap = errors.New("shard: worker key at its block cap")
+
+func (c *Core) overCap(ev *wire.Event) (radix.Result, error) {
+	c.cnt.OverCapEvents++
+	c.cnt.OverCapBlocks += uint64(len(ev.Blocks))
+	c.addGap(Gap{Worker: ev.Worker, EventID: ev.ID, Parent: ev.Parent, OverCap: true})
+	return radix.Result{}, ErrOverCap
+}
+
+// SetCap bounds the blocks the tree holds for each dp rank of worker:
+// a Stored event that would take a rank past blocks is refused whole
+// (counted, reported as a Gap with OverCap). 0 removes the bound.
+func (c *Core) SetCap(worker uint64, blocks uint32) {
+	if blocks == 0 {
+		delete(c.caps, worker)
+		return
+	}
+	if c.caps == nil {
+		c.caps = make(map[uint64]uint32)
+	}
+	c.caps[worker] = blocks
 }
 
 func (c *Core) addGap(g Gap) {

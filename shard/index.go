@@ -424,6 +424,16 @@ func (ix *Index) RemoveWorker(worker uint64) (int, error) {
 	return n, nil
 }
 
+// SetCap bounds the blocks the index holds for each dp rank of worker
+// (Core.SetCap), after the events queued before it; 0 removes the bound.
+// The worker is assigned a shard on first sight, as by an event.
+func (ix *Index) SetCap(worker uint64, blocks uint32) error {
+	if ix.closed.Load() {
+		return ErrClosed
+	}
+	return ix.runners[ix.shardOf(worker)].Do(func(c *Core) { c.SetCap(worker, blocks) })
+}
+
 // RemoveDpRank removes one worker key from its shard, after the events
 // queued for it, and returns the number of blocks removed.
 func (ix *Index) RemoveDpRank(k wire.WorkerKey) (int, error) {

@@ -145,6 +145,10 @@ type Worker struct {
 	url   string
 	pub   *zmq.Publisher // TransportZMQ only
 	topic string
+	// instance is the registration's instance_id: drawn at start, so that
+	// a router tells this worker's heartbeats and withdrawal from another
+	// process registering the same id.
+	instance string
 
 	wake      chan struct{} // one-slot doorbell for the engine loop
 	stop      chan struct{}
@@ -204,7 +208,8 @@ func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, nc: nc, epoch: time.Now(),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), hbDone: make(chan struct{}),
-		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
+		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
+		instance: strconv.FormatUint(rand.Uint64(), 36), // global rand: distinct even for equal seeds
 	}
 	if cfg.ChatTemplate != nil {
 		w.tmpls = &openai.ChatTemplates{Default: cfg.ChatTemplate}
@@ -329,7 +334,7 @@ func (w *Worker) Topic() string { return w.topic }
 // Registration returns the worker's registration message.
 func (w *Worker) Registration() plane.Registration {
 	return plane.Registration{
-		WorkerID: w.cfg.ID, URL: w.url, Model: w.cfg.Model, DpRanks: []uint32{0},
+		WorkerID: w.cfg.ID, Instance: w.instance, URL: w.url, Model: w.cfg.Model, DpRanks: []uint32{0},
 		BlockSize: w.cfg.BlockSize, KVBlocks: w.cfg.KVBlocks, MaxBatchedTokens: w.cfg.MaxBatchedTokens,
 		EventTransport: w.cfg.Transport, ZMQEndpoint: w.ZMQEndpoint(), ZMQReplay: w.ZMQReplay(),
 		HeartbeatMillis: int(w.cfg.Heartbeat / time.Millisecond),

@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/cpuset"
@@ -18,10 +21,12 @@ import (
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/proxy"
+	"github.com/kvroute/kvroute/wire/zmq"
 )
 
 // serveOptions are `kvroute serve`'s flags that do not map one to one onto
@@ -69,7 +74,18 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		cpus       = fs.String("cpus", "", "pin index shards to these CPUs, e.g. 0-3,8 (empty: no pinning)")
 		maxBody    = fs.Int("max-body-bytes", 16<<20, "largest request body accepted (413 beyond)")
 		maxHeader  = fs.Int("max-header-bytes", router.DefaultMaxHeaderBytes, "largest request line and headers accepted (431 beyond); also the per-connection read buffer")
-		readTO     = fs.Duration("http-read-timeout", 30*time.Second, "time to read a request")
+		readTO     = fs.Duration("http-read-timeout", 10*time.Second, "time to read a request, its body included (streamed answers are not bounded by it)")
+		maxConns   = fs.Int("max-conns", router.DefaultMaxConns, "open API connections at most; beyond, 503 and close")
+		inflight   = byteSize(router.DefaultMaxInflightBodyBytes)
+		maxWorkers = fs.Int("max-workers", router.DefaultMaxWorkers, "registered workers at most; further registrations are refused and counted")
+		maxRanks   = fs.Int("max-dp-ranks", plane.DefaultMaxDpRanks, "dp ranks per registration at most; larger registrations are refused and counted")
+		maxPrompt  = fs.Int("max-prompt-tokens", 0, "longer prompts get 400 (0: the largest max_model_len the workers register, else 1048576; always at most the largest worker's KV capacity)")
+		peers      = fs.String("router-peers", "", "comma-separated --router-id of the replicas whose all-workers-busy messages are honoured (*: any; empty: none)")
+		maxEvent   = byteSize(zmq.DefaultMaxMessageBytes)
+		unkGrace   = fs.Duration("unknown-worker-grace", node.DefaultUnknownGrace, "KV events of a worker that has not registered are applied this long, then its blocks removed and its events dropped until it registers")
+		capFactor  = fs.Int("index-cap-factor", node.DefaultCapFactor, "a registered worker's index entries per dp rank are capped at this × its kv_blocks")
+		natsAuth   = fs.Bool("nats-auth", false, "the embedded nats-server requires users: the router's, and the workers' (written to --nats-auth-file), with subject permissions (README: Trust model)")
+		authFile   = fs.String("nats-auth-file", "", "with --nats-auth: file the workers' NATS URL with credentials is written to, mode 0600 (default: <data-dir>/nats-worker.url)")
 		grace      = fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, time in-flight requests get to finish")
 		readyDelay = autoDuration{}
 		fbTimeout  = fs.Duration("worker-first-byte-timeout", 10*time.Second, "a streamed request whose worker sends no byte within this is retried on another worker and the worker ejected (0: off)")
@@ -87,6 +103,8 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		modelTmpls stringList
 		o          serveOptions
 	)
+	fs.Var(&inflight, "max-inflight-body-bytes", "request bodies being read or handled at once, by declared length (bytes, or with KiB, MiB, GiB); beyond, 503 before the body is read")
+	fs.Var(&maxEvent, "max-event-bytes", "largest ZMQ KV-event frame or message (bytes, or with KiB, MiB); a larger one closes the connection")
 	fs.Var(&evMaxBytes, "events-max-bytes", "JetStream: size bound of the KV-event stream, oldest dropped first (bytes, or with KiB, MiB, GiB, TiB)")
 	fs.Var(&readyDelay, "shutdown-ready-delay", "first part of --shutdown-grace during which /ready answers 503 while requests are still served (auto: min(5s, grace/2); 0: none)")
 	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3][,model=NAME] that does not register (repeatable); without model= the router asks GET /v1/models")
@@ -183,6 +201,45 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	if (*natsCert == "") != (*natsKey == "") {
 		return cfg, o, errors.New("--nats-tls-cert and --nats-tls-key go together")
 	}
+	if *maxConns < 1 || *maxWorkers < 1 || *maxRanks < 1 || *maxRanks > wire.MaxDPRank+1 {
+		return cfg, o, fmt.Errorf("--max-conns, --max-workers and --max-dp-ranks must be >= 1, --max-dp-ranks at most %d (got %d, %d, %d)", wire.MaxDPRank+1, *maxConns, *maxWorkers, *maxRanks)
+	}
+	if *maxPrompt < 0 {
+		return cfg, o, fmt.Errorf("--max-prompt-tokens must be >= 0 (got %d)", *maxPrompt)
+	}
+	if inflight < byteSize(*maxBody) {
+		return cfg, o, fmt.Errorf("--max-inflight-body-bytes %d must be at least --max-body-bytes %d", inflight, *maxBody)
+	}
+	if maxEvent < 1024 {
+		return cfg, o, fmt.Errorf("--max-event-bytes must be at least 1024 (got %d)", maxEvent)
+	}
+	if *unkGrace <= 0 {
+		return cfg, o, fmt.Errorf("--unknown-worker-grace must be > 0 (got %v)", *unkGrace)
+	}
+	if *capFactor < 1 {
+		return cfg, o, fmt.Errorf("--index-cap-factor must be >= 1 (got %d)", *capFactor)
+	}
+	if *natsAuth && *natsURL != "" {
+		return cfg, o, errors.New("--nats-auth configures the embedded nats-server; with --nats, configure users on your server (README: Trust model)")
+	}
+	if *authFile != "" && !*natsAuth {
+		return cfg, o, errors.New("--nats-auth-file needs --nats-auth")
+	}
+	if *natsAuth && *authFile == "" {
+		if *dataDir == "" {
+			return cfg, o, errors.New("--nats-auth needs --nats-auth-file (or --data-dir, to write <data-dir>/nats-worker.url)")
+		}
+		*authFile = filepath.Join(*dataDir, "nats-worker.url")
+	}
+	var peerIDs []string
+	if *peers != "" {
+		peerIDs = strings.Split(*peers, ",")
+		for i, p := range peerIDs {
+			if peerIDs[i] = strings.TrimSpace(p); peerIDs[i] == "" {
+				return cfg, o, fmt.Errorf("--router-peers %q: empty router id", *peers)
+			}
+		}
+	}
 	if *natsPort < 0 || *natsPort > 65535 {
 		return cfg, o, fmt.Errorf("--nats-port %d out of range", *natsPort)
 	}
@@ -222,6 +279,8 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 
 	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
+		MaxConns: *maxConns, MaxInflightBodyBytes: int64(inflight), MaxWorkers: *maxWorkers, MaxDpRanks: *maxRanks,
+		MaxPromptTokens: *maxPrompt, Peers: peerIDs,
 		Proxy:      proxy.Config{FirstByteTimeout: *fbTimeout},
 		EjectAfter: *ejectAfter, ProbeInterval: *probeIvl, ProbeMaxInterval: *probeMax,
 		ChatTemplate: chatDefault, ModelChatTemplates: chatByModel}
@@ -268,6 +327,8 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		Router: rc, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn, ShutdownGrace: *grace, ShutdownReadyDelay: shutdownReady,
 		Node: node.Config{Index: ic, NATSURL: *natsURL, NATSCreds: *natsCreds, NATSCA: *natsCA, NATSCert: *natsCert,
 			NATSKey: *natsKey, DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs, JetStream: *evJS,
+			NATSAuth: *natsAuth, NATSAuthFile: *authFile, MaxEventBytes: int(maxEvent),
+			Fleet:    node.FleetConfig{Grace: *unkGrace, CapFactor: *capFactor},
 			Stream:   ingest.StreamConfig{MaxAge: *evMaxAge, MaxBytes: int64(evMaxBytes), Replicas: *evReplicas},
 			Snapshot: node.SnapshotConfig{Bucket: *snapBucket, Interval: *snapIvl, Events: *snapEvents}},
 	}
@@ -348,12 +409,20 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 		if cfg.Router.Approx {
 			transport = plane.TransportNone
 		}
+		nc := svc.NC
+		if svc.WorkerURL != "" { // --nats-auth: the fleet connects as a worker
+			if nc, err = nats.Connect(svc.WorkerURL, nats.Name("kvroute-demo-fleet")); err != nil {
+				_ = svc.Close()
+				return fmt.Errorf("--demo-fleet: NATS: %w", err)
+			}
+			defer nc.Close()
+		}
 		fleet, err = mock.Start(mock.Config{
 			Workers: o.demoFleet, Port: 0, BlockSize: cfg.Router.Sched.BlockSize, KVBlocks: o.demoKVBlocks,
 			Speedup: o.demoSpeedup, Transport: transport, ZMQPort: 0,
 			Namespace: o.namespace, Component: o.component, Logger: cfg.Logger,
 			ChatTemplate: cfg.Router.ChatTemplate, // the fleet renders chats as the router does
-		}, svc.NC)
+		}, nc)
 		if err != nil {
 			_ = svc.Close()
 			return fmt.Errorf("--demo-fleet: %w", err)
@@ -363,6 +432,9 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 		}
 	}
 	fmt.Printf("kvroute serving on http://%s (NATS %s)\n", svc.Addr(), svc.NATSURL)
+	if cfg.Node.NATSAuthFile != "" {
+		fmt.Printf("workers connect to NATS with the URL in %s (kvroute mock --nats \"$(cat %s)\")\n", cfg.Node.NATSAuthFile, cfg.Node.NATSAuthFile)
+	}
 	if a := svc.AdminAddr(); a != "" {
 		fmt.Printf("admin (pprof, metrics) on http://%s\n", a)
 	}

@@ -58,12 +58,44 @@ func TestServeConfigRejects(t *testing.T) {
 		{[]string{"--shutdown-ready-delay", "10s"}, "--shutdown-ready-delay"},
 		{[]string{"--shutdown-ready-delay", "-1s"}, "--shutdown-ready-delay"},
 		{[]string{"--shutdown-ready-delay", "soon"}, "shutdown-ready-delay"},
+		{[]string{"--max-conns", "0"}, "--max-conns"},
+		{[]string{"--worker", "1=http://a:1,ranks=0-999"}, "--max-dp-ranks"},
+		{[]string{"--max-workers", "0"}, "--max-workers"},
+		{[]string{"--max-dp-ranks", "70000"}, "--max-dp-ranks"},
+		{[]string{"--max-prompt-tokens", "-1"}, "--max-prompt-tokens"},
+		{[]string{"--max-inflight-body-bytes", "1MiB"}, "--max-inflight-body-bytes"},
+		{[]string{"--max-event-bytes", "10"}, "--max-event-bytes"},
+		{[]string{"--unknown-worker-grace", "0s"}, "--unknown-worker-grace"},
+		{[]string{"--index-cap-factor", "0"}, "--index-cap-factor"},
+		{[]string{"--router-peers", "a,,b"}, "--router-peers"},
+		{[]string{"--nats-auth"}, "--nats-auth-file"},
+		{[]string{"--nats-auth", "--nats", "nats://x:4222"}, "--nats-auth"},
+		{[]string{"--nats-auth-file", "/tmp/x"}, "--nats-auth-file needs --nats-auth"},
 	}
 	for _, c := range cases {
 		_, _, err := serveConfig(c.args)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err %v, want one naming %q", c.args, err, c.want)
 		}
+	}
+}
+
+// The bounds of issue 15 map onto the configuration, from flags and from
+// their KVROUTE_* variables.
+func TestServeConfigMapsBounds(t *testing.T) {
+	t.Setenv("KVROUTE_MAX_WORKERS", "77")
+	t.Setenv("KVROUTE_MAX_EVENT_BYTES", "2MiB")
+	cfg, _, err := serveConfig([]string{"--max-dp-ranks", "8", "--max-prompt-tokens", "4096", "--router-peers", "r1, r2",
+		"--max-conns", "99", "--max-inflight-body-bytes", "64MiB", "--unknown-worker-grace", "3s", "--index-cap-factor", "2",
+		"--nats-auth", "--data-dir", "/tmp/kv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, n := cfg.Router, cfg.Node
+	if r.MaxWorkers != 77 || r.MaxDpRanks != 8 || r.MaxPromptTokens != 4096 || strings.Join(r.Peers, "|") != "r1|r2" ||
+		r.MaxConns != 99 || r.MaxInflightBodyBytes != 64<<20 || n.MaxEventBytes != 2<<20 || n.Fleet.Grace != 3*time.Second ||
+		n.Fleet.CapFactor != 2 || !n.NATSAuth || n.NATSAuthFile != "/tmp/kv/nats-worker.url" {
+		t.Fatalf("router %+v\nnode %+v", r, n)
 	}
 }
 
@@ -138,10 +170,16 @@ func TestServeEventsDefaults(t *testing.T) {
 // What `make run` does: the router with an embedded NATS server and an
 // in-process demo fleet answers a completion, routes the repeat to the
 // worker that cached it, and shuts down cleanly.
-func TestServeDemoFleet(t *testing.T) {
-	cfg, o, err := serveConfig([]string{"--http-addr", "127.0.0.1:0", "--demo-fleet", "2", "--demo-speedup", "20",
+func TestServeDemoFleet(t *testing.T) { testServeDemoFleet(t) }
+
+// With --nats-auth the demo fleet connects as the worker user: its
+// registrations and KV events pass the subject permissions.
+func TestServeDemoFleetNATSAuth(t *testing.T) { testServeDemoFleet(t, "--nats-auth") }
+
+func testServeDemoFleet(t *testing.T, extra ...string) {
+	cfg, o, err := serveConfig(append([]string{"--http-addr", "127.0.0.1:0", "--demo-fleet", "2", "--demo-speedup", "20",
 		"--data-dir", t.TempDir(), "--log-level", "error", "--pprof", "--admin-addr", "127.0.0.1:0",
-		"--shutdown-ready-delay", "100ms"})
+		"--shutdown-ready-delay", "100ms"}, extra...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,9 @@ type Config struct {
 	Host     string // default 127.0.0.1
 	Port     int    // 0 or -1: a random free port
 	StoreDir string // JetStream store; required
+	// Users, when set, are the only clients allowed (user/password, each
+	// with its subject permissions); nil: no authentication.
+	Users []*server.User
 }
 
 // Start runs an embedded nats-server and waits until it accepts connections.
@@ -51,6 +54,7 @@ func Start(cfg Config) (*server.Server, error) {
 		StoreDir:  cfg.StoreDir,
 		NoSigs:    true,
 		NoLog:     true,
+		Users:     cfg.Users,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)

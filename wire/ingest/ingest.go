@@ -84,6 +84,9 @@ type Config struct {
 	// ZMQRetryInterval is how often a ZMQ subscriber re-dials an engine that
 	// is not up; zero: wire/zmq's default (500 ms).
 	ZMQRetryInterval time.Duration
+	// ZMQMaxMessageBytes bounds a ZMQ frame and message (--max-event-bytes;
+	// zmq.SubscriberConfig.MaxMessageBytes); zero: wire/zmq's default.
+	ZMQMaxMessageBytes int
 	// AfterApply, if set, is called by ConsumeJetStream's handler goroutine
 	// right after the events of the message with stream sequence seq were
 	// handed to the sink (and LastSeq is seq), before the next message: the
@@ -95,6 +98,13 @@ type Config struct {
 	// stream replayed after the snapshot is checked in order: ids below a
 	// key's Last are duplicates, and a key is not a first sighting.
 	Tracked []SourceKey
+	// Admit, if set, is asked about the worker of each NATS event (once per
+	// run of events of one worker in a message): false drops the event,
+	// counted in SourceStats.Unknown (node admits registered workers and,
+	// for a short grace, workers about to register). ZMQ events are not
+	// asked: their subscriptions exist only for known workers. It must be
+	// goroutine-safe and fast.
+	Admit func(worker uint64) bool
 }
 
 // Source is where events came from: a NATS subject's format or ZMQ.
@@ -438,6 +448,9 @@ type SourceStats struct {
 	FirstSightings uint64
 	// SinkErrors counts Apply calls that failed (their events are lost).
 	SinkErrors uint64
+	// Unknown counts events dropped because Config.Admit refused their
+	// worker (not registered).
+	Unknown uint64
 	// Dropped: NATS messages the client dropped because the subscription's
 	// pending limits were reached (slow consumer); ZMQ batches lost and not
 	// recovered from the engine's replay socket.

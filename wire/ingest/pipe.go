@@ -25,7 +25,7 @@ type counters struct {
 	messages, events, blocks                              atomic.Uint64
 	malformed, rejected, sizeMismatches, ignored          atomic.Uint64
 	duplicates, gaps, missing, restarts, firsts, sinkErrs atomic.Uint64
-	missingBatches                                        atomic.Uint64
+	missingBatches, unknown                               atomic.Uint64
 	droppedGone                                           atomic.Uint64 // Dropped of closed subscriptions
 	dispatchNanos, dispatchMax                            atomic.Uint64
 	buckets                                               [len(DispatchBuckets) + 1]atomic.Uint64
@@ -37,7 +37,7 @@ func (c *counters) snapshot(s *SourceStats) {
 	s.Malformed, s.Rejected = c.malformed.Load(), c.rejected.Load()
 	s.SizeMismatches, s.Ignored = c.sizeMismatches.Load(), c.ignored.Load()
 	s.Duplicates, s.Gaps, s.MissingEvents = c.duplicates.Load(), c.gaps.Load(), c.missing.Load()
-	s.MissingBatches = c.missingBatches.Load()
+	s.MissingBatches, s.Unknown = c.missingBatches.Load(), c.unknown.Load()
 	s.Restarts, s.FirstSightings, s.SinkErrors = c.restarts.Load(), c.firsts.Load(), c.sinkErrs.Load()
 	s.DispatchSum, s.DispatchMax = time.Duration(c.dispatchNanos.Load()), time.Duration(c.dispatchMax.Load())
 	for i := range c.buckets {
@@ -145,9 +145,23 @@ func (p *pipe) deliver(err error) {
 	}
 	evs := b.Events
 	n, blocks := 0, 0
-	var dups, restarts uint64
+	var dups, restarts, unknown uint64
+	admit := p.in.cfg.Admit
+	if !p.trackIDs {
+		admit = nil // ZMQ: subscribed for a known worker
+	}
+	lastWorker, lastOK := uint64(0), false
 	for i := range evs {
 		ev := &evs[i]
+		if admit != nil {
+			if w := ev.Worker.Worker; w != lastWorker || i == 0 {
+				lastWorker, lastOK = w, admit(w)
+			}
+			if !lastOK {
+				unknown++
+				continue
+			}
+		}
 		v, missing := vApply, uint64(0)
 		if p.trackIDs {
 			v, missing = p.tr.check(ev.Worker, ev.ID, ev.Kind)
@@ -179,6 +193,9 @@ func (p *pipe) deliver(err error) {
 	}
 	if restarts > 0 {
 		c.restarts.Add(restarts)
+	}
+	if unknown > 0 {
+		c.unknown.Add(unknown)
 	}
 	if n == 0 {
 		return

@@ -222,7 +222,7 @@ func (in *Ingest) AddZMQ(z ZMQWorker) error {
 	zs := &zmqSub{w: z, p: p}
 	zs.sub = zmq.Subscribe(zmq.SubscriberConfig{
 		Endpoint: z.Endpoint, ReplayEndpoint: z.Replay, Topic: z.Topic(),
-		RetryInterval: in.cfg.ZMQRetryInterval, Logger: in.log,
+		RetryInterval: in.cfg.ZMQRetryInterval, MaxMessageBytes: in.cfg.ZMQMaxMessageBytes, Logger: in.log,
 	}, p.onZMQ)
 	in.mu.Lock()
 	if in.mu.closed { // Close ran meanwhile: it did not see zs

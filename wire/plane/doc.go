@@ -30,4 +30,14 @@
 //
 // A worker that has not sent a heartbeat for ExpiryFactor heartbeat intervals
 // (default 3) is considered gone.
+//
+// A Registration is valid (ValidateRanks) with a worker id > 0, an http or
+// https URL with a host, 1 to a bound of distinct dp ranks, a known event
+// transport (zmq with a tcp://host:port endpoint), a block size, bounded
+// strings and heartbeat. The Registry gives a live worker id to its URL: a
+// heartbeat for it from another URL is ErrConflict (never a takeover); a new
+// instance_id at the same URL is a restart (Restarted); a withdrawal must
+// name the live URL and, when registered with one, the instance id
+// (ErrLeaveMismatch); MaxWorkers bounds the live set (ErrFull).
+// FuzzRegistration, FuzzLoad and FuzzAllWorkersBusy fuzz the JSON messages.
 package plane

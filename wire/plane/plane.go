@@ -4,7 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
+
+	"github.com/kvroute/kvroute/wire"
 )
 
 // Subjects are the NATS subjects of one namespace and component.
@@ -45,41 +49,105 @@ const (
 
 // Registration announces a worker: sent at start and as its heartbeat.
 type Registration struct {
-	WorkerID         uint64   `json:"worker_id"`
+	WorkerID uint64 `json:"worker_id"`
+	// Instance names one run of the worker process (a random string drawn
+	// at start; a restart draws a new one). A registry recognises a restart
+	// by it, and a withdrawal must name the live instance. Optional for
+	// compatibility: without it a worker is recognised by its URL only.
+	Instance         string   `json:"instance_id,omitempty"`
 	URL              string   `json:"url"`
 	Model            string   `json:"model,omitempty"`
 	DpRanks          []uint32 `json:"dp_ranks"`
 	BlockSize        int      `json:"block_size"`
 	KVBlocks         int      `json:"kv_blocks"` // per dp rank
 	MaxBatchedTokens int      `json:"max_batched_tokens,omitempty"`
-	EventTransport   string   `json:"event_transport"`
-	ZMQEndpoint      string   `json:"zmq_endpoint,omitempty"` // with TransportZMQ: rank r publishes on this port + r
-	ZMQReplay        string   `json:"zmq_replay,omitempty"`
-	HeartbeatMillis  int      `json:"heartbeat_ms"`
+	// MaxModelLen is the longest prompt plus output, in tokens, the worker
+	// accepts (vLLM's max_model_len); 0: not declared.
+	MaxModelLen     int    `json:"max_model_len,omitempty"`
+	EventTransport  string `json:"event_transport"`
+	ZMQEndpoint     string `json:"zmq_endpoint,omitempty"` // with TransportZMQ: rank r publishes on this port + r
+	ZMQReplay       string `json:"zmq_replay,omitempty"`
+	HeartbeatMillis int    `json:"heartbeat_ms"`
 }
 
-// Validate checks a registration's fields.
-func (r *Registration) Validate() error {
-	switch {
-	case r.WorkerID == 0:
+// Bounds of a valid registration (Validate). The strings are bounded so
+// that one registration cannot make /workers or the logs large.
+const (
+	DefaultMaxDpRanks  = 256     // ranks per registration (--max-dp-ranks)
+	MaxURLBytes        = 2048    // url, zmq_endpoint, zmq_replay
+	MaxNameBytes       = 256     // model, instance_id
+	MaxBlockSize       = 1 << 16 // tokens per block
+	MaxHeartbeatMillis = 600_000 // 10 min: a worker that never expires is never forgotten
+)
+
+// Validate checks a registration's fields with DefaultMaxDpRanks.
+func (r *Registration) Validate() error { return r.ValidateRanks(DefaultMaxDpRanks) }
+
+// ValidateRanks checks a registration's fields: a worker id > 0, an http or
+// https URL with a host, 1 to maxRanks distinct dp ranks each at most
+// wire.MaxDPRank, a block size in [1, MaxBlockSize], non-negative
+// capacities, a heartbeat in [1, MaxHeartbeatMillis] ms, a known event
+// transport (zmq with a tcp://host:port endpoint) and bounded strings.
+func (r *Registration) ValidateRanks(maxRanks int) error {
+	if r.WorkerID == 0 {
 		return errors.New("registration: worker_id must be > 0")
-	case !strings.HasPrefix(r.URL, "http://") && !strings.HasPrefix(r.URL, "https://"):
-		return fmt.Errorf("registration of worker %d: url %q must be http(s)", r.WorkerID, r.URL)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("registration of worker %d: "+format, append([]any{r.WorkerID}, args...)...)
+	}
+	if len(r.URL) > MaxURLBytes {
+		return bad("url longer than %d bytes", MaxURLBytes)
+	}
+	u, err := url.Parse(r.URL)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https"):
+		return bad("url %q must be http:// or https://", r.URL)
+	case u.Host == "" || u.Hostname() == "":
+		return bad("url %q has no host", r.URL)
+	case u.User != nil:
+		return bad("url must not carry credentials")
+	case len(r.Model) > MaxNameBytes || len(r.Instance) > MaxNameBytes:
+		return bad("model and instance_id must be at most %d bytes", MaxNameBytes)
 	case len(r.DpRanks) == 0:
-		return fmt.Errorf("registration of worker %d: dp_ranks is empty", r.WorkerID)
-	case r.BlockSize <= 0:
-		return fmt.Errorf("registration of worker %d: block_size must be > 0", r.WorkerID)
-	case r.HeartbeatMillis <= 0:
-		return fmt.Errorf("registration of worker %d: heartbeat_ms must be > 0", r.WorkerID)
+		return bad("dp_ranks is empty")
+	case len(r.DpRanks) > maxRanks:
+		return bad("%d dp_ranks, more than the %d allowed (--max-dp-ranks)", len(r.DpRanks), maxRanks)
+	case r.BlockSize <= 0 || r.BlockSize > MaxBlockSize:
+		return bad("block_size %d must be in [1, %d]", r.BlockSize, MaxBlockSize)
+	case r.KVBlocks < 0 || r.MaxBatchedTokens < 0 || r.MaxModelLen < 0:
+		return bad("kv_blocks, max_batched_tokens and max_model_len must be >= 0")
+	case r.HeartbeatMillis <= 0 || r.HeartbeatMillis > MaxHeartbeatMillis:
+		return bad("heartbeat_ms %d must be in [1, %d]", r.HeartbeatMillis, MaxHeartbeatMillis)
+	}
+	seen := make(map[uint32]struct{}, len(r.DpRanks))
+	for _, rank := range r.DpRanks {
+		if rank > wire.MaxDPRank {
+			return bad("dp rank %d above %d", rank, wire.MaxDPRank)
+		}
+		if _, dup := seen[rank]; dup {
+			return bad("dp rank %d listed twice", rank)
+		}
+		seen[rank] = struct{}{}
 	}
 	switch r.EventTransport {
 	case TransportDynamo, TransportNative, TransportNone:
 	case TransportZMQ:
 		if r.ZMQEndpoint == "" {
-			return fmt.Errorf("registration of worker %d: zmq transport without zmq_endpoint", r.WorkerID)
+			return bad("zmq transport without zmq_endpoint")
+		}
+		for _, ep := range [...]string{r.ZMQEndpoint, r.ZMQReplay} {
+			if ep == "" {
+				continue
+			}
+			if len(ep) > MaxURLBytes || !strings.HasPrefix(ep, "tcp://") {
+				return bad("zmq endpoint %q must be tcp://host:port", ep)
+			}
+			if _, _, err := net.SplitHostPort(ep[len("tcp://"):]); err != nil {
+				return bad("zmq endpoint %q must be tcp://host:port", ep)
+			}
 		}
 	default:
-		return fmt.Errorf("registration of worker %d: unknown event_transport %q", r.WorkerID, r.EventTransport)
+		return bad("unknown event_transport %q (dynamo, native, zmq or none)", r.EventTransport)
 	}
 	return nil
 }
@@ -96,10 +164,15 @@ type Load struct {
 
 // AllWorkersBusy is published by a router whose queue overflowed, so every
 // replica throttles new requests for its rejection window.
+//
+// A receiver honours it only from a replica it knows (router.Config.Peers)
+// and for at most its own rejection window: WindowMillis is the sender's
+// window, clamped by the receiver to [0, its own].
 type AllWorkersBusy struct {
-	Router     string `json:"router"`
-	QueueDepth int    `json:"queue_depth"`
-	AtUnixNano int64  `json:"at_unix_nano"`
+	Router       string `json:"router"`
+	QueueDepth   int    `json:"queue_depth"`
+	AtUnixNano   int64  `json:"at_unix_nano"`
+	WindowMillis int64  `json:"window_ms,omitempty"`
 }
 
 // Decode parses a JSON control-plane message into v with a clear error.

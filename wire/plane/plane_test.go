@@ -1,6 +1,7 @@
 package plane
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -50,17 +51,17 @@ func TestRegistrationRoundTripAndValidate(t *testing.T) {
 func TestRegistryLifecycle(t *testing.T) {
 	r := NewRegistry()
 	t0 := time.Unix(1000, 0)
-	ch := r.Heartbeat(reg(1), t0, nil)
-	ch = r.Heartbeat(reg(2), t0, ch)
+	ch, _ := r.Heartbeat(reg(1), t0, nil)
+	ch, _ = r.Heartbeat(reg(2), t0, ch)
 	if len(ch) != 2 || ch[0].Kind != Joined || ch[1].Kind != Joined {
 		t.Fatalf("%v", ch)
 	}
-	if ch = r.Heartbeat(reg(1), t0.Add(100*time.Millisecond), nil); len(ch) != 0 {
+	if ch, _ = r.Heartbeat(reg(1), t0.Add(100*time.Millisecond), nil); len(ch) != 0 {
 		t.Fatalf("unchanged heartbeat reported %v", ch)
 	}
 	changed := reg(1)
 	changed.DpRanks = []uint32{0, 1}
-	if ch = r.Heartbeat(changed, t0.Add(200*time.Millisecond), nil); len(ch) != 1 || ch[0].Kind != Updated {
+	if ch, _ = r.Heartbeat(changed, t0.Add(200*time.Millisecond), nil); len(ch) != 1 || ch[0].Kind != Updated {
 		t.Fatalf("%v", ch)
 	}
 	// Worker 2 last beat at t0: gone after 3 intervals (300ms); worker 1 beat at t0+200ms.
@@ -71,10 +72,145 @@ func TestRegistryLifecycle(t *testing.T) {
 	if len(ch) != 1 || ch[0].Kind != Expired || ch[0].Reg.WorkerID != 2 {
 		t.Fatalf("%v", ch)
 	}
-	if ch = r.Leave(1, nil); len(ch) != 1 || ch[0].Kind != Left || r.Len() != 0 {
+	if ch, _ = r.Leave(reg(1), nil); len(ch) != 1 || ch[0].Kind != Left || r.Len() != 0 {
 		t.Fatalf("%v len %d", ch, r.Len())
 	}
-	if ch = r.Leave(1, nil); len(ch) != 0 {
+	if ch, _ = r.Leave(reg(1), nil); len(ch) != 0 {
 		t.Fatal("leaving twice reported twice")
 	}
+}
+
+// TestRegistrationValidateRefusesTheIssueFindings: the registrations of
+// issue 15 that joined and drew traffic are refused, each naming its field.
+func TestRegistrationValidateRefusesTheIssueFindings(t *testing.T) {
+	cases := []struct {
+		name, want string
+		edit       func(r *Registration)
+	}{
+		{"worker 0", "worker_id", func(r *Registration) { r.WorkerID = 0 }},
+		{"ftp url", "http", func(r *Registration) { r.URL = "ftp://127.0.0.1:21" }},
+		{"empty url", "http", func(r *Registration) { r.URL = "" }},
+		{"no host", "no host", func(r *Registration) { r.URL = "http://:8080" }},
+		{"credentials", "credentials", func(r *Registration) { r.URL = "http://u:p@h:1" }},
+		{"bogus transport", "event_transport", func(r *Registration) { r.EventTransport = "bogus" }},
+		{"zmq without endpoint", "zmq_endpoint", func(r *Registration) { r.EventTransport = TransportZMQ }},
+		{"zmq bad endpoint", "tcp://", func(r *Registration) { r.EventTransport, r.ZMQEndpoint = TransportZMQ, "ipc:///x" }},
+		{"no ranks", "dp_ranks", func(r *Registration) { r.DpRanks = nil }},
+		{"100k ranks", "--max-dp-ranks", func(r *Registration) {
+			r.DpRanks = make([]uint32, 100_000)
+			for i := range r.DpRanks {
+				r.DpRanks[i] = uint32(i)
+			}
+		}},
+		{"duplicate rank", "twice", func(r *Registration) { r.DpRanks = []uint32{1, 1} }},
+		{"rank too large", "dp rank", func(r *Registration) { r.DpRanks = []uint32{1 << 20} }},
+		{"block size 0", "block_size", func(r *Registration) { r.BlockSize = 0 }},
+		{"negative capacity", "kv_blocks", func(r *Registration) { r.KVBlocks = -1 }},
+		{"eternal heartbeat", "heartbeat_ms", func(r *Registration) { r.HeartbeatMillis = 1 << 40 }},
+		{"huge model", "model", func(r *Registration) { r.Model = strings.Repeat("m", 300) }},
+	}
+	for _, c := range cases {
+		r := reg(7)
+		c.edit(&r)
+		err := r.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error naming %q", c.name, err, c.want)
+		}
+	}
+	ok := reg(7)
+	ok.EventTransport, ok.ZMQEndpoint, ok.ZMQReplay = TransportZMQ, "tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558"
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ok.ValidateRanks(0); err == nil {
+		t.Fatal("1 rank accepted with a bound of 0")
+	}
+}
+
+// TestRegistryIdentity: another URL cannot take a live id over, a new
+// instance at the same URL is a restart, a withdrawal must match, and
+// MaxWorkers bounds the live set.
+func TestRegistryIdentity(t *testing.T) {
+	r := NewRegistry()
+	r.MaxWorkers = 2
+	t0 := time.Unix(1000, 0)
+	a := reg(1)
+	a.Instance = "run-a"
+	if ch, err := r.Heartbeat(a, t0, nil); err != nil || len(ch) != 1 || ch[0].Kind != Joined {
+		t.Fatalf("%v %v", ch, err)
+	}
+	thief := a
+	thief.URL, thief.Instance = "http://10.0.0.66:80", "run-x"
+	if ch, err := r.Heartbeat(thief, t0, nil); !errors.Is(err, ErrConflict) || len(ch) != 0 {
+		t.Fatalf("hijack: %v %v", ch, err)
+	}
+	if got, _ := r.Get(1); got.URL != a.URL {
+		t.Fatalf("hijacked: %+v", got)
+	}
+	// A spoofed withdrawal: wrong instance, wrong URL, no instance.
+	for _, l := range []Registration{{WorkerID: 1, URL: a.URL, Instance: "run-x"}, {WorkerID: 1, URL: thief.URL, Instance: "run-a"}, {WorkerID: 1, URL: a.URL}} {
+		if ch, err := r.Leave(l, nil); !errors.Is(err, ErrLeaveMismatch) || len(ch) != 0 || r.Len() != 1 {
+			t.Fatalf("spoofed leave %+v: %v %v", l, ch, err)
+		}
+	}
+	restarted := a
+	restarted.Instance = "run-b"
+	if ch, err := r.Heartbeat(restarted, t0, nil); err != nil || len(ch) != 1 || ch[0].Kind != Restarted {
+		t.Fatalf("restart: %v %v", ch, err)
+	}
+	if _, err := r.Heartbeat(reg(2), t0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Heartbeat(reg(3), t0, nil); !errors.Is(err, ErrFull) || r.Len() != 2 {
+		t.Fatalf("third worker with MaxWorkers 2: %v, %d live", err, r.Len())
+	}
+	if ch, err := r.Leave(Registration{WorkerID: 1, URL: a.URL, Instance: "run-b"}, nil); err != nil || len(ch) != 1 {
+		t.Fatalf("real leave: %v %v", ch, err)
+	}
+	// Once the id is free, another URL may take it.
+	if _, err := r.Heartbeat(thief, t0, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzRegistration: decoding and validating any bytes neither panics nor
+// accepts a registration that breaks the bounds.
+func FuzzRegistration(f *testing.F) {
+	r := reg(3)
+	f.Add(Encode(r))
+	r.EventTransport, r.ZMQEndpoint = TransportZMQ, "tcp://127.0.0.1:5557"
+	f.Add(Encode(r))
+	f.Add([]byte(`{"worker_id":1,"url":"ftp://x","dp_ranks":[0,0]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var g Registration
+		if Decode(data, &g) != nil || g.Validate() != nil {
+			return
+		}
+		if g.WorkerID == 0 || len(g.DpRanks) == 0 || len(g.DpRanks) > DefaultMaxDpRanks || g.BlockSize <= 0 {
+			t.Fatalf("accepted %+v", g)
+		}
+		reg := NewRegistry()
+		if _, err := reg.Heartbeat(g, time.Unix(0, 0), nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// FuzzLoad and FuzzAllWorkersBusy: the other JSON messages of the plane.
+func FuzzLoad(f *testing.F) {
+	f.Add(Encode(Load{WorkerID: 1, KVUsed: 3, KVTotal: 10}))
+	f.Add([]byte(`{"worker_id":-1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var l Load
+		_ = Decode(data, &l)
+	})
+}
+
+func FuzzAllWorkersBusy(f *testing.F) {
+	f.Add(Encode(AllWorkersBusy{Router: "r1", QueueDepth: 3, AtUnixNano: 1, WindowMillis: 5000}))
+	f.Add([]byte(`{"router":"","window_ms":-9}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var b AllWorkersBusy
+		_ = Decode(data, &b)
+	})
 }

@@ -13,5 +13,12 @@
 // subscriber also accepts SGLang's and older vLLM's replies without the topic
 // frame.
 //
+// A subscriber's connections are bounded: zmq4 allocates a frame's announced
+// size before reading it, so the subscriber dials through a transport
+// (bounded.go) that follows the ZMTP framing and closes a connection whose
+// frame or multipart message would exceed SubscriberConfig.MaxMessageBytes
+// (--max-event-bytes), counted in SubscriberStats.Oversized
+// (FuzzBoundedConnScan fuzzes the framing check).
+//
 // Pure Go (github.com/go-zeromq/zmq4): no libzmq needed.
 package zmq

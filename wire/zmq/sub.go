@@ -23,7 +23,12 @@ type SubscriberConfig struct {
 	Topic          string        // subscription prefix; "" receives every topic
 	RetryInterval  time.Duration // between dial attempts (default 500ms)
 	ReplayTimeout  time.Duration // wait for a replay reply (default 2s)
-	Logger         *slog.Logger
+	// MaxMessageBytes bounds a frame and a multipart message, live or
+	// replayed (--max-event-bytes): a connection announcing a larger one
+	// is closed before it is read (counted in Oversized) and dialed
+	// again. Default DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	Logger          *slog.Logger
 }
 
 // SubscriberStats are a Subscriber's counters. Read them with Stats.
@@ -35,6 +40,7 @@ type SubscriberStats struct {
 	Restarts   uint64 // sequence numbers went backwards (engine restarted)
 	Reconnects uint64 // successful dials after the first
 	Malformed  uint64 // messages with the wrong frame count or seq size
+	Oversized  uint64 // connections closed at a frame or message over MaxMessageBytes
 }
 
 // Subscriber dials an engine's PUB socket and delivers its batches in order
@@ -46,6 +52,7 @@ type Subscriber struct {
 	done   chan struct{}
 
 	received, replayed, gaps, lost, restarts, reconnects, malformed atomic.Uint64
+	oversized                                                       atomic.Uint64
 	connected                                                       atomic.Bool
 }
 
@@ -60,8 +67,20 @@ func Subscribe(cfg SubscriberConfig, h Handler) *Subscriber {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Subscriber{cfg: cfg, h: h, cancel: cancel, done: make(chan struct{})}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	s := &Subscriber{h: h, done: make(chan struct{})}
+	for _, ep := range []*string{&cfg.Endpoint, &cfg.ReplayEndpoint} {
+		if b, err := boundedEndpoint(*ep, uint64(cfg.MaxMessageBytes)); err == nil {
+			*ep = b
+		} else {
+			cfg.Logger.Error("zmq: message size bound not applied", "err", err)
+		}
+	}
+	s.cfg = cfg
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), oversizeKey{}, &s.oversized))
+	s.cancel = cancel
 	go s.run(ctx)
 	return s
 }
@@ -74,7 +93,7 @@ func (s *Subscriber) Stats() SubscriberStats {
 	return SubscriberStats{
 		Received: s.received.Load(), Replayed: s.replayed.Load(), Gaps: s.gaps.Load(),
 		Lost: s.lost.Load(), Restarts: s.restarts.Load(), Reconnects: s.reconnects.Load(),
-		Malformed: s.malformed.Load(),
+		Malformed: s.malformed.Load(), Oversized: s.oversized.Load(),
 	}
 }
 

@@ -61,6 +61,8 @@ type envOptions struct {
 	noFleet bool
 	model   string // the fleet's model (default mock's "mock")
 	maxBody int
+	// serveIndexer: --serve-indexer (remote_test.go).
+	serveIndexer bool
 }
 
 func quietLogger() *slog.Logger {
@@ -107,6 +109,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		AdminAddr:          "127.0.0.1:0",
 		Node:               node.Config{NATSURL: ns.ClientURL(), NATSReconnectWait: 50 * time.Millisecond},
 		Logger:             quietLogger(),
+		ServeIndexer:       o.serveIndexer,
 	}
 	if o.health != nil {
 		o.health(&cfg.Router)

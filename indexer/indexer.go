@@ -173,7 +173,9 @@ func (s *Service) Addr() string {
 }
 
 // Ready reports whether the peer dump is loaded and queries are served.
-func (s *Service) Ready() bool { return s.ready.Load() && (s.Node == nil || s.Node.EventPlane() == nil) }
+func (s *Service) Ready() bool {
+	return s.ready.Load() && (s.Node == nil || s.Node.EventPlane() == nil)
+}
 
 // Close stops the HTTP API, the query server, then the node. Idempotent.
 func (s *Service) Close() error {

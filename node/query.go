@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +45,12 @@ type IndexServerConfig struct {
 	// PingTimeout bounds the check for another serving instance. Default
 	// 250 ms.
 	PingTimeout time.Duration
-	Logger      *slog.Logger
+	// Handlers is the number of queue subscriptions (each answered on its
+	// own goroutine by NATS) this instance serves with; approximate mode
+	// uses one, so that decisions are recorded in order. Default
+	// GOMAXPROCS, at most 4.
+	Handlers int
+	Logger   *slog.Logger
 }
 
 // IndexServer answers index queries (the plane query protocol) on NATS
@@ -56,18 +62,21 @@ type IndexServerConfig struct {
 // Its methods are goroutine-safe. Close it before the index and the NATS
 // connection.
 type IndexServer struct {
-	cfg IndexServerConfig
-	ix  *shard.Index
-	nc  *nats.Conn
-	sub *nats.Subscription
-
-	// Handler scratch: NATS runs a subscription's callbacks on one
-	// goroutine, so these are used by one goroutine at a time.
-	q    plane.Query
-	mrs  []shard.MatchRequest
-	ovs  [][]radix.Overlap
-	out  []byte
+	cfg  IndexServerConfig
+	ix   *shard.Index
+	nc   *nats.Conn
+	subs []*nats.Subscription
 	seen metricsCounters
+}
+
+// queryHandler is one subscription's scratch: NATS runs a subscription's
+// callbacks on one goroutine, so it is used by one goroutine at a time.
+type queryHandler struct {
+	s   *IndexServer
+	q   plane.Query
+	mrs []shard.MatchRequest
+	ovs [][]radix.Overlap
+	out []byte
 }
 
 type metricsCounters struct {
@@ -97,67 +106,80 @@ func ServeIndex(nc *nats.Conn, ix *shard.Index, cfg IndexServerConfig) (*IndexSe
 			return nil, fmt.Errorf("--serve-indexer: another serving index (%q, approximate mode %v) answers on %s; approximate mode (--no-kv-events) records routing decisions in one index, so it must be the only serving instance", r.ID, r.Approx, cfg.Subject)
 		}
 	}
-	s := &IndexServer{cfg: cfg, ix: ix, nc: nc}
-	if s.sub, err = nc.QueueSubscribe(cfg.Subject, plane.QueueGroup, s.handle); err != nil {
-		return nil, fmt.Errorf("--serve-indexer: subscribe %s: %w", cfg.Subject, err)
+	if cfg.Handlers <= 0 {
+		cfg.Handlers = min(runtime.GOMAXPROCS(0), 4)
 	}
-	// Pending limits: a burst of queries from many routers queues here
-	// rather than being dropped as a slow consumer (dropped ones time out
-	// at the router and degrade to zero overlap).
-	_ = s.sub.SetPendingLimits(1<<16, 256<<20)
+	if cfg.Approx {
+		cfg.Handlers = 1
+	}
+	s := &IndexServer{cfg: cfg, ix: ix, nc: nc}
+	for range cfg.Handlers {
+		h := &queryHandler{s: s}
+		sub, err := nc.QueueSubscribe(cfg.Subject, plane.QueueGroup, h.handle)
+		if err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("--serve-indexer: subscribe %s: %w", cfg.Subject, err)
+		}
+		// Pending limits: a burst of queries from many routers queues
+		// here rather than being dropped as a slow consumer (dropped ones
+		// time out at the router and degrade to zero overlap).
+		_ = sub.SetPendingLimits(1<<16, 256<<20)
+		s.subs = append(s.subs, sub)
+	}
 	return s, nil
 }
 
-func (s *IndexServer) handle(m *nats.Msg) {
+func (h *queryHandler) handle(m *nats.Msg) {
+	s := h.s
 	s.seen.served.Add(1)
-	if err := plane.DecodeQuery(m.Data, &s.q); err != nil {
-		s.fail(m, err)
+	if err := plane.DecodeQuery(m.Data, &h.q); err != nil {
+		h.fail(m, err)
 		return
 	}
-	switch s.q.Kind {
+	switch h.q.Kind {
 	case plane.QueryPing:
-		s.out = plane.AppendPingReply(s.out[:0], s.cfg.Approx, s.cfg.ID)
+		h.out = plane.AppendPingReply(h.out[:0], s.cfg.Approx, s.cfg.ID)
 	case plane.QueryRecord:
 		if !s.cfg.Approx {
-			s.fail(m, errors.New("this index is fed by KV events; it records no routing decisions (start it with --no-kv-events)"))
+			h.fail(m, errors.New("this index is fed by KV events; it records no routing decisions (start it with --no-kv-events)"))
 			return
 		}
-		if err := s.ix.RecordDecision(s.q.Worker, s.q.Hashes, s.q.Seq); err != nil {
-			s.fail(m, err)
+		if err := s.ix.RecordDecision(h.q.Worker, h.q.Hashes, h.q.Seq); err != nil {
+			h.fail(m, err)
 			return
 		}
 		if m.Reply == "" {
 			return
 		}
-		s.out = plane.AppendReplyHeader(s.out[:0], 0)
+		h.out = plane.AppendReplyHeader(h.out[:0], 0)
 	case plane.QueryMatch:
-		n := s.q.Prompts()
+		n := h.q.Prompts()
 		s.seen.prompts.Add(uint64(n))
-		for len(s.ovs) < n {
-			s.ovs = append(s.ovs, nil)
+		for len(h.ovs) < n {
+			h.ovs = append(h.ovs, nil)
 		}
-		s.mrs = s.mrs[:0]
+		h.mrs = h.mrs[:0]
 		for i := range n {
-			s.mrs = append(s.mrs, shard.MatchRequest{Hashes: s.q.Prompt(i), Overlaps: s.ovs[i][:0]})
+			h.mrs = append(h.mrs, shard.MatchRequest{Hashes: h.q.Prompt(i), Overlaps: h.ovs[i][:0]})
 		}
-		if err := s.ix.MatchBatch(s.mrs); err != nil {
-			s.fail(m, err)
+		if err := s.ix.MatchBatch(h.mrs); err != nil {
+			h.fail(m, err)
 			return
 		}
-		s.out = plane.AppendReplyHeader(s.out[:0], n)
-		for i := range s.mrs {
-			s.ovs[i] = s.mrs[i].Overlaps
-			s.out = plane.AppendReplyPrompt(s.out, s.ovs[i])
+		h.out = plane.AppendReplyHeader(h.out[:0], n)
+		for i := range h.mrs {
+			h.ovs[i] = h.mrs[i].Overlaps
+			h.out = plane.AppendReplyPrompt(h.out, h.ovs[i])
 		}
 	}
-	_ = m.Respond(s.out)
+	_ = m.Respond(h.out)
 }
 
-func (s *IndexServer) fail(m *nats.Msg, err error) {
-	s.seen.invalid.Add(1)
+func (h *queryHandler) fail(m *nats.Msg, err error) {
+	h.s.seen.invalid.Add(1)
 	if m.Reply != "" {
-		s.out = plane.AppendErrorReply(s.out[:0], err.Error())
-		_ = m.Respond(s.out)
+		h.out = plane.AppendErrorReply(h.out[:0], err.Error())
+		_ = m.Respond(h.out)
 	}
 }
 
@@ -173,18 +195,21 @@ func (s *IndexServer) WriteMetrics(w io.Writer) {
 // is dropped; its router times out and routes it with zero overlap).
 // Idempotent.
 func (s *IndexServer) Close() error {
-	if s == nil || s.sub == nil {
+	if s == nil {
 		return nil
 	}
-	nc := s.nc
-	err := s.sub.Unsubscribe()
-	if errors.Is(err, nats.ErrBadSubscription) || errors.Is(err, nats.ErrConnectionClosed) {
-		return nil
+	var errs []error
+	for _, sub := range s.subs {
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, err)
+		}
 	}
-	if err == nil && nc != nil && nc.IsConnected() {
-		err = nc.FlushTimeout(2 * time.Second)
+	if s.nc != nil && s.nc.IsConnected() {
+		if err := s.nc.FlushTimeout(2 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, err)
+		}
 	}
-	return err
+	return errors.Join(errs...)
 }
 
 // RemoteIndexConfig configures a RemoteIndex.

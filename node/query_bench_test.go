@@ -114,7 +114,7 @@ func BenchmarkRemoteLookup(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lookups/s")
 	})
 	b.Run("remote", func(b *testing.B) {
-		ri := NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: time.Second})
+		ri := NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
 		reqs := []shard.MatchRequest{{Hashes: prompt}}
 		lat := make([]time.Duration, 0, 1<<16)
 		for b.Loop() {
@@ -131,7 +131,7 @@ func BenchmarkRemoteLookup(b *testing.B) {
 		const clients = 8
 		ris := make([]*RemoteIndex, clients)
 		for i := range ris {
-			ris[i] = NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: time.Second})
+			ris[i] = NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
 		}
 		b.ResetTimer()
 		start := time.Now()
@@ -152,7 +152,7 @@ func BenchmarkRemoteLookup(b *testing.B) {
 		b.ReportMetric(float64(per*clients)/time.Since(start).Seconds(), "lookups/s")
 	})
 	b.Run("remote-batch-32", func(b *testing.B) {
-		ri := NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: time.Second})
+		ri := NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
 		reqs := make([]shard.MatchRequest, 32)
 		for i := range reqs {
 			reqs[i].Hashes = prompt
@@ -164,4 +164,29 @@ func BenchmarkRemoteLookup(b *testing.B) {
 		}
 		b.ReportMetric(float64(32*b.N)/b.Elapsed().Seconds(), "lookups/s")
 	})
+}
+
+// Queries spread over the serving instances (NATS queue group): with two
+// servers, each answers some of 200 batch queries.
+func TestServedIndexSpread(t *testing.T) {
+	ns, ix, first, subject, prompt := servedIndex(t)
+	second, err := ServeIndex(natstest.Connect(t, ns), ix, IndexServerConfig{Subject: subject, ID: "second", Handlers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	ri := NewRemoteIndex(natstest.Connect(t, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
+	reqs := []shard.MatchRequest{{Hashes: prompt[:8]}}
+	for range 200 {
+		if err := ri.MatchBatch(reqs); err != nil {
+			t.Fatal(err)
+		}
+		if len(reqs[0].Overlaps) != 8 {
+			t.Fatalf("overlaps %+v", reqs[0].Overlaps)
+		}
+	}
+	a, b := first.seen.served.Load(), second.seen.served.Load()
+	if a == 0 || b == 0 || a+b != 201 { // 200 + the second's start-up ping
+		t.Fatalf("served %d and %d of 200 queries; want both > 0", a, b)
+	}
 }

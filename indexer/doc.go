@@ -35,8 +35,11 @@
 //
 // Differences from Dynamo, deliberate: the index is one sharded tree
 // shared by every (model, tenant); a query's answer is restricted to the
-// workers registered for its model and tenant (workers known only from
-// KV events on NATS, not registered over HTTP, match every model). That
+// workers registered for its model and tenant: over HTTP, or on NATS (the
+// workers' heartbeats, as the router reads them: their model, tenant
+// "default"; a ZMQ publisher named there is subscribed to, and a worker
+// that leaves or expires is dropped); workers known from neither (KV
+// events only) match every model. That
 // gives the RFC's isolation of answers without a tree per pair. block_size
 // is the process's --block-size: a /register with another is rejected
 // (400). /dump events are kvroute's JSON form of wire.Event (worker_id,

@@ -69,12 +69,21 @@ type Service struct {
 
 	requests [numEndpoints]atomic.Uint64
 	errors   atomic.Uint64
+
+	// NATS registrations (registrations.go).
+	regMu      sync.Mutex
+	regs       *plane.Registry
+	changes    []plane.Change
+	regStop    chan struct{}
+	regDone    chan struct{}
+	badControl atomic.Uint64
 }
 
 type registered struct {
-	Model     string            `json:"model_name"`
-	Tenant    string            `json:"tenant_id"`
-	Endpoints map[uint32]string `json:"-"`
+	Model     string
+	Tenant    string
+	Endpoints map[uint32]string // registered over HTTP, by dp rank
+	viaNATS   bool              // known from NATS registrations only
 }
 
 var registry = promtext.NewRegistry(indexerFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies,
@@ -85,6 +94,7 @@ var indexerFamilies = []promtext.Family{
 	{Name: "kvroute_indexer_http_errors_total", Type: promtext.Counter, Help: "Indexer HTTP requests answered 4xx or 5xx"},
 	{Name: "kvroute_indexer_ready", Type: promtext.Gauge, Help: "1 once the indexer loaded its peer's dump and serves queries"},
 	{Name: "kvroute_indexer_registered_workers", Type: promtext.Gauge, Help: "Workers registered over HTTP (POST /register)"},
+	{Name: "kvroute_indexer_control_messages_invalid_total", Type: promtext.Counter, Help: "NATS worker registrations ignored (undecodable, or another block size)"},
 }
 
 type endpoint uint8
@@ -143,6 +153,9 @@ func (s *Service) start() error {
 	if s.Node, err = node.Start(s.cfg.Node); err != nil {
 		return err
 	}
+	if err := s.subscribeRegistrations(); err != nil {
+		return fmt.Errorf("NATS registrations: %w", err)
+	}
 	s.http = &fasthttp.Server{Handler: s.handle, Name: "kvroute-indexer", MaxRequestBodySize: s.cfg.MaxBodyBytes,
 		ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, NoDefaultServerHeader: true}
 	go func() {
@@ -189,6 +202,10 @@ func (s *Service) Close() error {
 		}
 		if s.Server != nil {
 			errs = append(errs, s.Server.Close())
+		}
+		if s.regStop != nil {
+			close(s.regStop)
+			<-s.regDone
 		}
 		if s.Node != nil {
 			errs = append(errs, s.Node.Close())
@@ -309,6 +326,9 @@ func (s *Service) register(ctx *fasthttp.RequestCtx) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.workers[id]
+	if w != nil && w.viaNATS {
+		w = nil // HTTP registration takes over
+	}
 	if w != nil && (w.Model != r.ModelName || w.Tenant != r.TenantID) {
 		badRequest(ctx, "instance %d is registered for model %q tenant %q; unregister it first", id, w.Model, w.Tenant)
 		return
@@ -345,7 +365,7 @@ func (s *Service) unregister(ctx *fasthttp.RequestCtx) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.workers[id]
-	if w == nil || w.Model != r.ModelName || (r.TenantID != "" && r.TenantID != w.Tenant) {
+	if w == nil || w.viaNATS || w.Model != r.ModelName || (r.TenantID != "" && r.TenantID != w.Tenant) {
 		proxy.WriteError(ctx, fasthttp.StatusNotFound, fmt.Sprintf("instance %d is not registered for model %q", id, r.ModelName))
 		return
 	}
@@ -383,6 +403,9 @@ func (s *Service) listWorkers(ctx *fasthttp.RequestCtx) {
 	s.mu.Lock()
 	out := make([]workerDoc, 0, len(s.workers))
 	for id, w := range s.workers {
+		if w.viaNATS {
+			continue
+		}
 		d := workerDoc{InstanceID: id, ModelName: w.Model, TenantID: w.Tenant, Endpoints: map[string]string{}}
 		for rank, ep := range w.Endpoints {
 			d.Endpoints[strconv.FormatUint(uint64(rank), 10)] = ep
@@ -577,7 +600,7 @@ func (s *Service) loadPeer(base string) (int, error) {
 			if model != "default" || tenant != DefaultTenant {
 				s.mu.Lock()
 				if s.workers[d.WorkerID] == nil {
-					s.workers[d.WorkerID] = &registered{Model: model, Tenant: tenant, Endpoints: map[uint32]string{}}
+					s.workers[d.WorkerID] = &registered{Model: model, Tenant: tenant, Endpoints: map[uint32]string{}, viaNATS: true}
 				}
 				s.mu.Unlock()
 			}
@@ -618,10 +641,11 @@ func (s *Service) writeSamples(w io.Writer) {
 	s.mu.Lock()
 	n := 0
 	for _, w := range s.workers {
-		if len(w.Endpoints) > 0 {
+		if !w.viaNATS {
 			n++
 		}
 	}
 	s.mu.Unlock()
 	fmt.Fprintf(w, "kvroute_indexer_registered_workers %d\n", n)
+	fmt.Fprintf(w, "kvroute_indexer_control_messages_invalid_total %d\n", s.badControl.Load())
 }

@@ -256,10 +256,9 @@ func TestRouterAgainstIndexer(t *testing.T) {
 	ns := natstest.Server(t)
 	ix := startIndexer(t, ns, "test")
 	base := "http://" + ix.Addr()
-	fleet := startFleet(t, ns, 3)
-	for _, w := range fleet.Workers() {
-		register(t, base, w, "mock")
-	}
+	// The fleet registers on NATS only (model "mock", ZMQ events): the
+	// indexer subscribes to their ZMQ publishers from the registrations.
+	startFleet(t, ns, 3)
 	subj, _ := plane.SubjectsFor("test", "backend")
 	sc := sched.DefaultConfig()
 	sc.BlockSize = bs
@@ -298,6 +297,9 @@ func TestRouterAgainstIndexer(t *testing.T) {
 		r := query(t, base, "/query", map[string]any{"token_ids": toks, "model_name": "mock"})
 		return r.Scores[first]["0"] == 6*bs
 	})
+	if r := query(t, base, "/query", map[string]any{"token_ids": toks, "model_name": "other"}); len(r.Scores) != 0 {
+		t.Fatalf("/query for a model no worker registered: %+v", r)
+	}
 	again := append(prompt(7, 6*bs), 99999, 99998)
 	w, cached := complete(again)
 	if w != first || cached != "6" {

@@ -1,7 +1,10 @@
 package node
 
 import (
+	"bytes"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,5 +191,34 @@ func TestServedIndexSpread(t *testing.T) {
 	a, b := first.seen.served.Load(), second.seen.served.Load()
 	if a == 0 || b == 0 || a+b != 201 { // 200 + the second's start-up ping
 		t.Fatalf("served %d and %d of 200 queries; want both > 0", a, b)
+	}
+}
+
+// Failures are counted per prompt and logged at a bounded rate: 50 failed
+// batches of 2 prompts count 100 and log one line.
+func TestRemoteIndexFailuresLogBounded(t *testing.T) {
+	ns := natstest.Server(t)
+	var buf bytes.Buffer
+	ri := NewRemoteIndex(natstest.Connect(t, ns), RemoteIndexConfig{Subject: "nobody.listens", Timeout: time.Second,
+		LogEvery: time.Hour, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	reqs := []shard.MatchRequest{{Hashes: []wire.BlockHash{1}}, {Hashes: []wire.BlockHash{2}}}
+	for range 50 {
+		if err := ri.MatchBatch(reqs); err == nil {
+			t.Fatal("a query nobody answers succeeded")
+		}
+		if len(reqs[0].Overlaps)+len(reqs[1].Overlaps) != 0 {
+			t.Fatal("a failed query left overlaps")
+		}
+	}
+	if got := ri.Failures(); got != 100 {
+		t.Fatalf("Failures() = %d, want 100", got)
+	}
+	if n := strings.Count(buf.String(), "remote index query failed"); n != 1 {
+		t.Fatalf("%d log lines, want 1:\n%s", n, buf.String())
+	}
+	var m bytes.Buffer
+	ri.WriteMetrics(&m)
+	if !strings.Contains(m.String(), `kvroute_remote_index_failures_total{reason="no_responders"} 100`) {
+		t.Fatalf("metrics:\n%s", m.String())
 	}
 }

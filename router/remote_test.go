@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/wire/plane"
@@ -83,6 +84,12 @@ func TestRemoteIndexer(t *testing.T) {
 		t.Fatalf("%d failed lookups counted, want >= 3", got)
 	}
 	_, body, _ := r.do("GET", "/metrics", "")
+	if err := promtext.Check(body); err != nil {
+		t.Errorf("remote router /metrics: %v", err)
+	}
+	if _, sbody, _ := e.do("GET", "/metrics", ""); promtext.Check(sbody) != nil || !strings.Contains(string(sbody), "# TYPE kvroute_index_queries_served_total counter") {
+		t.Errorf("serving router /metrics: %v", promtext.Check(sbody))
+	}
 	if !strings.Contains(string(body), `kvroute_remote_index_failures_total{reason="no_responders"}`) {
 		t.Fatal("/metrics has no kvroute_remote_index_failures_total{reason=\"no_responders\"}")
 	}

@@ -164,3 +164,24 @@ func FuzzDecodeQuery(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeQueryReply: the reply decoder never panics and never decodes
+// more overlaps than the input holds.
+func FuzzDecodeQueryReply(f *testing.F) {
+	b := AppendReplyHeader(nil, 2)
+	b = AppendReplyPrompt(b, []radix.Overlap{{Worker: wire.WorkerKey{Worker: 1}, Blocks: 2, TreeSize: 3}})
+	b = AppendReplyPrompt(b, nil)
+	f.Add(b, uint8(QueryMatch))
+	f.Add(AppendErrorReply(nil, "no"), uint8(QueryMatch))
+	f.Add(AppendPingReply(nil, true, "x"), uint8(QueryPing))
+	f.Add([]byte{1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, uint8(QueryMatch))
+	f.Fuzz(func(t *testing.T, b []byte, kind uint8) {
+		var r QueryReply
+		if err := DecodeQueryReply(b, QueryKind(kind), &r); err != nil {
+			return
+		}
+		if len(r.Overlaps)*20 > len(b) {
+			t.Fatalf("decoded %d overlaps from %d bytes", len(r.Overlaps), len(b))
+		}
+	})
+}

@@ -33,6 +33,10 @@
 // router computes and /query computes from token_ids (with the LoRA seed
 // of lora_name).
 //
+// NATS queries are not scoped by model or tenant (the router sends none):
+// they answer every worker key, and the router keeps the workers its own
+// table allows for the request's model.
+//
 // Differences from Dynamo, deliberate: the index is one sharded tree
 // shared by every (model, tenant); a query's answer is restricted to the
 // workers registered for its model and tenant: over HTTP, or on NATS (the

@@ -89,4 +89,20 @@
 // Config.NATSAuth gives the embedded server a router and a worker user with
 // subject permissions (authUsers) and writes the workers' URL to
 // Config.NATSAuthFile.
+//
+// # Index queries (query.go)
+//
+// ServeIndex answers the index query protocol of wire/plane/query.go on
+// NATS from the node's index: match queries (a batch of prompts' local
+// hashes → overlaps and tree sizes per worker key), record queries
+// (approximate mode: a routing decision, local and sequence hashes 1:1) and
+// pings. It subscribes Handlers times in the queue group plane.QueueGroup,
+// so several serving processes (and several goroutines in one) share the
+// queries; an approximate-mode server refuses to start when another serving
+// index answers its ping, since decisions split between two indexes would
+// each be half-recorded. RemoteIndex is the other side, used by the
+// router's batcher (--use-remote-indexer): one request per batch; a failure
+// leaves every prompt of the batch with zero overlap, counted by reason
+// (QueryFamilies) and logged at most once per LogEvery. BenchmarkRemoteLookup
+// measures it against a local lookup (docs/ARCHITECTURE.md).
 package node

@@ -20,6 +20,19 @@
 // (registrations, load reports, /workers, scrapes) runs as closures on the
 // batcher, so the scheduler has exactly one owner and no lock.
 //
+// # Served and remote index
+//
+// ServiceConfig.ServeIndexer (--serve-indexer) also answers other routers'
+// index queries from this process's index (node.IndexServer, the protocol
+// of wire/plane/query.go). ServiceConfig.UseRemoteIndexer
+// (--use-remote-indexer) keeps no index: the node ingests nothing, and
+// Hooks.Lookup (a node.RemoteIndex) replaces the batcher's
+// shard.Index.MatchBatch with one NATS request per batch, answered by one of
+// the serving instances (`serve --serve-indexer` or `kvroute indexer`); in
+// approximate mode it also receives the decisions. A failed or late query
+// (--remote-indexer-timeout) routes the batch with zero overlap, counted in
+// kvroute_remote_index_failures_total{reason}; the client never sees it.
+//
 // # Endpoints
 //
 //	POST /v1/completions, /v1/chat/completions  route and proxy (SSE streamed chunk by chunk)

@@ -66,6 +66,8 @@ type envOptions struct {
 	maxBody int
 	// chatTemplate renders chat messages in the router and the fleet.
 	chatTemplate openai.ChatTemplate
+	// serveIndexer: --serve-indexer (remote_test.go).
+	serveIndexer bool
 }
 
 func quietLogger() *slog.Logger {
@@ -112,6 +114,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		AdminAddr:          "127.0.0.1:0",
 		Node:               node.Config{NATSURL: ns.ClientURL(), NATSReconnectWait: 50 * time.Millisecond},
 		Logger:             quietLogger(),
+		ServeIndexer:       o.serveIndexer,
 	}
 	if o.health != nil {
 		o.health(&cfg.Router)

@@ -55,6 +55,19 @@ type Hooks struct {
 	Publish Publisher
 	// Metrics are extra writers appended to /metrics (e.g. the ingest's).
 	Metrics []func(w io.Writer)
+	// Lookup, when set, replaces the index for lookups and for recording
+	// approximate-mode decisions (--use-remote-indexer: a node.RemoteIndex).
+	// It is called on the batcher goroutine only.
+	Lookup Lookup
+}
+
+// Lookup is an index the batcher looks prompts up in, other than the
+// local one: a remote index (node.RemoteIndex). MatchBatch fills every
+// request's Overlaps; on error the requests are routed with zero overlap
+// (never an error to the client).
+type Lookup interface {
+	MatchBatch(reqs []shard.MatchRequest) error
+	RecordDecision(worker wire.WorkerKey, local []wire.BlockHash, seq []wire.SeqHash) error
 }
 
 // Router is kvroute's router service: a batcher goroutine that owns the
@@ -409,7 +422,13 @@ func (r *Router) decide(batch []*pending) {
 		mrs = append(mrs, shard.MatchRequest{Hashes: p.local, Overlaps: p.over[:0]})
 	}
 	r.b.mrs = mrs
-	if err := r.ix.MatchBatch(mrs); err != nil {
+	var err error
+	if r.hooks.Lookup != nil {
+		err = r.hooks.Lookup.MatchBatch(mrs)
+	} else {
+		err = r.ix.MatchBatch(mrs)
+	}
+	if err != nil {
 		for i := range mrs {
 			mrs[i].Overlaps = mrs[i].Overlaps[:0]
 		}
@@ -490,7 +509,11 @@ func (r *Router) routed(p *pending, d sched.Decision) {
 		r.b.routeOf[p.id] = p.routeID
 	}
 	if r.cfg.Approx && len(p.local) > 0 {
-		_ = r.ix.RecordDecision(d.Worker, p.local, p.seq)
+		if r.hooks.Lookup != nil {
+			_ = r.hooks.Lookup.RecordDecision(d.Worker, p.local, p.seq)
+		} else {
+			_ = r.ix.RecordDecision(d.Worker, p.local, p.seq)
+		}
 	}
 	r.m.decided(p, d, r.now())
 	p.done <- struct{}{}

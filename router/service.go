@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/linger"
 	"github.com/kvroute/kvroute/node"
+	"github.com/kvroute/kvroute/wire/plane"
 )
 
 // ServiceConfig configures a whole router process: the shared Node (NATS,
@@ -35,6 +37,18 @@ type ServiceConfig struct {
 	AdminAddr string
 	Pprof     bool
 
+	// ServeIndexer answers index queries from other routers on NATS
+	// (--serve-indexer; node.IndexServer on plane.IndexSubject).
+	ServeIndexer bool
+	// UseRemoteIndexer keeps no index: no KV-event ingest, lookups (and,
+	// in approximate mode, decisions) go to the serving indexes over NATS
+	// (--use-remote-indexer; node.RemoteIndex). Exclusive with
+	// ServeIndexer.
+	UseRemoteIndexer bool
+	// RemoteIndexerTimeout bounds one remote lookup
+	// (--remote-indexer-timeout). Default node.DefaultRemoteTimeout.
+	RemoteIndexerTimeout time.Duration
+
 	// ShutdownGrace bounds how long Close waits for in-flight requests and
 	// streams before cutting them (--shutdown-grace). Default 10 s.
 	ShutdownGrace time.Duration
@@ -53,6 +67,10 @@ type ServiceConfig struct {
 type Service struct {
 	*node.Node
 	Router *Router
+	// IndexServer answers other routers' index queries (ServeIndexer).
+	IndexServer *node.IndexServer
+	// Remote is the remote index looked up (UseRemoteIndexer).
+	Remote *node.RemoteIndex
 
 	cfg     ServiceConfig
 	http    *fasthttp.Server
@@ -98,6 +116,15 @@ func StartService(cfg ServiceConfig) (*Service, error) {
 	for _, z := range cfg.Node.ZMQWorkers {
 		cfg.Node.Fleet.Known = append(cfg.Node.Fleet.Known, z.Worker)
 	}
+	if cfg.ServeIndexer && cfg.UseRemoteIndexer {
+		return nil, errors.New("--serve-indexer and --use-remote-indexer are mutually exclusive: a router either serves its index or keeps none and queries a serving one")
+	}
+	if cfg.UseRemoteIndexer {
+		if len(cfg.Node.ZMQWorkers) > 0 {
+			return nil, errors.New("--zmq-worker subscribes to KV events; with --use-remote-indexer the router keeps no index (give --zmq-worker to the serving indexer)")
+		}
+		cfg.Node.NoEvents = true // no ingest: the serving indexes have it
+	}
 	s := &Service{cfg: cfg, conns: xsync.NewMap[net.Conn, struct{}]()}
 	if err := s.start(); err != nil {
 		_ = s.stop()
@@ -138,10 +165,26 @@ func (s *Service) start() error {
 	if s.Node.Recovery != nil {
 		hooks.Metrics = append(hooks.Metrics, s.Node.Recovery.WriteMetrics)
 	}
-	if !cfg.Router.Approx {
+	if cfg.UseRemoteIndexer {
+		s.Remote = node.NewRemoteIndex(s.NC, node.RemoteIndexConfig{Subject: plane.IndexSubject(cfg.Router.Subjects),
+			Timeout: cfg.RemoteIndexerTimeout, Logger: cfg.Logger})
+		hooks.Lookup = s.Remote
+		hooks.Metrics = append(hooks.Metrics, s.Remote.WriteMetrics)
+	} else if !cfg.Router.Approx {
 		hooks.IngestRunning = s.Ingest.Running
 		hooks.WorkerJoined = s.WorkerJoined
 		hooks.WorkerLeft = s.WorkerLeft
+	}
+	if cfg.ServeIndexer {
+		id := cfg.Router.ID
+		if id == "" {
+			id = fmt.Sprintf("kvroute-%d", os.Getpid())
+		}
+		if s.IndexServer, err = node.ServeIndex(s.NC, s.Index, node.IndexServerConfig{Subject: plane.IndexSubject(cfg.Router.Subjects),
+			Approx: cfg.Router.Approx, ID: id, Logger: cfg.Logger}); err != nil {
+			return err
+		}
+		hooks.Metrics = append(hooks.Metrics, s.IndexServer.WriteMetrics)
 	}
 	if s.Router, err = New(cfg.Router, s.Index, hooks); err != nil {
 		return err
@@ -150,6 +193,7 @@ func (s *Service) start() error {
 	if err := s.Router.SubscribeNATS(s.NC); err != nil {
 		return fmt.Errorf("NATS control plane: %w", err)
 	}
+
 	s.http = s.Router.Server()
 	s.http.ConnState = s.trackConn
 	go func() {
@@ -260,6 +304,9 @@ func (s *Service) stop() error {
 	}
 	if s.http == nil && s.ln != nil {
 		_ = s.ln.Close() // never served
+	}
+	if s.IndexServer != nil {
+		errs = append(errs, s.IndexServer.Close())
 	}
 	if s.Router != nil {
 		errs = append(errs, s.Router.Close())

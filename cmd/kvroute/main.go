@@ -21,6 +21,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"bench", "benchmarks against real traces (bench index)", runBench},
+		{"indexer", "run the standalone indexer: KV-event ingest, NATS index queries and the indexer HTTP API", runIndexer},
 		{"mock", "run a simulated vLLM-like fleet", runMock},
 		{"replay", "replay a trace against routing policies and report (offline or online)", runReplay},
 		{"snapshot", "inspect an index snapshot file (snapshot inspect FILE)", runSnapshot},

@@ -41,10 +41,24 @@ type serveOptions struct {
 	component     string
 }
 
+// flagExt lets another subcommand reuse serve's flags (kvroute indexer):
+// add defines its own flags on serve's set (and may replace the usage),
+// check runs on the parsed set before anything else is validated.
+type flagExt struct {
+	name  string
+	add   func(fs *flag.FlagSet)
+	check func(fs *flag.FlagSet, args []string) error
+}
+
 // serveConfig parses `kvroute serve` flags into a ServiceConfig, checking
-// every field and the rules across them; errors name the flags.
-func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
-	fs := flag.NewFlagSet("kvroute serve", flag.ContinueOnError)
+// every field and the rules across them; errors name the flags. An ext
+// reuses the parsing for another subcommand.
+func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOptions, error) {
+	name := "kvroute serve"
+	if len(ext) > 0 {
+		name = ext[0].name
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var (
 		httpAddr   = fs.String("http-addr", "127.0.0.1:8000", "API listen address (OpenAI proxy and decision API)")
 		blockSize  = fs.Int("block-size", 16, "the engines' KV block size in tokens; registrations and events with another size are rejected")
@@ -97,6 +111,9 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		routerID   = fs.String("router-id", "", "this replica's name in all-workers-busy messages (default: kvroute-<pid>-<random>)")
 		staticKV   = fs.Int("worker-kv-blocks", 0, "KV blocks per rank of --worker engines, for busy detection (0: unknown)")
 		staticMBT  = fs.Int("worker-max-batched-tokens", 0, "max batched tokens of --worker engines, for --busy-prefill-frac (0: unknown)")
+		serveIdx   = fs.Bool("serve-indexer", false, "answer index queries from routers started with --use-remote-indexer (NATS request/reply)")
+		useRemote  = fs.Bool("use-remote-indexer", false, "keep no index (no KV-event ingest): look prompts up in the serving indexers (serve --serve-indexer, kvroute indexer) over NATS")
+		remoteTO   = fs.Duration("remote-indexer-timeout", node.DefaultRemoteTimeout, "with --use-remote-indexer: a lookup not answered within this routes its batch with zero overlap (counted, never an error to the client)")
 		workers    stringList
 		zmqWorkers stringList
 		chatTmpl   = fs.String("chat-template", "", "chat template for /v1/chat/completions: a tokenizer_config.json, a directory holding one, or a Jinja file (default: the chat_template beside --tokenizer PATH; none: ChatML)")
@@ -116,9 +133,17 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	fs.IntVar(&o.demoKVBlocks, "demo-kv-blocks", 16384, "KV blocks per demo worker")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	sf := addSchedFlags(fs)
+	for _, e := range ext {
+		e.add(fs)
+	}
 	var cfg router.ServiceConfig
 	if err := parseFlags(fs, args); err != nil {
 		return cfg, o, err
+	}
+	for _, e := range ext {
+		if err := e.check(fs, args); err != nil {
+			return cfg, o, err
+		}
 	}
 	o.namespace, o.component = *ns, *comp
 	if fs.NArg() > 0 {
@@ -277,6 +302,25 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		return cfg, o, fmt.Errorf("--events-replicas %d needs a NATS cluster (--nats); the embedded server is a single node", *evReplicas)
 	}
 
+	if *serveIdx && *useRemote {
+		return cfg, o, errors.New("--serve-indexer and --use-remote-indexer are mutually exclusive: a router either serves its index or keeps none and queries a serving one")
+	}
+	if *remoteTO <= 0 {
+		return cfg, o, fmt.Errorf("--remote-indexer-timeout must be > 0 (got %v)", *remoteTO)
+	}
+	var remoteErr error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "remote-indexer-timeout" && !*useRemote {
+			remoteErr = errors.New("--remote-indexer-timeout needs --use-remote-indexer")
+		}
+	})
+	if remoteErr != nil {
+		return cfg, o, remoteErr
+	}
+	if *useRemote && (len(zmqWorkers) > 0 || *evJS) {
+		return cfg, o, errors.New("--use-remote-indexer keeps no index: --zmq-worker and --events-jetstream belong to the serving indexer")
+	}
+
 	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
 		MaxConns: *maxConns, MaxInflightBodyBytes: int64(inflight), MaxWorkers: *maxWorkers, MaxDpRanks: *maxRanks,
@@ -324,6 +368,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		return cfg, o, err
 	}
 	cfg = router.ServiceConfig{
+		ServeIndexer: *serveIdx, UseRemoteIndexer: *useRemote, RemoteIndexerTimeout: *remoteTO,
 		Router: rc, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn, ShutdownGrace: *grace, ShutdownReadyDelay: shutdownReady,
 		Node: node.Config{Index: ic, NATSURL: *natsURL, NATSCreds: *natsCreds, NATSCA: *natsCA, NATSCert: *natsCert,
 			NATSKey: *natsKey, DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs, JetStream: *evJS,

@@ -28,6 +28,16 @@
 // recover.go for the byte layout; FuzzRecoverRequest and FuzzRecoverReply
 // fuzz the decoders.
 //
+// Index queries (query.go): routers started with --use-remote-indexer look
+// prompts up in a serving index by NATS request/reply on IndexSubject, in
+// the queue group QueueGroup: AppendMatchQuery (a batch of prompts' local
+// block hashes, with model and tenant), AppendRecordQuery (an approximate-
+// mode decision; local and sequence hashes must come 1:1, checked on both
+// sides) and AppendPingQuery; replies carry the overlaps and tree sizes per
+// worker key, or an error. Requests and replies start with a version byte
+// and a flags field reserved for per-tier overlaps; unknown versions and
+// flags are errors. FuzzDecodeQuery fuzzes the request decoder.
+//
 // A worker that has not sent a heartbeat for ExpiryFactor heartbeat intervals
 // (default 3) is considered gone.
 //

@@ -1,0 +1,224 @@
+package node
+
+import (
+	"bytes"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/plane"
+)
+
+const benchBlocks = 512
+
+// servedIndex is an index where 8 workers hold prefixes (64..512 blocks) of
+// one 512-block prompt, served on an in-process nats-server.
+func servedIndex(tb testing.TB) (*server.Server, *shard.Index, *IndexServer, string, []wire.BlockHash) {
+	tb.Helper()
+	ix, err := shard.NewIndex(shard.Config{Shards: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = ix.Close() })
+	prompt := make([]wire.BlockHash, benchBlocks)
+	blocks := make([]wire.Block, benchBlocks)
+	for i := range prompt {
+		prompt[i] = wire.BlockHash(0x9e3779b97f4a7c15 * uint64(i+1))
+		blocks[i] = wire.Block{Engine: wire.EngineHash(i + 1), Local: prompt[i]}
+	}
+	var evs []wire.Event
+	for w := range 8 {
+		evs = append(evs, wire.Event{Worker: wire.WorkerKey{Worker: uint64(w + 1)}, Kind: wire.KindStored, Blocks: blocks[:64*(w+1)]})
+	}
+	if err := ix.Apply(evs); err != nil {
+		tb.Fatal(err)
+	}
+	if err := ix.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	ns := natstest.Server(tb)
+	subj, _ := plane.SubjectsFor("bench", "backend")
+	subject := plane.IndexSubject(subj)
+	srv, err := ServeIndex(natstest.Connect(tb, ns), ix, IndexServerConfig{Subject: subject, ID: "bench"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = srv.Close() })
+	return ns, ix, srv, subject, prompt
+}
+
+func TestServedIndexMatchesLocal(t *testing.T) {
+	ns, ix, _, subject, prompt := servedIndex(t)
+	ri := NewRemoteIndex(natstest.Connect(t, ns), RemoteIndexConfig{Subject: subject, Timeout: 5 * time.Second})
+	want, err := ix.Match(nil, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := []shard.MatchRequest{{Hashes: prompt}, {Hashes: prompt[:100]}, {Hashes: nil}}
+	if err := ri.MatchBatch(reqs); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(reqs[0].Overlaps, want) || len(want) != 8 {
+		t.Fatalf("remote %+v, local %+v", reqs[0].Overlaps, want)
+	}
+	want100, _ := ix.Match(nil, prompt[:100])
+	if !slices.Equal(reqs[1].Overlaps, want100) || len(reqs[2].Overlaps) != 0 {
+		t.Fatalf("remote %+v / %+v, local %+v", reqs[1].Overlaps, reqs[2].Overlaps, want100)
+	}
+	// A record query to an index fed by KV events is refused (the reply
+	// says why) and counted.
+	b, _ := plane.AppendRecordQuery(nil, "", "", wire.WorkerKey{Worker: 1}, prompt[:1], []wire.SeqHash{1})
+	msg, err := natstest.Connect(t, ns).Request(subject, b, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r plane.QueryReply
+	if err := plane.DecodeQueryReply(msg.Data, plane.QueryRecord, &r); err != nil || r.Status != plane.ReplyError {
+		t.Fatalf("record on a KV-event index: %v %+v", err, r)
+	}
+}
+
+// BenchmarkRemoteLookup compares a lookup of a 512-block prompt in the
+// local index with the same lookup through NATS request/reply to an
+// IndexServer (loopback, in-process nats-server): p50/p99 of one lookup,
+// and lookups/s of one serving instance with 8 concurrent requesters and
+// with batches of 32 prompts (the router's batcher sends a whole batch in
+// one request).
+func BenchmarkRemoteLookup(b *testing.B) {
+	ns, ix, _, subject, prompt := servedIndex(b)
+	report := func(b *testing.B, lat []time.Duration) {
+		slices.Sort(lat)
+		if len(lat) == 0 {
+			return
+		}
+		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+	}
+	b.Run("local", func(b *testing.B) {
+		reqs := []shard.MatchRequest{{Hashes: prompt}}
+		lat := make([]time.Duration, 0, 1<<16)
+		for b.Loop() {
+			t0 := time.Now()
+			if err := ix.MatchBatch(reqs); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+			reqs[0].Overlaps = reqs[0].Overlaps[:0]
+		}
+		report(b, lat)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lookups/s")
+	})
+	b.Run("remote", func(b *testing.B) {
+		ri := NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
+		reqs := []shard.MatchRequest{{Hashes: prompt}}
+		lat := make([]time.Duration, 0, 1<<16)
+		for b.Loop() {
+			t0 := time.Now()
+			if err := ri.MatchBatch(reqs); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		report(b, lat)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lookups/s")
+	})
+	b.Run("remote-8-clients", func(b *testing.B) {
+		const clients = 8
+		ris := make([]*RemoteIndex, clients)
+		for i := range ris {
+			ris[i] = NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
+		}
+		b.ResetTimer()
+		start := time.Now()
+		var wg sync.WaitGroup
+		per := b.N/clients + 1
+		for _, ri := range ris {
+			wg.Go(func() {
+				reqs := []shard.MatchRequest{{Hashes: prompt}}
+				for range per {
+					if err := ri.MatchBatch(reqs); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.ReportMetric(float64(per*clients)/time.Since(start).Seconds(), "lookups/s")
+	})
+	b.Run("remote-batch-32", func(b *testing.B) {
+		ri := NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
+		reqs := make([]shard.MatchRequest, 32)
+		for i := range reqs {
+			reqs[i].Hashes = prompt
+		}
+		for b.Loop() {
+			if err := ri.MatchBatch(reqs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(32*b.N)/b.Elapsed().Seconds(), "lookups/s")
+	})
+}
+
+// Queries spread over the serving instances (NATS queue group): with two
+// servers, each answers some of 200 batch queries.
+func TestServedIndexSpread(t *testing.T) {
+	ns, ix, first, subject, prompt := servedIndex(t)
+	second, err := ServeIndex(natstest.Connect(t, ns), ix, IndexServerConfig{Subject: subject, ID: "second", Handlers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	ri := NewRemoteIndex(natstest.Connect(t, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
+	reqs := []shard.MatchRequest{{Hashes: prompt[:8]}}
+	for range 200 {
+		if err := ri.MatchBatch(reqs); err != nil {
+			t.Fatal(err)
+		}
+		if len(reqs[0].Overlaps) != 8 {
+			t.Fatalf("overlaps %+v", reqs[0].Overlaps)
+		}
+	}
+	a, b := first.seen.served.Load(), second.seen.served.Load()
+	if a == 0 || b == 0 || a+b != 201 { // 200 + the second's start-up ping
+		t.Fatalf("served %d and %d of 200 queries; want both > 0", a, b)
+	}
+}
+
+// Failures are counted per prompt and logged at a bounded rate: 50 failed
+// batches of 2 prompts count 100 and log one line.
+func TestRemoteIndexFailuresLogBounded(t *testing.T) {
+	ns := natstest.Server(t)
+	var buf bytes.Buffer
+	ri := NewRemoteIndex(natstest.Connect(t, ns), RemoteIndexConfig{Subject: "nobody.listens", Timeout: time.Second,
+		LogEvery: time.Hour, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	reqs := []shard.MatchRequest{{Hashes: []wire.BlockHash{1}}, {Hashes: []wire.BlockHash{2}}}
+	for range 50 {
+		if err := ri.MatchBatch(reqs); err == nil {
+			t.Fatal("a query nobody answers succeeded")
+		}
+		if len(reqs[0].Overlaps)+len(reqs[1].Overlaps) != 0 {
+			t.Fatal("a failed query left overlaps")
+		}
+	}
+	if got := ri.Failures(); got != 100 {
+		t.Fatalf("Failures() = %d, want 100", got)
+	}
+	if n := strings.Count(buf.String(), "remote index query failed"); n != 1 {
+		t.Fatalf("%d log lines, want 1:\n%s", n, buf.String())
+	}
+	var m bytes.Buffer
+	ri.WriteMetrics(&m)
+	if !strings.Contains(m.String(), `kvroute_remote_index_failures_total{reason="no_responders"} 100`) {
+		t.Fatalf("metrics:\n%s", m.String())
+	}
+}

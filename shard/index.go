@@ -190,7 +190,7 @@ func NewIndex(cfg Config) (*Index, error) {
 		assign:  xsync.NewMap[uint64, assignment](),
 	}
 	ix.mu.load = make([]int, cfg.Shards)
-	ix.lookups.shards = cfg.Shards
+	ix.lookups = newLookupPool(cfg.Shards)
 	qs := cfg.QueueSize
 	if qs <= 0 {
 		qs = DefaultQueueSize

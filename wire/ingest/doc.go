@@ -159,6 +159,7 @@
 //	kvroute_ingest_rejected_events_total{source}            events rejected by the decoder
 //	kvroute_ingest_block_size_mismatches_total{source}      of which: wrong block size
 //	kvroute_ingest_ignored_events_total{source}             events of unknown kinds
+//	kvroute_ingest_other_group_events_total{source}         events of a hybrid model's non-main KV cache groups (not indexed)
 //	kvroute_ingest_duplicate_events_total{source}           duplicates dropped
 //	kvroute_ingest_gaps_total{source}                       gaps detected
 //	kvroute_ingest_missing_events_total{source}             event ids skipped by gaps (NATS)

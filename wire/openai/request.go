@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/kvroute/kvroute/wire"
 )
 
 // Tokenizer turns text into token ids. Implementations must be goroutine-safe.
@@ -84,6 +86,13 @@ type Request struct {
 	// Router extensions (ignored by engines): a caller's request id and the LoRA adapter name.
 	RequestID []byte
 	LoRA      []byte
+	// Salt is vLLM's cache_salt: blocks are hashed with wire.SaltSeed, so a
+	// salted request matches only its tenant's blocks.
+	Salt []byte
+	// MM are the multimodal objects the request declares (the router
+	// extension "mm_hashes"): their hashes are folded into the blocks their
+	// placeholder tokens overlap, as the engine's events do.
+	MM []wire.MMRange
 
 	text []byte // rendered chat template scratch
 }
@@ -98,6 +107,8 @@ func (r *Request) Reset() {
 	r.Stream = false
 	r.RequestID = r.RequestID[:0]
 	r.LoRA = r.LoRA[:0]
+	r.Salt = r.Salt[:0]
+	r.MM = r.MM[:0]
 	r.text = r.text[:0]
 }
 
@@ -261,7 +272,65 @@ func parseCommon(v *fastjson.Value, r *Request) error {
 		}
 		r.LoRA = append(r.LoRA, l.GetStringBytes()...)
 	}
+	return ParseCacheKeys(v, r)
+}
+
+// ParseCacheKeys reads the fields that change a request's block hashes
+// besides lora_name: vLLM's "cache_salt" (a non-empty string, as vLLM
+// requires) into r.Salt, and the router extension "mm_hashes", a list of
+// {"identifier": string, "offset": int ≥ 0, "length": int ≥ 1}, one per
+// multimodal object (the engine's identifier of it, e.g. vLLM's
+// multi_modal_uuids or its 64-hex content hash, and the prompt positions its
+// placeholder tokens take), into r.MM.
+func ParseCacheKeys(v *fastjson.Value, r *Request) error {
+	if x := v.Get("cache_salt"); x != nil && x.Type() != fastjson.TypeNull {
+		if x.Type() != fastjson.TypeString || len(x.GetStringBytes()) == 0 {
+			return badField("cache_salt", "cache_salt must be a non-empty string")
+		}
+		r.Salt = append(r.Salt[:0], x.GetStringBytes()...)
+	}
+	x := v.Get("mm_hashes")
+	if x == nil || x.Type() == fastjson.TypeNull {
+		return nil
+	}
+	if x.Type() != fastjson.TypeArray {
+		return badField("mm_hashes", "mm_hashes must be an array of {identifier, offset, length}")
+	}
+	r.MM = r.MM[:0]
+	for i, o := range x.GetArray() {
+		param := fmt.Sprintf("mm_hashes[%d]", i)
+		if o.Type() != fastjson.TypeObject {
+			return badField(param, "%s must be an object {identifier, offset, length}", param)
+		}
+		id := o.Get("identifier")
+		if id == nil || id.Type() != fastjson.TypeString {
+			return badField(param+".identifier", "%s.identifier must be a non-empty string", param)
+		}
+		h, ok := wire.MMHashOf(id.GetStringBytes())
+		if !ok {
+			return badField(param+".identifier", "%s.identifier must be a non-empty string", param)
+		}
+		off, ok := intField(o, "offset")
+		if !ok || off < 0 {
+			return badField(param+".offset", "%s.offset must be an integer ≥ 0 (the object's first placeholder token)", param)
+		}
+		n, ok := intField(o, "length")
+		if !ok || n < 1 {
+			return badField(param+".length", "%s.length must be an integer ≥ 1 (its placeholder tokens)", param)
+		}
+		r.MM = append(r.MM, wire.MMRange{Hash: h, Offset: off, Length: n})
+	}
 	return nil
+}
+
+// intField reads an integer field of o (false if absent or not an integer).
+func intField(o *fastjson.Value, name string) (int, bool) {
+	x := o.Get(name)
+	if x == nil || x.Type() != fastjson.TypeNumber {
+		return 0, false
+	}
+	n, err := x.Int()
+	return n, err == nil
 }
 
 // ParsePrompt reads v's "prompt" (a string, an array of token ids, or a

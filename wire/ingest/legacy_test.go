@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/kvroute/kvroute/wire"
@@ -39,5 +40,49 @@ func TestDynamoLegacyJSON(t *testing.T) {
 	waitMessages(t, h.in, h.ix, SourceNATSDynamo, 3)
 	if st := h.in.Stats().Sources[SourceNATSDynamo]; st.Events != 3 || st.Malformed != 0 || st.Gaps != 0 {
 		t.Fatalf("dynamo source after msgpack: %+v", st)
+	}
+}
+
+// tierSink records the tier of every event it is handed.
+type tierSink struct {
+	mu    sync.Mutex
+	tiers []wire.Tier
+}
+
+func (s *tierSink) Apply(evs []wire.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range evs {
+		s.tiers = append(s.tiers, evs[i].Tier)
+	}
+	return nil
+}
+
+func (s *tierSink) got() []wire.Tier {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]wire.Tier(nil), s.tiers...)
+}
+
+// TestZMQSGLangCPUPinned: SGLang's HiCache publishes its host copies with
+// medium CPU_PINNED (python/sglang/srt/disaggregation/kv_events.py
+// StorageMedium; mem_cache hiradix_cache.py write-back); over a real ZMQ
+// subscription they reach the sink as host-tier events, not external.
+func TestZMQSGLangCPUPinned(t *testing.T) {
+	ep := freeEndpoint(t)
+	p := zpub(t, ep, "kv@12@m")
+	defer p.Close()
+	sink := &tierSink{}
+	in := newIngest(t, Config{}, sink)
+	if err := in.AddZMQ(ZMQWorker{Worker: 12, Endpoint: ep, Model: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	warmZMQ(t, in, p, wire.WorkerKey{Worker: 12})
+	st := vllmStored(testBlockSize, 0x71)
+	st.Medium = "CPU_PINNED"
+	publishVLLM(t, p, st, wire.VLLMEvent{Kind: wire.KindRemoved, BlockHashes: []wire.EngineHash{0x71}, Medium: "CPU_PINNED"})
+	waitFor(t, func() bool { return len(sink.got()) >= 2 }, func() string { return "two events" })
+	if got := sink.got(); got[0] != wire.TierHost || got[1] != wire.TierHost {
+		t.Fatalf("tiers %v, want host, host", got)
 	}
 }

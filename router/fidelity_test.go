@@ -248,3 +248,42 @@ func TestEngineFidelityThroughRoute(t *testing.T) {
 		}
 	}
 }
+
+// Chat requests with media parts through the simulated fleet: the router and
+// the engine fold each part's identifier (its uuid, else its URL) into the
+// blocks its placeholder overlaps, so the same text with another image
+// reuses only the blocks before the image, and a salted request only its
+// tenant's blocks.
+func TestMultimodalAndSaltedChat(t *testing.T) {
+	e := startEnv(t, envOptions{workers: 2})
+	chat := func(image, salt string) (uint64, int) {
+		t.Helper()
+		extra := ""
+		if salt != "" {
+			extra = fmt.Sprintf(`,"cache_salt":%q`, salt)
+		}
+		// "<|im_start|>user\n" (17 bytes) + 40 bytes of text: the
+		// placeholder starts at token 57, in block 3.
+		body := fmt.Sprintf(`{"messages":[{"role":"user","content":[{"type":"text","text":%q},{"type":"image_url","image_url":{"url":%q}},{"type":"text","text":%q}]}],"max_tokens":1%s}`,
+			strings.Repeat("a", 40), image, strings.Repeat("b", 60), extra)
+		code, out, h := e.do("POST", "/v1/chat/completions", body)
+		if code != 200 {
+			t.Fatalf("chat: %d %s", code, out)
+		}
+		var w uint64
+		var cached int
+		fmt.Sscan(h.Get(HeaderWorker), &w)
+		fmt.Sscan(h.Get(HeaderCachedBlocks), &cached)
+		return w, cached
+	}
+	// 17 + 40 + 9 ("<|media|>") + 60 + 11 + 22 = 159 tokens: 9 full blocks.
+	const full, beforeImage = 9, 3
+	w, _ := chat("http://img/cat.png", "")
+	waitFor(t, "the first chat indexed", func() bool { _, c := chat("http://img/cat.png", ""); return c == full })
+	if w2, c := chat("http://img/dog.png", ""); c != beforeImage || w2 != w {
+		t.Errorf("another image: worker %d cached %d, want worker %d and %d (the text before the image)", w2, c, w, beforeImage)
+	}
+	if _, c := chat("http://img/cat.png", "tenant-x"); c != 0 {
+		t.Errorf("salted request: cached %d, want 0 (the blocks are not the tenant's)", c)
+	}
+}

@@ -73,7 +73,8 @@
 //
 // Event ids: the decoder keeps a counter per data-parallel rank. The events
 // of a batch take consecutive ids in order (the first event ever gets 1),
-// rejected events included; events of unknown kinds take none. When a
+// rejected events included; events of unknown kinds and of a hybrid model's
+// other KV cache groups take none. When a
 // batch's seq is not the successor of the rank's previous seq (a batch was
 // lost or malformed, or the engine restarted), one id is skipped first. Ids
 // are therefore contiguous per WorkerKey exactly while nothing is lost, and

@@ -25,7 +25,8 @@ type VLLMConfig struct {
 //
 // Event ids: the decoder keeps a counter per data-parallel rank. Every event
 // of a batch, in order, takes the next id (the first is 1), including events
-// it rejects; events of unknown kinds take none. When a batch's ZMQ sequence
+// it rejects; events of unknown kinds and of a hybrid model's non-main KV
+// cache groups (see the package doc) take none. When a batch's ZMQ sequence
 // number is not the successor of the rank's previous batch (a batch was lost,
 // cut short, or the engine restarted), one id is skipped first. So ids are
 // contiguous per WorkerKey exactly while nothing was lost, and a consumer

@@ -95,6 +95,15 @@ type Request struct {
 	MM []wire.MMRange
 
 	text []byte // rendered chat template scratch
+	// media are the byte ranges of the placeholders of multimodal content
+	// parts in text, with their objects' hashes.
+	media []media
+}
+
+// media is one multimodal content part of a chat request in Request.text.
+type media struct {
+	start, end int
+	hash       uint64
 }
 
 // Reset clears r, keeping its buffers.
@@ -110,6 +119,7 @@ func (r *Request) Reset() {
 	r.Salt = r.Salt[:0]
 	r.MM = r.MM[:0]
 	r.text = r.text[:0]
+	r.media = r.media[:0]
 }
 
 var parsers fastjson.ParserPool
@@ -379,6 +389,7 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 		return badField("messages", "messages must be a non-empty array")
 	}
 	text := r.text[:0]
+	explicitMM := len(r.MM) > 0 // mm_hashes: the caller placed the objects
 	for i, msg := range m.GetArray() {
 		if msg.Type() != fastjson.TypeObject {
 			return badField(fmt.Sprintf("messages[%d]", i), "messages[%d] must be an object", i)
@@ -403,6 +414,10 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 				}
 				if t != nil && t.Type() == fastjson.TypeString {
 					text = append(text, t.GetStringBytes()...)
+				} else if h, ok := mediaHash(part); ok && !explicitMM {
+					start := len(text)
+					text = append(text, mediaPlaceholder...)
+					r.media = append(r.media, media{start: start, end: len(text), hash: h})
 				}
 			}
 		default:
@@ -412,8 +427,51 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 	}
 	text = append(text, "<|im_start|>assistant\n"...)
 	r.text = text
-	r.Tokens = tok.Encode(r.Tokens, text)
+	// Encoded piece by piece around the placeholders (as a tokenizer splits
+	// at special tokens), so each object's token range is known.
+	at := 0
+	for _, m := range r.media {
+		r.Tokens = tok.Encode(r.Tokens, text[at:m.start])
+		off := len(r.Tokens)
+		r.Tokens = tok.Encode(r.Tokens, text[m.start:m.end])
+		r.MM = append(r.MM, wire.MMRange{Hash: m.hash, Offset: off, Length: len(r.Tokens) - off})
+		at = m.end
+	}
+	r.Tokens = tok.Encode(r.Tokens, text[at:])
 	return nil
+}
+
+// mediaPlaceholder stands for a multimodal content part in the rendered chat.
+const mediaPlaceholder = "<|media|>"
+
+// mediaHash returns the hash of a multimodal content part (OpenAI's
+// image_url, input_audio, vLLM's video_url, audio_url, image_embeds): its
+// "uuid" (vLLM's user-provided media identifier) when it has one, else its
+// URL or data, hashed with wire.MMHashOf as Dynamo's URL-based multimodal
+// hasher identifies an object by its URL. false for a part without either.
+func mediaHash(part *fastjson.Value) (uint64, bool) {
+	if u := part.Get("uuid"); u != nil && u.Type() == fastjson.TypeString {
+		if h, ok := wire.MMHashOf(u.GetStringBytes()); ok {
+			return h, true
+		}
+	}
+	for _, key := range [...]string{"image_url", "video_url", "audio_url", "input_audio", "image_embeds"} {
+		x := part.Get(key)
+		if x == nil {
+			continue
+		}
+		switch x.Type() {
+		case fastjson.TypeString:
+			return wire.MMHashOf(x.GetStringBytes())
+		case fastjson.TypeObject:
+			for _, k := range [...]string{"url", "data"} {
+				if s := x.Get(k); s != nil && s.Type() == fastjson.TypeString {
+					return wire.MMHashOf(s.GetStringBytes())
+				}
+			}
+		}
+	}
+	return 0, false
 }
 
 // RenderChat appends the ChatML rendering of (role, content) pairs and the

@@ -34,10 +34,12 @@
 // request matches only its tenant's blocks), and the router extension
 // mm_hashes, [{identifier, offset, length}] per multimodal object, folds
 // each object's hash into the blocks its placeholder tokens overlap
-// (wire.LocalHashesMM). The router cannot compute an engine's content hash
-// of an image: a request that declares none hashes its placeholder blocks as
-// text, which never matches a multimodal block, so it can match only the
-// text before its first image.
+// (wire.LocalHashesMM). Without mm_hashes, a chat request's media parts are
+// rendered as a placeholder identified by the part's uuid, else its URL
+// (openai.Parse). The router cannot compute a real engine's content hash of
+// an image, so such blocks never match an engine's multimodal blocks: the
+// request can match only the text before its first image, never a false
+// prefix.
 //
 // Another method gets 405 with Allow. A proxied response carries
 // X-Kvroute-Worker, X-Kvroute-Dp-Rank and X-Kvroute-Cached-Blocks. Its load

@@ -78,10 +78,14 @@ func (d *VLLMDecoder) DecodeFrames(b *Batch, frames [][]byte) error {
 // leaves b unchanged; invalid events within a well-framed batch are counted
 // in b (Rejected, Err) and the others are kept.
 func (d *VLLMDecoder) Decode(b *Batch, seq uint64, payload []byte) error {
-	m := b.mark()
+	m, main := b.mark(), d.mainGroup
 	rank, n, err := d.decodePayload(b, payload)
 	if err != nil {
+		// The main group learned from a message that is dropped whole is
+		// forgotten too. Salts it recorded are kept: a block wrongly taken
+		// for salted can only miss, never match another tenant's request.
 		b.rollback(m)
+		d.mainGroup = main
 		return fmt.Errorf("%w (vllm batch seq %d)", err, seq)
 	}
 	st, seen := d.ranks[rank]

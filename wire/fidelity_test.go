@@ -43,7 +43,8 @@ func refHash(tokens []uint32, mm []uint64, seed uint64) BlockHash {
 	return BlockHash(xxh3.HashSeed(buf, seed))
 }
 
-// Fix 2. vLLM ≥ 0.11 (vllm/distributed/kv_events.py: BlockStored's
+// Fix 2. vLLM's current events (vllm/distributed/kv_events.py, main branch as
+// read for this work, ≈0.11 and later: BlockStored's
 // group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window; BlockRemoved's
 // group_idx; KVCacheEvent without array_like, so events are maps). A hybrid
 // model (full attention + sliding window) publishes each block once per KV
@@ -96,8 +97,8 @@ func TestVLLMHybridGroups(t *testing.T) {
 
 // Fix 3. vLLM's extra_keys (vllm/v1/core/kv_cache_utils.py
 // _gen_mm_extra_hash_keys: one entry per block, the identifiers of the
-// multimodal objects the block overlaps; vLLM ≥ 0.19 writes
-// [identifier, start offset]) as Dynamo turns them into block_mm_infos
+// multimodal objects the block overlaps; "vLLM 0.19+" writes
+// [identifier, start offset], per Dynamo's comment) as Dynamo turns them into block_mm_infos
 // (lib/llm/src/kv_router/publisher zmq_wire.rs extra_keys_to_block_mm_infos,
 // parse_mm_hash_from_extra_key: the first 16 hex digits) and folds them into
 // the block hash (lib/kv-router/src/protocols.rs compute_block_hash_for_seq:
@@ -179,7 +180,8 @@ func TestVLLMMultimodalExtraKeys(t *testing.T) {
 }
 
 // Fix 4. SGLang's EAGLE pages: python/sglang/srt/mem_cache/radix_cache.py
-// (_record_store_event, SGLang ≥ 0.5.4): with a bigram key a page's
+// and mem_cache/events.py (_record_store_event, SGLang main as read for this
+// work; the version is not pinned): with a bigram key a page's
 // token_ids are the pairs [(raw[j], raw[j+1]) for j in page] and block_size
 // is the number of pairs; events are msgspec array_like BlockStored
 // [block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium].
@@ -281,9 +283,11 @@ func TestSaltedEvents(t *testing.T) {
 			}
 		}
 	}
-	// SGLang's salted BlockStored: the element after medium is a map
-	// {lora_name, cache_salt} instead of the lora_name string. It used to be
-	// rejected with an error about lora_name.
+	// SGLang's salted BlockStored as issue 13 describes it: an 8th element
+	// {cache_salt} (a map, with lora_name) where vLLM has the lora_name
+	// string. SGLang's own publisher for it was not found in the sources
+	// searched; the shape follows the issue. It used to be rejected with an
+	// error about lora_name.
 	t.Run("sglang", func(t *testing.T) {
 		for _, lora := range []string{"", "ad"} {
 			ev := VLLMEvent{Kind: KindStored, BlockHashes: []EngineHash{1, 2}, Tokens: toks, BlockSize: bs, Medium: "GPU", LoRA: lora, Salt: "tenant-a"}

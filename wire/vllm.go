@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -552,14 +553,15 @@ func (d *VLLMDecoder) readField(b *Batch, f *vllmEvent, field vllmField, o []byt
 			b.tokens = make([]uint32, n, n+n/4)
 		}
 		tokens := b.tokens[:n]
-		for i := range tokens {
-			if len(o) > 0 && o[0] == 0x92 { // a bigram [t, t+1]: SGLang's EAGLE pages
-				tokens[i], o, err = readBigram(o[1:])
-			} else {
-				tokens[i], o, err = readToken(o)
-			}
-			if err != nil {
+		if n > 0 && o[0] == 0x92 { // bigrams [t, t+1]: SGLang's EAGLE pages
+			if o, err = readBigrams(tokens, o); err != nil {
 				return o, rejection{what: "token_ids", cause: err}
+			}
+		} else {
+			for i := range tokens {
+				if tokens[i], o, err = readToken(o); err != nil {
+					return o, rejection{what: "token_ids", cause: err}
+				}
 			}
 		}
 		b.tokens = tokens
@@ -608,16 +610,26 @@ func (d *VLLMDecoder) readField(b *Batch, f *vllmEvent, field vllmField, o []byt
 	return o, rejection{}
 }
 
-// readBigram reads the rest of a two-element array [t, t+1] (the header is
-// consumed) and returns t: a bigram page's block is its first tokens, hashed
-// as the block of an ordinary page, so that it matches requests.
-func readBigram(o []byte) (uint32, []byte, error) {
-	t, o, err := readToken(o)
-	if err != nil {
-		return 0, o, err
+var errMixedBigrams = errors.New("token_ids mixes bigrams and plain token ids")
+
+// readBigrams reads token_ids sent as bigrams [t, t+1] (SGLang's EAGLE
+// pages) into tokens, one per pair: a bigram page's block is its first
+// tokens, hashed as the block of an ordinary page, so that it matches
+// requests.
+func readBigrams(tokens []uint32, o []byte) ([]byte, error) {
+	var err error
+	for i := range tokens {
+		if len(o) == 0 || o[0] != 0x92 {
+			return o, errMixedBigrams
+		}
+		if tokens[i], o, err = readToken(o[1:]); err != nil {
+			return o, err
+		}
+		if _, o, err = readToken(o); err != nil {
+			return o, err
+		}
 	}
-	_, o, err = readToken(o)
-	return t, o, err
+	return o, nil
 }
 
 // readSaltMap reads a map {cache_salt, lora_name, ...} in lora_name's place

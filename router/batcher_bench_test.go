@@ -3,6 +3,8 @@ package router
 import (
 	"fmt"
 	"testing"
+
+	"github.com/kvroute/kvroute/wire/openai"
 )
 
 // decideRound decides a batch of pending requests on the calling goroutine
@@ -20,7 +22,7 @@ func benchBatch(b testing.TB, r *Router, n, size int) []*pending {
 	batch := make([]*pending, size)
 	for i := range batch {
 		p := r.acquire()
-		r.hash(p, benchTokens(i%64, n), nil)
+		r.hash(p, &openai.Request{Tokens: benchTokens(i%64, n)})
 		batch[i] = p
 	}
 	return batch

@@ -38,9 +38,21 @@
 //	POST /v1/completions, /v1/chat/completions  route and proxy (SSE streamed chunk by chunk)
 //	GET  /v1/models                             the union of the workers' models (OpenAI list shape)
 //	POST /route                                 decision only: {"token_ids"|"prompt", "model", "request_id",
-//	                                            "lora_name", "explain", "overrides"}
+//	                                            "lora_name", "cache_salt", "mm_hashes", "explain", "overrides"}
 //	POST /route/{id}/prefill_done, /route/{id}/free
 //	GET  /workers, /health, /ready, /metrics
+//
+// The prompt's blocks are hashed as the engines' KV events are:
+// lora_name and vLLM's cache_salt seed the hash (wire.SaltSeed: a salted
+// request matches only its tenant's blocks), and the router extension
+// mm_hashes, [{identifier, offset, length}] per multimodal object, folds
+// each object's hash into the blocks its placeholder tokens overlap
+// (wire.LocalHashesMM). Without mm_hashes, a chat request's media parts are
+// rendered as a placeholder identified by the part's uuid, else its URL
+// (openai.Parse). The router cannot compute a real engine's content hash of
+// an image, so such blocks never match an engine's multimodal blocks: the
+// request can match only the text before its first image, never a false
+// prefix.
 //
 // Another method gets 405 with Allow. A proxied response carries
 // X-Kvroute-Worker, X-Kvroute-Dp-Rank and X-Kvroute-Cached-Blocks. Its load

@@ -335,14 +335,15 @@ func (r *Router) fail(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
-// hash fills p's prompt from tokens.
-func (r *Router) hash(p *pending, tokens []uint32, lora []byte) {
-	seed := wire.Seed
-	if len(lora) > 0 {
-		seed = wire.LoRASeedBytes(lora)
-	}
+// hash fills p's prompt from req's tokens, hashed as the engines' events
+// are: seeded by the LoRA adapter and the cache salt (wire.SaltSeed), with
+// the hashes of the multimodal objects req declares folded into the blocks
+// they overlap (wire.LocalHashesMM).
+func (r *Router) hash(p *pending, req *openai.Request) {
+	tokens := req.Tokens
+	seed := wire.SaltSeed(req.LoRA, req.Salt)
 	p.isl = uint32(min(len(tokens), math.MaxUint32))
-	p.local = wire.LocalHashes(p.local[:0], tokens, r.cfg.Sched.BlockSize, seed)
+	p.local, p.mm, p.mmBytes = wire.LocalHashesMM(p.local[:0], tokens, r.cfg.Sched.BlockSize, seed, req.MM, p.mm, p.mmBytes)
 	p.seq = wire.SequenceHashes(p.seq[:0], p.local)
 }
 
@@ -375,7 +376,7 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	if restrict {
 		p.allowed = append(p.allowed[:0], ranks...)
 	}
-	r.hash(p, req.Tokens, req.LoRA)
+	r.hash(p, req)
 	if err := r.table.Load().fitCapacity(p); err != nil {
 		r.m.refused[refPromptTooLong].Inc()
 		badRequest(ctx, err)
@@ -514,7 +515,7 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		badRequest(ctx, err)
 		return
 	}
-	r.hash(p, req.Tokens, req.LoRA)
+	r.hash(p, req)
 	if err := r.table.Load().fitCapacity(p); err != nil {
 		r.m.refused[refPromptTooLong].Inc()
 		badRequest(ctx, err)
@@ -612,6 +613,9 @@ func (r *Router) parseRouteOptions(v *fastjson.Value, p *pending, req *openai.Re
 			return fieldErr("lora_name", "lora_name must be a string")
 		}
 		req.LoRA = append(req.LoRA[:0], s...)
+	}
+	if err := openai.ParseCacheKeys(v, req); err != nil {
+		return err
 	}
 	if x := v.Get("explain"); x != nil {
 		b, err := x.Bool()

@@ -151,6 +151,8 @@ type pending struct {
 	isl      uint32
 	local    []wire.BlockHash
 	seq      []wire.SeqHash
+	mm       []uint64 // hashing scratch of multimodal requests
+	mmBytes  []byte
 	override sched.Override
 	allowed  []wire.WorkerKey
 	explain  bool

@@ -33,6 +33,18 @@ func TestDecodeAllocs(t *testing.T) {
 			seq += 2 // a gap every time: the gap path must not allocate either
 		})
 	}
+	// The fidelity shapes: a hybrid model's groups, multimodal extra_keys,
+	// SGLang's EAGLE bigrams and salted events.
+	shapes := fidelityVLLM()
+	for _, m := range []bool{false, true} {
+		payload := AppendVLLMBatch(nil, shapes, VLLMEncoding{Map: m})
+		d := NewVLLMDecoder(VLLMConfig{Worker: 1, BlockSize: 16})
+		checkNoAllocs(t, "vllm fidelity shapes", func(b *Batch) {
+			if err := d.Decode(b, 0, payload); err != nil || b.Rejected != 0 || b.OtherGroups != 2 {
+				t.Fatal(err, b.Err, b.OtherGroups)
+			}
+		})
+	}
 	// A stream of rejected events builds its error once.
 	bad := &VLLMBatch{Events: []VLLMEvent{{Kind: KindStored, BlockHashes: []EngineHash{1}, Tokens: make([]uint32, 32), BlockSize: 32}}}
 	badPayload := AppendVLLMBatch(nil, bad, VLLMEncoding{})

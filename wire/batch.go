@@ -43,11 +43,22 @@ type Batch struct {
 	// Ignored counts well-formed events of a kind kvroute does not know
 	// (a newer engine's event types). They take no event id.
 	Ignored int
+	// OtherGroups counts the well-formed vLLM events of a hybrid model's
+	// KV cache groups other than the main (full-attention) group: they are
+	// not indexed (a sliding-window group's removal says nothing about the
+	// prefix the main group holds) and take no event id.
+	OtherGroups int
 	// Err is the first rejection's error since the last Reset, or nil.
 	Err error
 
 	blocks []Block  // backing storage of Events[i].Blocks
 	tokens []uint32 // scratch: token ids of the event being decoded
+	// Scratch of the event being decoded: the multimodal hashes of its
+	// blocks (block i's are mm[mmAt[i]:mmAt[i+1]]) and the bytes BlockHashMM
+	// hashes.
+	mm      []uint64
+	mmAt    []int32
+	scratch []byte
 }
 
 // Reset empties the batch for reuse and keeps its storage.
@@ -55,7 +66,7 @@ func (b *Batch) Reset() {
 	clear(b.Events) // drop references into old messages
 	b.Events = b.Events[:0]
 	b.blocks = b.blocks[:0]
-	b.Rejected, b.SizeMismatches, b.Ignored, b.Err = 0, 0, 0, nil
+	b.Rejected, b.SizeMismatches, b.Ignored, b.OtherGroups, b.Err = 0, 0, 0, 0, nil
 }
 
 // Blocks returns the total number of blocks in b.Events.
@@ -70,19 +81,19 @@ func (b *Batch) Blocks() int {
 // mark is the state of a batch before a message, to roll back to on a
 // message-level error.
 type mark struct {
-	events, blocks, rejected, mismatches, ignored int
-	err                                           error
+	events, blocks, rejected, mismatches, ignored, others int
+	err                                                   error
 }
 
 func (b *Batch) mark() mark {
-	return mark{len(b.Events), len(b.blocks), b.Rejected, b.SizeMismatches, b.Ignored, b.Err}
+	return mark{len(b.Events), len(b.blocks), b.Rejected, b.SizeMismatches, b.Ignored, b.OtherGroups, b.Err}
 }
 
 func (b *Batch) rollback(m mark) {
 	clear(b.Events[m.events:])
 	b.Events = b.Events[:m.events]
 	b.blocks = b.blocks[:m.blocks]
-	b.Rejected, b.SizeMismatches, b.Ignored, b.Err = m.rejected, m.mismatches, m.ignored, m.err
+	b.Rejected, b.SizeMismatches, b.Ignored, b.OtherGroups, b.Err = m.rejected, m.mismatches, m.ignored, m.others, m.err
 }
 
 // reject counts a dropped event. err is built only for the first rejection, so
@@ -162,17 +173,20 @@ func malformed(what string, cause error) error {
 }
 
 // tierOf maps a storage tier or medium name, ignoring ASCII case: vLLM's
-// GPU/CPU/DISK and Dynamo's device/host/disk (and host_pinned); any other
-// name is TierExternal. A missing name (nil) is TierDevice.
+// GPU/CPU/DISK, SGLang's CPU_PINNED, Dynamo's device/host/disk (and
+// host_pinned) and the media of Dynamo's StorageTier::from_kv_medium
+// (CPU_TIER1 host; CPU_TIER2, NVME disk); any other name is TierExternal. A
+// missing name (nil) is TierDevice.
 func tierOf(name []byte) Tier {
 	switch {
 	case name == nil:
 		return TierDevice
 	case equalFold(name, "gpu"), equalFold(name, "device"):
 		return TierDevice
-	case equalFold(name, "cpu"), equalFold(name, "host"), equalFold(name, "host_pinned"), equalFold(name, "hostpinned"):
+	case equalFold(name, "cpu"), equalFold(name, "host"), equalFold(name, "host_pinned"), equalFold(name, "hostpinned"),
+		equalFold(name, "cpu_pinned"), equalFold(name, "cpu_tier1"):
 		return TierHost
-	case equalFold(name, "disk"):
+	case equalFold(name, "disk"), equalFold(name, "cpu_tier2"), equalFold(name, "nvme"):
 		return TierDisk
 	}
 	return TierExternal

@@ -479,3 +479,46 @@ func naiveDecodeNative(msg []byte) ([]Event, error) {
 	}
 	return out, nil
 }
+
+// BenchmarkDecodeVLLMFidelity is the realistic batch as a newer vLLM
+// publishes it for a hybrid multimodal model (map form): every Stored event
+// twice, in the full-attention group and in a sliding-window group (skipped),
+// every 8th block holding an image (extra_keys), the first event salted and
+// its children inheriting the salt. Compare with DecodeVLLM/map: the blocks
+// indexed are the same 1024.
+func BenchmarkDecodeVLLMFidelity(b *testing.B) {
+	base := realisticVLLM(1)
+	batch := &VLLMBatch{TS: base.TS, HasDPRank: true}
+	for i, e := range base.Events {
+		if e.Kind != KindStored {
+			e.HasGroup = true
+			batch.Events = append(batch.Events, e)
+			continue
+		}
+		e.HasGroup, e.SpecKind = true, "full_attention"
+		e.ExtraKeys = make([][]string, len(e.BlockHashes))
+		for j := 0; j < len(e.ExtraKeys); j += 8 {
+			e.ExtraKeys[j] = []string{imageA}
+		}
+		if i == 0 {
+			e.Salt = "tenant"
+		}
+		slide := e
+		slide.Group, slide.SpecKind, slide.ExtraKeys, slide.Salt = 1, "sliding_window", nil, ""
+		batch.Events = append(batch.Events, e, slide)
+	}
+	payload := AppendVLLMBatch(nil, batch, VLLMEncoding{Map: true})
+	d := NewVLLMDecoder(VLLMConfig{Worker: 7, BlockSize: 16})
+	var out Batch
+	b.SetBytes(int64(len(payload)))
+	b.ReportAllocs()
+	seq := uint64(0)
+	for b.Loop() {
+		out.Reset()
+		if err := d.Decode(&out, seq, payload); err != nil || len(out.Events) != 9 || out.OtherGroups != 8 {
+			b.Fatal(err, out.Err, len(out.Events), out.OtherGroups)
+		}
+		seq++
+	}
+	reportBlocks(b, realisticBlocks)
+}

@@ -30,24 +30,51 @@
 //	["AllBlocksCleared"]
 //
 // whose trailing fields may be omitted, or a map keyed by the same names with
-// the tag under "type", in any key order. Unknown keys and trailing fields
-// are skipped. Hashes may be int64 (taken as their bits), uint64 or bytes
-// (the last 8 bytes big-endian; shorter strings are zero-extended on the
-// left); parent_block_hash may be nil. medium maps GPU→device, CPU→host,
-// DISK→disk, nil→device, anything else→external (ignoring case).
+// the tag under "type", in any key order (plus "cache_salt"). Unknown keys
+// and trailing fields are skipped. Hashes may be int64 (taken as their bits),
+// uint64 or bytes (the last 8 bytes big-endian; shorter strings are
+// zero-extended on the left); parent_block_hash may be nil. medium maps
+// GPU→device; CPU, CPU_PINNED (SGLang's HiCache) and CPU_TIER1→host; DISK,
+// CPU_TIER2 and NVME→disk; nil→device; anything else→external (ignoring
+// case).
 //
 // The VLLMDecoder is configured with the worker id and the engine's block
 // size B. It computes each block's local hash from token_ids: block i is
 // tokens[i*B:(i+1)*B], hashed with BlockHashOf and the seed
-// LoRASeedBytes(lora_name). A Stored event whose block_size field is not B,
-// or whose token_ids are not len(block_hashes)*B long, is rejected with an
-// error wrapping ErrBlockSizeMismatch that names both sizes, and counted in
-// Batch.SizeMismatches. Events with a lora_id but no lora_name are hashed
-// with the base seed (the name is what the seed is made of).
+// SaltSeed(lora_name, cache salt). A Stored event whose block_size field is
+// not B, or whose token_ids are not len(block_hashes)*B long, is rejected
+// with an error wrapping ErrBlockSizeMismatch that names both sizes, and
+// counted in Batch.SizeMismatches. Events with a lora_id but no lora_name are
+// hashed with the base seed (the name is what the seed is made of).
+//
+// Engine variants the decoder folds into the hashes, as Dynamo does:
+//
+//   - Hybrid models (group_idx, kv_cache_spec_kind): vLLM publishes every
+//     KV cache group's blocks under the same block hashes. Only the main
+//     group is indexed: the first group a Stored event declares full
+//     attention (group 0 until one does); events without group_idx belong to
+//     it. The other groups' events are counted in Batch.OtherGroups and take
+//     no event id.
+//   - Multimodal blocks (extra_keys, one entry per block): the 64-hex-digit
+//     identifiers among a block's keys (also as [identifier, offset]) are its
+//     multimodal objects; their MMHashOf values are folded into its hash
+//     (BlockHashMM), so two images over the same placeholder tokens differ.
+//   - SGLang's EAGLE pages: token_ids as bigrams [t, t+1]; a page's block is
+//     its first tokens, hashed as the plain page (so that it matches the
+//     router's request hashes; Dynamo instead hashes B+1-token windows for
+//     EAGLE workers, on both sides).
+//   - Cache salts: cache_salt (map form), a map {lora_name, cache_salt} in
+//     lora_name's place (SGLang), a string in extra_keys' place, or the
+//     first string of the first block's extra_keys that is neither a
+//     multimodal identifier nor the LoRA name (vLLM). A Stored event without
+//     one inherits its parent block's salt (vLLM stamps a request's first
+//     block only); the decoder remembers the salted blocks (a map that is
+//     only touched while salts are in use) until they are removed.
 //
 // Event ids: the decoder keeps a counter per data-parallel rank. The events
 // of a batch take consecutive ids in order (the first event ever gets 1),
-// rejected events included; events of unknown kinds take none. When a
+// rejected events included; events of unknown kinds and of a hybrid model's
+// other KV cache groups take none. When a
 // batch's seq is not the successor of the rank's previous seq (a batch was
 // lost or malformed, or the engine restarted), one id is skipped first. Ids
 // are therefore contiguous per WorkerKey exactly while nothing is lost, and
@@ -80,8 +107,11 @@
 // may be signed or unsigned integers; a block may also be an array
 // [block_hash, tokens_hash, ...]. The event id is the publisher's event_id.
 // DecodeDynamoJSON and AppendDynamoJSON handle the same RouterEvent as JSON,
-// with a small in-place scanner (no encoding/json, no allocation). A data
-// variant kvroute does not know is counted in Batch.Ignored.
+// with a small in-place scanner (no encoding/json, no allocation): the form
+// older Dynamo published (on ...kv_events, then on ...kv-events);
+// DecodeDynamoAny takes either form. A data variant kvroute does not know is
+// counted in Batch.Ignored. Dynamo's publisher computes tokens_hash itself,
+// with the LoRA name, cache namespace and multimodal hashes folded in.
 //
 // # kvroute native
 //
@@ -117,4 +147,12 @@
 //
 // Every decoder is fuzzed (FuzzDecodeVLLM, FuzzDecodeDynamo,
 // FuzzDecodeDynamoJSON, FuzzDecodeNative) on its input and every prefix of it.
+//
+// # Hashing
+//
+// LocalHashes and SequenceHashes are Dynamo's block and sequence hashes.
+// SaltSeed is Dynamo's compute_salt_hash (the LoRA name and the cache salt
+// folded into the seed); MMHashOf, BlockHashMM and LocalHashesMM fold
+// multimodal objects into the blocks they overlap, as Dynamo's
+// compute_block_hash_for_seq does with block_mm_infos.
 package wire

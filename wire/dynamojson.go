@@ -31,6 +31,27 @@ func DecodeDynamoJSON(b *Batch, data []byte) error {
 	return nil
 }
 
+// DecodeDynamoAny decodes a message of a Dynamo KV-event subject in either
+// of the forms Dynamo has published: a JSON RouterEvent (older Dynamo, on
+// ...kv_events and, before the msgpack event plane, on ...kv-events;
+// DecodeDynamoJSON) when its first non-space byte is '{', else the event
+// plane's msgpack envelope (DecodeDynamo). The two cannot be confused: a
+// msgpack envelope starts with a map header (0x80-0x8f, 0xde, 0xdf), never
+// with '{' or white space. On error b is left unchanged.
+func DecodeDynamoAny(b *Batch, msg []byte) error {
+	for _, c := range msg {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{':
+			return DecodeDynamoJSON(b, msg)
+		}
+		break
+	}
+	_, err := DecodeDynamo(b, msg)
+	return err
+}
+
 var (
 	errJSONSyntax = errors.New("json syntax")
 	errJSONDepth  = errors.New("json nested too deep")

@@ -132,3 +132,20 @@ func sampleEvents() []Event {
 		{Worker: WorkerKey{Worker: 0, Dp: 1<<32 - 1}, ID: 0, Kind: KindStored, Tier: TierDevice, HasParent: true, Parent: 0},
 	}
 }
+
+// fidelityVLLM covers the engine-fidelity shapes in one batch of block size
+// 16: a hybrid model's sliding-window group beside its main group, multimodal
+// extra_keys (with the LoRA name among them), SGLang's EAGLE bigrams on
+// CPU_PINNED, a salted event and a child inheriting its salt.
+func fidelityVLLM() *VLLMBatch {
+	toks := tokensFrom(3, 65)
+	return &VLLMBatch{Events: []VLLMEvent{
+		{Kind: KindStored, BlockHashes: []EngineHash{1, 2, 3, 4}, Tokens: toks[:64], BlockSize: 16, HasGroup: true, Group: 1, SpecKind: "sliding_window"},
+		{Kind: KindStored, BlockHashes: []EngineHash{1, 2, 3, 4}, Tokens: toks[:64], BlockSize: 16, HasGroup: true, Group: 0,
+			ExtraKeys: [][]string{nil, {"ad", imageA}, {imageA, imageB}, nil}, LoRA: "ad"},
+		{Kind: KindRemoved, BlockHashes: []EngineHash{4}, HasGroup: true, Group: 1},
+		{Kind: KindStored, BlockHashes: []EngineHash{5, 6, 7, 8}, Tokens: toks, BlockSize: 16, Bigram: true, Medium: "CPU_PINNED"},
+		{Kind: KindStored, BlockHashes: []EngineHash{9}, Tokens: toks[:16], BlockSize: 16, Salt: "tenant"},
+		{Kind: KindStored, BlockHashes: []EngineHash{10}, HasParent: true, Parent: 9, Tokens: toks[16:32], BlockSize: 16},
+	}}
+}

@@ -92,6 +92,21 @@ func FuzzDecodeVLLM(f *testing.F) {
 			addSeeds(f, AppendVLLMBatch(nil, batch, VLLMEncoding{Map: m, Hashes: h, Compact: h == HashInt, Extras: h == HashBytes}))
 		}
 	}
+	// The fidelity shapes (groups, extra_keys, bigrams, salts), at the
+	// fuzz decoder's block size.
+	for _, m := range []bool{false, true} {
+		fid := fidelityVLLM()
+		for i := range fid.Events {
+			e := &fid.Events[i]
+			if e.Kind == KindStored {
+				e.BlockSize, e.Tokens = bs, tokensFrom(3, len(e.BlockHashes)*bs+1)
+				if !e.Bigram {
+					e.Tokens = e.Tokens[:len(e.BlockHashes)*bs]
+				}
+			}
+		}
+		addSeeds(f, AppendVLLMBatch(nil, fid, VLLMEncoding{Map: m}))
+	}
 	mismatch := &VLLMBatch{Events: []VLLMEvent{{Kind: KindStored, BlockHashes: []EngineHash{1}, Tokens: tokensFrom(0, 8), BlockSize: 8}}}
 	addSeeds(f, AppendVLLMBatch(nil, mismatch, VLLMEncoding{}), nil, []byte{0x92, 0, 0x90})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -120,8 +135,12 @@ func FuzzDecodeDynamoJSON(f *testing.F) {
 		addSeeds(f, AppendDynamoJSON(nil, &e))
 	}
 	addSeeds(f, []byte(`{"worker_id":-1,"storage_tier":null,"event":{"event_id":1,"dp_rank":2,"data":{"removed":{"block_hashes":[1,2]}},"x":[1.5e3,{"a":"\u00e9\n"},true,false,null]}} `))
+	// DecodeDynamoAny takes JSON and msgpack alike.
+	h := DynamoHeader{Topic: []byte("kv-events")}
+	addSeeds(f, AppendDynamo(nil, &h, &dynamoSample()[0]))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkPrefixes(t, data, func() func(*Batch, []byte) error { return DecodeDynamoJSON })
+		checkPrefixes(t, data, func() func(*Batch, []byte) error { return DecodeDynamoAny })
 	})
 }
 

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"slices"
 	"unsafe"
 
 	"github.com/zeebo/xxh3"
@@ -99,3 +100,115 @@ var isLittleEndian = func() bool {
 	x := uint16(1)
 	return *(*byte)(unsafe.Pointer(&x)) == 1
 }()
+
+// SaltSeed returns the hash seed for a LoRA adapter and a cache salt (vLLM's
+// request field cache_salt; Dynamo's cache_namespace): Dynamo's
+// compute_salt_hash (lib/kv-hashing), Seed + xxh3_64(lora, 0) +
+// xxh3_64(salt, 1), wrapping, each term only when its name is non-empty.
+// Without a salt it is LoRASeedBytes(lora), so unsalted blocks keep their
+// hashes; two tenants with different salts never share a block hash.
+func SaltSeed(lora, salt []byte) uint64 {
+	return LoRASeedBytes(lora) + saltTerm(salt)
+}
+
+// saltTerm is the salt's part of SaltSeed: 0 for no salt.
+func saltTerm(salt []byte) uint64 {
+	if len(salt) == 0 {
+		return 0
+	}
+	return xxh3.HashSeed(salt, 1)
+}
+
+// MMHashOf maps a multimodal identifier to the 64-bit hash folded into block
+// hashes, as Dynamo's hash_mm_identifier does (lib/kv-router protocols.rs):
+// a 64-character hex digest (vLLM's own identifiers) is read from its first 16
+// hex digits; any other non-empty identifier is xxh3_64(identifier). It
+// reports false for the empty identifier.
+func MMHashOf(id []byte) (uint64, bool) {
+	if len(id) == 0 {
+		return 0, false
+	}
+	if h, ok := mmHexDigest(id); ok {
+		return h, true
+	}
+	return xxh3.Hash(id), true
+}
+
+// mmHexDigest reads a 64-character hex digest's first 16 digits; false if id
+// is not one. (Dynamo's parse_mm_hash_from_extra_key: in vLLM's extra_keys
+// only such digests are multimodal identifiers.)
+func mmHexDigest(id []byte) (uint64, bool) {
+	if len(id) != 64 {
+		return 0, false
+	}
+	var v uint64
+	for i, c := range id {
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		if i < 16 {
+			v = v<<4 | uint64(d)
+		}
+	}
+	return v, true
+}
+
+// BlockHashMM returns the local hash of one block that holds multimodal
+// objects: xxh3-64 with seed over the block's little-endian token bytes
+// followed by the objects' hashes (MMHashOf), sorted, as little-endian
+// uint64s (Dynamo's compute_block_hash_for_seq with block_mm_infos). mm is
+// sorted in place. With no mm it equals BlockHashOf. scratch is reused
+// storage; the grown scratch is returned, so a warm caller allocates nothing.
+func BlockHashMM(scratch []byte, block []uint32, mm []uint64, seed uint64) (BlockHash, []byte) {
+	if len(mm) == 0 {
+		return BlockHashOf(block, seed), scratch
+	}
+	slices.Sort(mm)
+	scratch = scratch[:0]
+	for _, t := range block {
+		scratch = binary.LittleEndian.AppendUint32(scratch, t)
+	}
+	for _, h := range mm {
+		scratch = binary.LittleEndian.AppendUint64(scratch, h)
+	}
+	return BlockHash(xxh3.HashSeed(scratch, seed)), scratch
+}
+
+// MMRange is one multimodal object of a request: its hash (MMHashOf of the
+// engine's identifier) and the token positions [Offset, Offset+Length) its
+// placeholder tokens take in the prompt.
+type MMRange struct {
+	Hash           uint64
+	Offset, Length int
+}
+
+// LocalHashesMM is LocalHashes for a prompt with multimodal objects: every
+// block overlapping an object's range is hashed with BlockHashMM and the
+// hashes of all the objects it overlaps, as vLLM puts them in the block's
+// extra_keys. mmScratch and scratch are reused storage, returned grown.
+func LocalHashesMM(dst []BlockHash, tokens []uint32, blockSize int, seed uint64, mm []MMRange, mmScratch []uint64, scratch []byte) ([]BlockHash, []uint64, []byte) {
+	if len(mm) == 0 {
+		return LocalHashes(dst, tokens, blockSize, seed), mmScratch, scratch
+	}
+	for i := 0; (i+1)*blockSize <= len(tokens); i++ {
+		lo, hi := i*blockSize, (i+1)*blockSize
+		mmScratch = mmScratch[:0]
+		for _, r := range mm {
+			if r.Length > 0 && r.Offset < hi && r.Offset+r.Length > lo {
+				mmScratch = append(mmScratch, r.Hash)
+			}
+		}
+		var h BlockHash
+		h, scratch = BlockHashMM(scratch, tokens[lo:hi], mmScratch, seed)
+		dst = append(dst, h)
+	}
+	return dst, mmScratch, scratch
+}

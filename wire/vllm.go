@@ -1,8 +1,11 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 
 	"github.com/tinylib/msgp/msgp"
 )
@@ -23,7 +26,8 @@ type VLLMConfig struct {
 //
 // Event ids: the decoder keeps a counter per data-parallel rank. Every event
 // of a batch, in order, takes the next id (the first is 1), including events
-// it rejects; events of unknown kinds take none. When a batch's ZMQ sequence
+// it rejects; events of unknown kinds and of a hybrid model's non-main KV
+// cache groups (see the package doc) take none. When a batch's ZMQ sequence
 // number is not the successor of the rank's previous batch (a batch was lost,
 // cut short, or the engine restarted), one id is skipped first. So ids are
 // contiguous per WorkerKey exactly while nothing was lost, and a consumer
@@ -36,6 +40,15 @@ type VLLMDecoder struct {
 	worker    uint64
 	blockSize int
 	ranks     map[uint32]rankState
+	// mainGroup is the KV cache group indexed for a hybrid model: the
+	// first group a Stored event declares full attention, -1 until one
+	// does (group 0 meanwhile).
+	mainGroup int64
+	// salts maps the engine hash of a salted block to its salt's seed term
+	// (saltTerm), so that a Stored event without a salt whose parent is
+	// salted inherits it (vLLM stamps cache_salt into a request's first
+	// block only). Empty, and never touched, while no event is salted.
+	salts map[EngineHash]uint64
 }
 
 type rankState struct {
@@ -49,7 +62,7 @@ func NewVLLMDecoder(cfg VLLMConfig) *VLLMDecoder {
 	if cfg.BlockSize <= 0 {
 		panic(fmt.Sprintf("wire: NewVLLMDecoder: block size %d", cfg.BlockSize))
 	}
-	return &VLLMDecoder{worker: cfg.Worker, blockSize: cfg.BlockSize, ranks: make(map[uint32]rankState)}
+	return &VLLMDecoder{worker: cfg.Worker, blockSize: cfg.BlockSize, ranks: make(map[uint32]rankState), mainGroup: -1}
 }
 
 // DecodeFrames decodes one three-part ZMQ message (see ParseVLLMFrames).
@@ -66,10 +79,14 @@ func (d *VLLMDecoder) DecodeFrames(b *Batch, frames [][]byte) error {
 // leaves b unchanged; invalid events within a well-framed batch are counted
 // in b (Rejected, Err) and the others are kept.
 func (d *VLLMDecoder) Decode(b *Batch, seq uint64, payload []byte) error {
-	m := b.mark()
+	m, main := b.mark(), d.mainGroup
 	rank, n, err := d.decodePayload(b, payload)
 	if err != nil {
+		// The main group learned from a message that is dropped whole is
+		// forgotten too. Salts it recorded are kept: a block wrongly taken
+		// for salted can only miss, never match another tenant's request.
 		b.rollback(m)
+		d.mainGroup = main
 		return fmt.Errorf("%w (vllm batch seq %d)", err, seq)
 	}
 	st, seen := d.ranks[rank]
@@ -208,6 +225,8 @@ func (d *VLLMDecoder) decodeEvents(b *Batch, o []byte) (n int, rest []byte, err 
 			n++
 		case ignored:
 			b.Ignored++
+		case otherGroup:
+			b.OtherGroups++
 		}
 		o = next
 	}
@@ -220,6 +239,7 @@ const (
 	accepted outcome = iota
 	rejected
 	ignored
+	otherGroup // a hybrid model's non-main KV cache group: valid, not indexed
 )
 
 // vLLM event fields kvroute reads.
@@ -233,14 +253,19 @@ const (
 	fBlockSize
 	fMedium
 	fLoRAName
+	fExtraKeys
+	fGroup
+	fSpecKind
+	fSalt
 )
 
-// Positional fields of the tagged-array form after the tag; fields past the
-// listed ones (lora_id, extra_keys, group_idx, kv_cache_spec_kind, ...) are
-// skipped.
+// Positional fields of the tagged-array form after the tag (vLLM's
+// BlockStored and BlockRemoved field order); lora_id, the sliding window and
+// fields past the listed ones are skipped.
 var (
-	storedFields  = [...]vllmField{fHashes, fParent, fTokens, fBlockSize, fSkip /* lora_id */, fMedium, fLoRAName}
-	removedFields = [...]vllmField{fHashes, fMedium}
+	storedFields = [...]vllmField{fHashes, fParent, fTokens, fBlockSize, fSkip /* lora_id */, fMedium, fLoRAName,
+		fExtraKeys, fGroup, fSpecKind}
+	removedFields = [...]vllmField{fHashes, fMedium, fGroup}
 )
 
 func vllmFieldOf(key []byte) vllmField {
@@ -257,6 +282,14 @@ func vllmFieldOf(key []byte) vllmField {
 		return fMedium
 	case "lora_name":
 		return fLoRAName
+	case "extra_keys":
+		return fExtraKeys
+	case "group_idx":
+		return fGroup
+	case "kv_cache_spec_kind":
+		return fSpecKind
+	case "cache_salt":
+		return fSalt
 	}
 	return fSkip
 }
@@ -280,10 +313,16 @@ type vllmEvent struct {
 	hasTokens         bool
 	hasParent         bool
 	hasBlockSize      bool
+	hasGroup          bool
+	hasMM             bool // some block has multimodal hashes (b.mm, b.mmAt)
 	parent            uint64
 	blockSize         uint64
+	group             uint64
 	medium            []byte
 	lora              []byte
+	kind              []byte // kv_cache_spec_kind
+	salt              []byte // cache_salt (explicit)
+	ekSalt            []byte // a salt found in the first block's extra_keys
 }
 
 // decodeEvent decodes one element of the events list. next is the rest after
@@ -351,6 +390,12 @@ func (d *VLLMDecoder) decodeEvent(b *Batch, o []byte, ordinal int) (next []byte,
 		return nil, rejected, rejection{what: "event is neither an array nor a map"}
 	}
 
+	if !d.mainGroupEvent(kind, &f) {
+		if f.hasHashes {
+			b.blocks = b.blocks[:f.hashesAt]
+		}
+		return o, otherGroup, rejection{}
+	}
 	ev := Event{ID: uint64(ordinal), Kind: kind, Tier: tierOf(f.medium)}
 	switch kind {
 	case KindStored:
@@ -364,10 +409,14 @@ func (d *VLLMDecoder) decodeEvent(b *Batch, o []byte, ordinal int) (next []byte,
 		if len(b.tokens) != f.nHashes*bs {
 			return o, rejected, rejection{mismatch: true, tokens: len(b.tokens), blocks: f.nHashes, want: bs}
 		}
-		seed := LoRASeedBytes(f.lora)
 		blocks := b.blocks[f.hashesAt : f.hashesAt+f.nHashes]
-		for i := range blocks {
-			blocks[i].Local = BlockHashOf(b.tokens[i*bs:(i+1)*bs], seed)
+		seed := LoRASeedBytes(f.lora) + d.saltOf(&f, blocks)
+		if f.hasMM {
+			d.hashMM(b, blocks, seed)
+		} else {
+			for i := range blocks {
+				blocks[i].Local = BlockHashOf(b.tokens[i*bs:(i+1)*bs], seed)
+			}
 		}
 		ev.HasParent, ev.Parent = f.hasParent, EngineHash(f.parent)
 		ev.Blocks = b.blocksAt(f.hashesAt, f.nHashes)
@@ -379,14 +428,90 @@ func (d *VLLMDecoder) decodeEvent(b *Batch, o []byte, ordinal int) (next []byte,
 			return o, rejected, rejection{what: "BlockRemoved without block_hashes"}
 		}
 		ev.Blocks = b.blocksAt(f.hashesAt, f.nHashes)
+		if len(d.salts) > 0 {
+			for _, bl := range ev.Blocks {
+				delete(d.salts, bl.Engine)
+			}
+		}
 	case KindCleared:
 		if f.hasHashes {
 			b.blocks = b.blocks[:f.hashesAt]
 		}
 		ev.Tier = TierDevice
+		clear(d.salts)
 	}
 	b.Events = append(b.Events, ev)
 	return o, accepted, rejection{}
+}
+
+// mainGroupEvent reports whether an event belongs to the KV cache group the
+// index follows. A hybrid model (vLLM's KV cache groups: full attention
+// next to sliding-window or Mamba layers) publishes every group's blocks
+// under their own hashes; the prefix a request can reuse is the
+// full-attention group's, so that group alone is indexed, as Dynamo does.
+// The main group is the first group a Stored event declares full attention
+// (kv_cache_spec_kind); until one does, group 0. Events without group_idx
+// (engines without groups, SGLang) are the main group's; a Stored event of
+// another kind is never.
+func (d *VLLMDecoder) mainGroupEvent(kind Kind, f *vllmEvent) bool {
+	if f.kind != nil {
+		if !fullAttention(f.kind) {
+			return false
+		}
+		if d.mainGroup < 0 && f.hasGroup && f.group <= math.MaxInt32 {
+			d.mainGroup = int64(f.group)
+		}
+	}
+	if !f.hasGroup || kind == KindCleared {
+		return true
+	}
+	return int64(f.group) == max(d.mainGroup, 0)
+}
+
+// fullAttention reports whether a kv_cache_spec_kind names a full-attention
+// group (vLLM's FullAttentionSpec and MLAAttentionSpec).
+func fullAttention(kind []byte) bool {
+	return equalFold(kind, "full_attention") || equalFold(kind, "mla_attention") || equalFold(kind, "full")
+}
+
+// saltOf returns the seed term of a Stored event's cache salt: its own
+// (cache_salt, or the salt in its first block's extra_keys), else its
+// parent's, else none. A salted event's blocks are remembered so that their
+// children inherit the salt.
+func (d *VLLMDecoder) saltOf(f *vllmEvent, blocks []Block) uint64 {
+	salt := f.salt
+	if salt == nil && !bytes.Equal(f.ekSalt, f.lora) {
+		salt = f.ekSalt
+	}
+	var term uint64
+	switch {
+	case len(salt) > 0:
+		term = saltTerm(salt)
+	case len(d.salts) > 0 && f.hasParent:
+		term = d.salts[EngineHash(f.parent)]
+	}
+	if term != 0 {
+		if d.salts == nil {
+			d.salts = make(map[EngineHash]uint64)
+		}
+		for _, bl := range blocks {
+			d.salts[bl.Engine] = term
+		}
+	}
+	return term
+}
+
+// hashMM hashes the blocks of a Stored event some of whose blocks hold
+// multimodal objects (b.mm, b.mmAt from extra_keys).
+func (d *VLLMDecoder) hashMM(b *Batch, blocks []Block, seed uint64) {
+	bs := d.blockSize
+	for i := range blocks {
+		var mm []uint64
+		if i+1 < len(b.mmAt) {
+			mm = b.mm[b.mmAt[i]:b.mmAt[i+1]]
+		}
+		blocks[i].Local, b.scratch = BlockHashMM(b.scratch, b.tokens[i*bs:(i+1)*bs], mm, seed)
+	}
 }
 
 // readField reads one field value into f. A non-empty rej means the event is
@@ -428,9 +553,15 @@ func (d *VLLMDecoder) readField(b *Batch, f *vllmEvent, field vllmField, o []byt
 			b.tokens = make([]uint32, n, n+n/4)
 		}
 		tokens := b.tokens[:n]
-		for i := range tokens {
-			if tokens[i], o, err = readToken(o); err != nil {
+		if n > 0 && o[0] == 0x92 { // bigrams [t, t+1]: SGLang's EAGLE pages
+			if o, err = readBigrams(tokens, o); err != nil {
 				return o, rejection{what: "token_ids", cause: err}
+			}
+		} else {
+			for i := range tokens {
+				if tokens[i], o, err = readToken(o); err != nil {
+					return o, rejection{what: "token_ids", cause: err}
+				}
 			}
 		}
 		b.tokens = tokens
@@ -447,14 +578,161 @@ func (d *VLLMDecoder) readField(b *Batch, f *vllmEvent, field vllmField, o []byt
 			return o, rejection{what: "medium", cause: err}
 		}
 	case fLoRAName:
+		if msgp.NextType(o) == msgp.MapType { // SGLang: {cache_salt, lora_name} in lora_name's place
+			return readSaltMap(f, o)
+		}
 		if f.lora, o, err = readOptString(o); err != nil {
 			return o, rejection{what: "lora_name", cause: err}
 		}
+	case fSalt:
+		if f.salt, o, err = readOptString(o); err != nil {
+			return o, rejection{what: "cache_salt", cause: err}
+		}
+	case fGroup:
+		if msgp.IsNil(o) {
+			return o[1:], rejection{}
+		}
+		if f.group, o, err = readUint(o); err != nil {
+			return o, rejection{what: "group_idx", cause: err}
+		}
+		f.hasGroup = true
+	case fSpecKind:
+		if f.kind, o, err = readOptString(o); err != nil {
+			return o, rejection{what: "kv_cache_spec_kind", cause: err}
+		}
+	case fExtraKeys:
+		return readExtraKeys(b, f, o)
 	default:
 		if o, err = msgp.Skip(o); err != nil {
 			return o, rejection{what: "field", cause: err}
 		}
 	}
+	return o, rejection{}
+}
+
+var errMixedBigrams = errors.New("token_ids mixes bigrams and plain token ids")
+
+// readBigrams reads token_ids sent as bigrams [t, t+1] (SGLang's EAGLE
+// pages) into tokens, one per pair: a bigram page's block is its first
+// tokens, hashed as the block of an ordinary page, so that it matches
+// requests.
+func readBigrams(tokens []uint32, o []byte) ([]byte, error) {
+	var err error
+	for i := range tokens {
+		if len(o) == 0 || o[0] != 0x92 {
+			return o, errMixedBigrams
+		}
+		if tokens[i], o, err = readToken(o[1:]); err != nil {
+			return o, err
+		}
+		if _, o, err = readToken(o); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// readSaltMap reads a map {cache_salt, lora_name, ...} in lora_name's place
+// (SGLang's salted events); other keys are skipped.
+func readSaltMap(f *vllmEvent, o []byte) ([]byte, rejection) {
+	n, o, err := readMapHeader(o)
+	if err != nil {
+		return o, rejection{what: "lora_name/cache_salt map", cause: err}
+	}
+	for range n {
+		var key []byte
+		if key, o, err = msgp.ReadMapKeyZC(o); err != nil {
+			return o, rejection{what: "cache_salt map key", cause: err}
+		}
+		switch string(key) {
+		case "cache_salt":
+			f.salt, o, err = readOptString(o)
+		case "lora_name":
+			f.lora, o, err = readOptString(o)
+		default:
+			o, err = msgp.Skip(o)
+		}
+		if err != nil {
+			return o, rejection{what: "cache_salt map " + string(key), cause: err}
+		}
+	}
+	return o, rejection{}
+}
+
+// readExtraKeys reads vLLM's extra_keys: per block, nil or a list of keys
+// (lora name, multimodal identifiers, cache salt, prompt-embedding bytes),
+// a multimodal identifier also as [identifier, start offset]. As Dynamo's
+// extra_keys_to_block_mm_infos, the 64-hex-digit identifiers are the block's
+// multimodal hashes (into b.mm, b.mmAt), and the first other string of the
+// first block that is not the LoRA name is the cache salt (Dynamo's
+// extract_cache_namespace_from_extra_keys; the LoRA name is compared once the
+// event is read, in saltOf's caller). A string in extra_keys' place is taken
+// for a cache salt.
+func readExtraKeys(b *Batch, f *vllmEvent, o []byte) ([]byte, rejection) {
+	switch msgp.NextType(o) {
+	case msgp.NilType:
+		return o[1:], rejection{}
+	case msgp.StrType, msgp.BinType:
+		var err error
+		if f.salt, o, err = readOptString(o); err != nil {
+			return o, rejection{what: "extra_keys", cause: err}
+		}
+		return o, rejection{}
+	}
+	n, o, err := readListHeader(o)
+	if err != nil {
+		return o, rejection{what: "extra_keys", cause: err}
+	}
+	b.mm, b.mmAt = b.mm[:0], append(b.mmAt[:0], 0)
+	for i := range n {
+		if msgp.IsNil(o) {
+			o = o[1:]
+			b.mmAt = append(b.mmAt, int32(len(b.mm)))
+			continue
+		}
+		var keys int
+		if keys, o, err = readListHeader(o); err != nil {
+			return o, rejection{what: "extra_keys", cause: err}
+		}
+		for range keys {
+			var s []byte
+			switch msgp.NextType(o) {
+			case msgp.StrType:
+				s, o, err = msgp.ReadStringZC(o)
+			case msgp.ArrayType: // [identifier, offset]
+				var sz uint32
+				if sz, o, err = msgp.ReadArrayHeaderBytes(o); err == nil && sz > 0 {
+					if msgp.NextType(o) == msgp.StrType {
+						var id []byte
+						if id, o, err = msgp.ReadStringZC(o); err == nil {
+							if h, ok := mmHexDigest(id); ok {
+								b.mm = append(b.mm, h)
+							}
+						}
+						sz--
+					}
+					for ; err == nil && sz > 0; sz-- {
+						o, err = msgp.Skip(o)
+					}
+				}
+			default:
+				o, err = msgp.Skip(o)
+			}
+			if err != nil {
+				return o, rejection{what: "extra_keys", cause: err}
+			}
+			if s == nil {
+				continue
+			}
+			if h, ok := mmHexDigest(s); ok {
+				b.mm = append(b.mm, h)
+			} else if i == 0 && f.ekSalt == nil && !bytes.Equal(s, f.lora) {
+				f.ekSalt = s
+			}
+		}
+		b.mmAt = append(b.mmAt, int32(len(b.mm)))
+	}
+	f.hasMM = len(b.mm) > 0
 	return o, rejection{}
 }
 
@@ -499,6 +777,23 @@ type VLLMEvent struct {
 	LoRAID      int        // Stored: 0 is written as nil
 	Medium      string     // "" is written as nil
 	LoRA        string     // Stored: lora_name; "" is written as nil
+
+	// Newer fields (written when set, or all of them with VLLMEncoding.Extras).
+	// ExtraKeys are the Stored event's extra_keys, one entry per block (a nil
+	// entry is written as nil); HasGroup/Group its group_idx (Stored and
+	// Removed) and SpecKind its kv_cache_spec_kind.
+	ExtraKeys [][]string
+	HasGroup  bool
+	Group     int
+	SpecKind  string
+	// Salt is a Stored event's cache salt: the "cache_salt" key in the map
+	// form; in the array form SGLang's {"lora_name", "cache_salt"} map in
+	// lora_name's place.
+	Salt string
+	// Bigram writes token_ids as SGLang's EAGLE pages do: the pairs
+	// [t_j, t_j+1] of Tokens, which then holds one token more than the
+	// len(BlockHashes)*BlockSize pairs.
+	Bigram bool
 }
 
 // VLLMBatch is an encoder's input for one vLLM KV-event batch.
@@ -593,10 +888,30 @@ func appendVLLMEvent(dst []byte, e *VLLMEvent, enc VLLMEncoding) []byte {
 		if e.LoRAID != 0 {
 			loraID = vllmValue{write: func(dst []byte) []byte { return msgp.AppendInt(dst, e.LoRAID) }}
 		}
+		loraName := named("lora_name", optString(e.LoRA))
+		if e.Salt != "" && !enc.Map { // SGLang's salted form
+			loraName = vllmValue{key: "lora_name", write: func(dst []byte) []byte {
+				dst = msgp.AppendMapHeader(dst, 2)
+				dst = msgp.AppendString(dst, "lora_name")
+				dst = optString(e.LoRA).write(dst)
+				dst = msgp.AppendString(dst, "cache_salt")
+				return msgp.AppendString(dst, e.Salt)
+			}}
+		}
 		fields = []vllmValue{
 			{key: "block_hashes", write: hashes},
 			named("parent_block_hash", parent),
 			{key: "token_ids", write: func(dst []byte) []byte {
+				if e.Bigram {
+					n := max(len(e.Tokens)-1, 0)
+					dst = msgp.AppendArrayHeader(dst, uint32(n))
+					for j := range n {
+						dst = msgp.AppendArrayHeader(dst, 2)
+						dst = msgp.AppendUint32(dst, e.Tokens[j])
+						dst = msgp.AppendUint32(dst, e.Tokens[j+1])
+					}
+					return dst
+				}
 				dst = msgp.AppendArrayHeader(dst, uint32(len(e.Tokens)))
 				for _, t := range e.Tokens {
 					dst = msgp.AppendUint32(dst, t)
@@ -606,20 +921,44 @@ func appendVLLMEvent(dst []byte, e *VLLMEvent, enc VLLMEncoding) []byte {
 			{key: "block_size", write: func(dst []byte) []byte { return msgp.AppendInt(dst, e.BlockSize) }},
 			named("lora_id", loraID),
 			named("medium", optString(e.Medium)),
-			named("lora_name", optString(e.LoRA)),
+			loraName,
 		}
-		if enc.Extras {
+		if enc.Extras || e.ExtraKeys != nil || e.HasGroup || e.SpecKind != "" {
+			extra := nilValue
+			if e.ExtraKeys != nil {
+				extra = vllmValue{write: func(dst []byte) []byte {
+					dst = msgp.AppendArrayHeader(dst, uint32(len(e.ExtraKeys)))
+					for _, keys := range e.ExtraKeys {
+						if keys == nil {
+							dst = msgp.AppendNil(dst)
+							continue
+						}
+						dst = msgp.AppendArrayHeader(dst, uint32(len(keys)))
+						for _, k := range keys {
+							dst = msgp.AppendString(dst, k)
+						}
+					}
+					return dst
+				}}
+			}
+			kind := e.SpecKind
+			if kind == "" {
+				kind = "full_attention"
+			}
 			fields = append(fields,
-				named("extra_keys", nilValue),
-				vllmValue{key: "group_idx", write: func(dst []byte) []byte { return msgp.AppendInt(dst, 0) }},
-				vllmValue{key: "kv_cache_spec_kind", write: func(dst []byte) []byte { return msgp.AppendString(dst, "full_attention") }},
+				named("extra_keys", extra),
+				vllmValue{key: "group_idx", write: func(dst []byte) []byte { return msgp.AppendInt(dst, e.Group) }},
+				vllmValue{key: "kv_cache_spec_kind", write: func(dst []byte) []byte { return msgp.AppendString(dst, kind) }},
 				named("kv_cache_spec_sliding_window", nilValue))
+		}
+		if e.Salt != "" && enc.Map {
+			fields = append(fields, vllmValue{key: "cache_salt", write: func(dst []byte) []byte { return msgp.AppendString(dst, e.Salt) }})
 		}
 	case KindRemoved:
 		tag = "BlockRemoved"
 		fields = []vllmValue{{key: "block_hashes", write: hashes}, named("medium", optString(e.Medium))}
-		if enc.Extras {
-			fields = append(fields, vllmValue{key: "group_idx", write: func(dst []byte) []byte { return msgp.AppendInt(dst, 0) }})
+		if enc.Extras || e.HasGroup {
+			fields = append(fields, vllmValue{key: "group_idx", write: func(dst []byte) []byte { return msgp.AppendInt(dst, e.Group) }})
 		}
 	default:
 		tag = "AllBlocksCleared"

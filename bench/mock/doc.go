@@ -68,7 +68,8 @@
 // template of openai.RenderChat first, or with Config.ChatTemplate (a real
 // model's template, wire/chattmpl) when one is set, as the router does. max_tokens (default 16) is the exact
 // output length. Prompt blocks are hashed with wire.LocalHashes (seed
-// wire.Seed, or wire.LoRASeed of lora_name), so a router hashing the same
+// wire.SaltSeed of lora_name and cache_salt, multimodal objects folded in
+// with wire.LocalHashesMM), so a router hashing the same
 // tokens finds the worker's blocks.
 //
 // # KV events
@@ -79,7 +80,8 @@
 // PUB socket with topic kv@<worker>@<model>, and a replay ROUTER socket. A
 // vLLM event carries token ids, not hashes: every block carries its real
 // tokens, prompt and generated alike, so a vLLM consumer computes the same
-// local hashes as the worker. LoRA names are not carried in vLLM events.
+// local hashes as the worker. LoRA names, cache salts and multimodal objects
+// (a request's mm_hashes or chat media parts) are not carried in vLLM events.
 //
 // # Faults
 //

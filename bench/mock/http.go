@@ -79,7 +79,7 @@ func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	if maxTokens == 0 {
 		maxTokens = DefaultMaxTokens
 	}
-	c, err := w.submit(req.Tokens, maxTokens, req.LoRA)
+	c, err := w.submit(req.Tokens, maxTokens, req.LoRA, req.Salt, req.MM)
 	switch {
 	case errors.Is(err, engine.ErrTooLong):
 		w.badRequest(ctx, fmt.Sprintf("prompt of %d tokens plus max_tokens %d exceeds the KV cache of %d blocks of %d tokens",

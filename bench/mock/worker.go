@@ -496,21 +496,18 @@ func (w *Worker) heartbeat() {
 
 // submit hashes tokens and the output they will generate, and queues a
 // request; the call's ring is signalled on progress.
-func (w *Worker) submit(tokens []uint32, maxTokens int, lora []byte) (*call, error) {
+func (w *Worker) submit(tokens []uint32, maxTokens int, lora, salt []byte, mm []wire.MMRange) (*call, error) {
 	bs := w.cfg.BlockSize
 	if (len(tokens)+maxTokens+bs-1)/bs > w.cfg.KVBlocks {
 		return nil, engine.ErrTooLong // before materializing up to 2^24 output tokens
 	}
-	seed := wire.Seed
-	if len(lora) > 0 {
-		seed = wire.LoRASeedBytes(lora)
-	}
+	seed := wire.SaltSeed(lora, salt)
 	c := &call{prompt: len(tokens), max: maxTokens, ring: make(chan struct{}, 1), digest: promptDigest(tokens, seed)}
 	// The blocks past the prompt's hold its tail and the generated tokens,
 	// known in advance (see gen.go): the engine stores them under the hashes
 	// a router computes for a prompt that repeats them.
 	all := appendOutput(append(make([]uint32, 0, len(tokens)+maxTokens), tokens...), c.digest, maxTokens)
-	c.local = wire.LocalHashes(make([]wire.BlockHash, 0, len(all)/bs), all, bs, seed)
+	c.local, _, _ = wire.LocalHashesMM(make([]wire.BlockHash, 0, len(all)/bs), all, bs, seed, mm, nil, nil)
 	np := len(tokens) / bs
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -1,6 +1,7 @@
 // Package ingest provides kvroute's KV-event ingest: it subscribes to the
-// KV events of a fleet on NATS (Dynamo's msgpack event plane and kvroute's
-// native batches) and on engines' ZMQ PUB sockets (vLLM/SGLang), decodes
+// KV events of a fleet on NATS (Dynamo's msgpack event plane, older Dynamo's
+// JSON RouterEvents on ...kv-events and ...kv_events, and kvroute's native
+// batches) and on engines' ZMQ PUB sockets (vLLM/SGLang), decodes
 // them on the receiving goroutine, checks event ids per (worker, dp rank)
 // and source, and hands the events to a Sink (a *shard.Index), counting and
 // logging everything that goes wrong.
@@ -37,8 +38,10 @@
 //     StreamName(subjects): KVROUTE_EVENTS_<namespace>_<component> (e.g.
 //     KVROUTE_EVENTS_kvroute_backend; the component is part of the name
 //     because it is part of the subjects). It captures Subjects.KVEvents
-//     (Dynamo msgpack) and Subjects.KVEventsNative (native), not the ZMQ
-//     path, whose engines have their own replay socket. Retention is by
+//     (Dynamo msgpack or JSON) and Subjects.KVEventsNative (native), not the
+//     ZMQ path, whose engines have their own replay socket, nor older
+//     Dynamo's ...kv_events subject (SubscribeNATS only: an existing stream
+//     keeps its subjects). Retention is by
 //     limits, oldest discarded first: MaxAge (--events-max-age, default 1 h)
 //     and MaxBytes (--events-max-bytes, default 1 GiB); Replicas
 //     (--events-replicas, 1, or 3 in a cluster). File storage; a single
@@ -167,6 +170,7 @@
 //	kvroute_ingest_rejected_events_total{source}            events rejected by the decoder
 //	kvroute_ingest_block_size_mismatches_total{source}      of which: wrong block size
 //	kvroute_ingest_ignored_events_total{source}             events of unknown kinds
+//	kvroute_ingest_other_group_events_total{source}         events of a hybrid model's non-main KV cache groups (not indexed)
 //	kvroute_ingest_duplicate_events_total{source}           duplicates dropped
 //	kvroute_ingest_gaps_total{source}                       gaps detected
 //	kvroute_ingest_missing_events_total{source}             event ids skipped by gaps (NATS)

@@ -174,6 +174,7 @@ type Ingest struct {
 		closed           bool
 		nc               *nats.Conn
 		dynSub, natSub   *nats.Subscription
+		legacySub        *nats.Subscription       // Subjects.KVEventsLegacy, into dynPipe
 		cc               jetstream.ConsumeContext // ConsumeJetStream's
 		dynPipe, natPipe *pipe
 		zmq              map[wire.WorkerKey]*zmqSub
@@ -237,8 +238,11 @@ func (in *Ingest) lockForNATS(nc *nats.Conn) error {
 	return nil
 }
 
-// SubscribeNATS subscribes to Subjects.KVEvents (Dynamo msgpack,
-// wire.DecodeDynamo) and Subjects.KVEventsNative (wire.DecodeNative). Each
+// SubscribeNATS subscribes to Subjects.KVEvents (Dynamo's event plane:
+// msgpack, or a JSON RouterEvent from older Dynamo, wire.DecodeDynamoAny),
+// Subjects.KVEventsLegacy (older Dynamo's JSON RouterEvents, when set; its
+// events share the Dynamo source's pipe, id tracking and counters) and
+// Subjects.KVEventsNative (wire.DecodeNative). Each
 // subscription's callback runs on its own goroutine (nats.go's async
 // subscriptions) and decodes into its own reused wire.Batch before calling
 // sink.Apply. The pending limits of Config are set on both subscriptions, and
@@ -261,11 +265,24 @@ func (in *Ingest) SubscribeNATS(nc *nats.Conn) error {
 		ds.Unsubscribe()
 		return err
 	}
+	var ls *nats.Subscription
+	if subj := in.cfg.Subjects.KVEventsLegacy; subj != "" {
+		if ls, err = in.subscribe(nc, subj, dp.onDynamo); err != nil {
+			ds.Unsubscribe()
+			ns.Unsubscribe()
+			return err
+		}
+	}
 	_ = nc.Flush() // best effort: a disconnected client subscribes on reconnect
 	in.mu.nc, in.mu.dynSub, in.mu.natSub, in.mu.dynPipe, in.mu.natPipe = nc, ds, ns, dp, np
+	in.mu.legacySub = ls
 	in.running.Store(true)
 	return nil
 }
+
+// subSources are the sources of the subscriptions dynSub, natSub and
+// legacySub: the legacy subject counts as Dynamo.
+var subSources = [...]Source{SourceNATSDynamo, SourceNATSNative, SourceNATSDynamo}
 
 func (in *Ingest) subscribe(nc *nats.Conn, subject string, cb nats.MsgHandler) (*nats.Subscription, error) {
 	s, err := nc.Subscribe(subject, cb)
@@ -373,10 +390,10 @@ func (in *Ingest) Close() error {
 	in.mu.closed = true
 	in.running.Store(false)
 	var errs []error
-	for i, s := range [...]*nats.Subscription{in.mu.dynSub, in.mu.natSub} {
+	for i, s := range [...]*nats.Subscription{in.mu.dynSub, in.mu.natSub, in.mu.legacySub} {
 		if s != nil {
 			if d, err := s.Dropped(); err == nil { // keep the count monotonic
-				in.src[i].droppedGone.Add(uint64(d))
+				in.src[subSources[i]].droppedGone.Add(uint64(d))
 			}
 			if err := s.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
 				errs = append(errs, fmt.Errorf("ingest: unsubscribe %s: %w", s.Subject, err))
@@ -434,8 +451,9 @@ type SourceStats struct {
 	// Malformed messages (dropped whole); events rejected by the decoder
 	// (vLLM: an invalid event of a well-formed batch) of which
 	// SizeMismatches had the wrong block size; Ignored events of kinds
-	// kvroute does not know.
-	Malformed, Rejected, SizeMismatches, Ignored uint64
+	// kvroute does not know; OtherGroups the vLLM events of a hybrid model's
+	// KV cache groups other than the main (full-attention) one, not indexed.
+	Malformed, Rejected, SizeMismatches, Ignored, OtherGroups uint64
 	// Duplicates are events dropped because their id was not above the last
 	// seen (NATS); Gaps the jumps forward in the event ids (NATS) or the
 	// sequence numbers of well-formed batches (ZMQ), MissingEvents and
@@ -485,7 +503,7 @@ func (in *Ingest) Stats() Stats {
 	}
 	in.mu.Lock()
 	closed := in.mu.closed
-	subs := [...]*nats.Subscription{in.mu.dynSub, in.mu.natSub}
+	subs := [...]*nats.Subscription{in.mu.dynSub, in.mu.natSub, in.mu.legacySub}
 	zs := make([]*zmqSub, 0, len(in.mu.zmq))
 	for _, z := range in.mu.zmq {
 		zs = append(zs, z)
@@ -495,15 +513,15 @@ func (in *Ingest) Stats() Stats {
 		if s == nil || closed {
 			continue
 		}
-		ss := &st.Sources[i]
+		ss := &st.Sources[subSources[i]]
 		if d, err := s.Dropped(); err == nil {
-			ss.Dropped = uint64(d)
+			ss.Dropped += uint64(d)
 		}
 		if p, _, err := s.Pending(); err == nil {
-			ss.Pending = p
+			ss.Pending += p
 		}
 		if p, _, err := s.MaxPending(); err == nil {
-			ss.PendingHighWater = p
+			ss.PendingHighWater = max(ss.PendingHighWater, p)
 		}
 	}
 	for _, z := range zs {

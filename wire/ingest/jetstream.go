@@ -341,8 +341,7 @@ func (p *pipe) onData(data []byte) {
 	if !p.closed {
 		p.batch.Reset()
 		if p.src == SourceNATSDynamo {
-			_, err := wire.DecodeDynamo(&p.batch, data)
-			p.deliver(err)
+			p.deliver(wire.DecodeDynamoAny(&p.batch, data))
 		} else {
 			p.deliver(wire.DecodeNative(&p.batch, data))
 		}

@@ -113,6 +113,12 @@ func TestJetStreamResume(t *testing.T) {
 	// Published before any ingest: StartSeq 0 must not apply it.
 	old := blocks(100, 3)
 	h.dynamo(t, stored(9, 0, 1, old))
+	// Stored before the consumer starts: else it may be taken for new (the
+	// publish is asynchronous; this raced 3 times in 40 runs).
+	waitFor(t, func() bool {
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.Msgs == 1
+	}, func() string { return "the old event stored" })
 
 	in1 := consume(t, natstest.Connect(t, s), st, sub, ix, 0, 0)
 	var bl [][]wire.Block

@@ -25,6 +25,7 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_ingest_rejected_events_total", Type: promtext.Counter, Help: "KV events rejected by the decoder, by source"},
 	{Name: "kvroute_ingest_block_size_mismatches_total", Type: promtext.Counter, Help: "Rejected KV events whose block size differs from the router's, by source"},
 	{Name: "kvroute_ingest_ignored_events_total", Type: promtext.Counter, Help: "KV events of unknown kinds, ignored, by source"},
+	{Name: "kvroute_ingest_other_group_events_total", Type: promtext.Counter, Help: "KV events of a hybrid model's non-main KV cache groups, not indexed, by source"},
 	{Name: "kvroute_ingest_duplicate_events_total", Type: promtext.Counter, Help: "Duplicate KV events dropped, by source"},
 	{Name: "kvroute_ingest_gaps_total", Type: promtext.Counter, Help: "Gaps in a worker's event ids or batch sequence numbers, by source"},
 	{Name: "kvroute_ingest_missing_events_total", Type: promtext.Counter, Help: "Event ids skipped by gaps (NATS), by source"},
@@ -92,6 +93,7 @@ func writeSourceMetrics(w io.Writer, s *SourceStats) {
 	counter("rejected_events_total", s.Rejected)
 	counter("block_size_mismatches_total", s.SizeMismatches)
 	counter("ignored_events_total", s.Ignored)
+	counter("other_group_events_total", s.OtherGroups)
 	counter("duplicate_events_total", s.Duplicates)
 	counter("gaps_total", s.Gaps)
 	counter("missing_events_total", s.MissingEvents)

@@ -24,6 +24,7 @@ var DispatchBuckets = [...]time.Duration{
 type counters struct {
 	messages, events, blocks                              atomic.Uint64
 	malformed, rejected, sizeMismatches, ignored          atomic.Uint64
+	otherGroups                                           atomic.Uint64
 	duplicates, gaps, missing, restarts, firsts, sinkErrs atomic.Uint64
 	missingBatches, unknown                               atomic.Uint64
 	droppedGone                                           atomic.Uint64 // Dropped of closed subscriptions
@@ -35,7 +36,7 @@ type counters struct {
 func (c *counters) snapshot(s *SourceStats) {
 	s.Messages, s.Events, s.Blocks = c.messages.Load(), c.events.Load(), c.blocks.Load()
 	s.Malformed, s.Rejected = c.malformed.Load(), c.rejected.Load()
-	s.SizeMismatches, s.Ignored = c.sizeMismatches.Load(), c.ignored.Load()
+	s.SizeMismatches, s.Ignored, s.OtherGroups = c.sizeMismatches.Load(), c.ignored.Load(), c.otherGroups.Load()
 	s.Duplicates, s.Gaps, s.MissingEvents = c.duplicates.Load(), c.gaps.Load(), c.missing.Load()
 	s.MissingBatches, s.Unknown = c.missingBatches.Load(), c.unknown.Load()
 	s.Restarts, s.FirstSightings, s.SinkErrors = c.restarts.Load(), c.firsts.Load(), c.sinkErrs.Load()
@@ -100,14 +101,14 @@ func (p *pipe) close() {
 	p.mu.Unlock()
 }
 
-// onDynamo is the callback of the Dynamo subject.
+// onDynamo is the callback of the Dynamo subjects (the event plane's
+// kv-events, msgpack or JSON, and the legacy kv_events, JSON).
 func (p *pipe) onDynamo(m *nats.Msg) {
 	start := time.Now()
 	p.mu.Lock()
 	if !p.closed {
 		p.batch.Reset()
-		_, err := wire.DecodeDynamo(&p.batch, m.Data)
-		p.deliver(err)
+		p.deliver(wire.DecodeDynamoAny(&p.batch, m.Data))
 	}
 	p.mu.Unlock()
 	p.c.observe(time.Since(start))
@@ -142,6 +143,9 @@ func (p *pipe) deliver(err error) {
 	}
 	if b.Ignored > 0 {
 		c.ignored.Add(uint64(b.Ignored))
+	}
+	if b.OtherGroups > 0 {
+		c.otherGroups.Add(uint64(b.OtherGroups))
 	}
 	evs := b.Events
 	n, blocks := 0, 0

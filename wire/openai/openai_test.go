@@ -3,8 +3,11 @@ package openai
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/wire"
 )
 
 func TestParseCompletionTokenIDs(t *testing.T) {
@@ -276,4 +279,40 @@ func TestModelList(t *testing.T) {
 			t.Errorf("ParseModelIDs(%s) accepted", bad)
 		}
 	}
+}
+
+// Chat media parts become multimodal ranges over their placeholder tokens,
+// identified by their uuid, else their URL; mm_hashes, when given, wins.
+func TestChatMediaAndCacheKeys(t *testing.T) {
+	var r Request
+	body := `{"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"http://x/a.png"}},{"type":"image_url","image_url":{"url":"http://x/b.png"},"uuid":"my-id"}]}],"cache_salt":"t1"}`
+	if err := Parse([]byte(body), true, BytesTokenizer{}, &r); err != nil {
+		t.Fatal(err)
+	}
+	pre := len("<|im_start|>user\nhi")
+	ha, _ := wire.MMHashOf([]byte("http://x/a.png"))
+	hb, _ := wire.MMHashOf([]byte("my-id"))
+	want := []wire.MMRange{{Hash: ha, Offset: pre, Length: len(mediaPlaceholder)}, {Hash: hb, Offset: pre + len(mediaPlaceholder), Length: len(mediaPlaceholder)}}
+	if fmt.Sprint(r.MM) != fmt.Sprint(want) || string(r.Salt) != "t1" {
+		t.Fatalf("mm %v salt %q, want %v t1", r.MM, r.Salt, want)
+	}
+	if string(bytesOf(r.Tokens[pre:pre+len(mediaPlaceholder)])) != mediaPlaceholder {
+		t.Fatalf("the range does not cover the placeholder: %q", bytesOf(r.Tokens))
+	}
+	explicit := strings.Replace(body, `"cache_salt":"t1"`, `"mm_hashes":[{"identifier":"z","offset":1,"length":2}]`, 1)
+	if err := Parse([]byte(explicit), true, BytesTokenizer{}, &r); err != nil {
+		t.Fatal(err)
+	}
+	hz, _ := wire.MMHashOf([]byte("z"))
+	if len(r.MM) != 1 || r.MM[0] != (wire.MMRange{Hash: hz, Offset: 1, Length: 2}) || len(r.Salt) != 0 {
+		t.Fatalf("explicit mm_hashes: %v salt %q", r.MM, r.Salt)
+	}
+}
+
+func bytesOf(toks []uint32) []byte {
+	b := make([]byte, len(toks))
+	for i, t := range toks {
+		b[i] = byte(t)
+	}
+	return b
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/kvroute/kvroute/wire"
 )
 
 // Tokenizer turns text into token ids. Implementations must be goroutine-safe.
@@ -112,8 +114,24 @@ type Request struct {
 	// Router extensions (ignored by engines): a caller's request id and the LoRA adapter name.
 	RequestID []byte
 	LoRA      []byte
+	// Salt is vLLM's cache_salt: blocks are hashed with wire.SaltSeed, so a
+	// salted request matches only its tenant's blocks.
+	Salt []byte
+	// MM are the multimodal objects the request declares (the router
+	// extension "mm_hashes"): their hashes are folded into the blocks their
+	// placeholder tokens overlap, as the engine's events do.
+	MM []wire.MMRange
 
 	text []byte // rendered chat template scratch
+	// media are the byte ranges of the placeholders of multimodal content
+	// parts in text, with their objects' hashes.
+	media []media
+}
+
+// media is one multimodal content part of a chat request in Request.text.
+type media struct {
+	start, end int
+	hash       uint64
 }
 
 // Reset clears r, keeping its buffers.
@@ -126,7 +144,10 @@ func (r *Request) Reset() {
 	r.Stream = false
 	r.RequestID = r.RequestID[:0]
 	r.LoRA = r.LoRA[:0]
+	r.Salt = r.Salt[:0]
+	r.MM = r.MM[:0]
 	r.text = r.text[:0]
+	r.media = r.media[:0]
 }
 
 var parsers fastjson.ParserPool
@@ -296,7 +317,65 @@ func parseCommon(v *fastjson.Value, r *Request) error {
 		}
 		r.LoRA = append(r.LoRA, l.GetStringBytes()...)
 	}
+	return ParseCacheKeys(v, r)
+}
+
+// ParseCacheKeys reads the fields that change a request's block hashes
+// besides lora_name: vLLM's "cache_salt" (a non-empty string, as vLLM
+// requires) into r.Salt, and the router extension "mm_hashes", a list of
+// {"identifier": string, "offset": int ≥ 0, "length": int ≥ 1}, one per
+// multimodal object (the engine's identifier of it, e.g. vLLM's
+// multi_modal_uuids or its 64-hex content hash, and the prompt positions its
+// placeholder tokens take), into r.MM.
+func ParseCacheKeys(v *fastjson.Value, r *Request) error {
+	if x := v.Get("cache_salt"); x != nil && x.Type() != fastjson.TypeNull {
+		if x.Type() != fastjson.TypeString || len(x.GetStringBytes()) == 0 {
+			return badField("cache_salt", "cache_salt must be a non-empty string")
+		}
+		r.Salt = append(r.Salt[:0], x.GetStringBytes()...)
+	}
+	x := v.Get("mm_hashes")
+	if x == nil || x.Type() == fastjson.TypeNull {
+		return nil
+	}
+	if x.Type() != fastjson.TypeArray {
+		return badField("mm_hashes", "mm_hashes must be an array of {identifier, offset, length}")
+	}
+	r.MM = r.MM[:0]
+	for i, o := range x.GetArray() {
+		param := fmt.Sprintf("mm_hashes[%d]", i)
+		if o.Type() != fastjson.TypeObject {
+			return badField(param, "%s must be an object {identifier, offset, length}", param)
+		}
+		id := o.Get("identifier")
+		if id == nil || id.Type() != fastjson.TypeString {
+			return badField(param+".identifier", "%s.identifier must be a non-empty string", param)
+		}
+		h, ok := wire.MMHashOf(id.GetStringBytes())
+		if !ok {
+			return badField(param+".identifier", "%s.identifier must be a non-empty string", param)
+		}
+		off, ok := intField(o, "offset")
+		if !ok || off < 0 {
+			return badField(param+".offset", "%s.offset must be an integer ≥ 0 (the object's first placeholder token)", param)
+		}
+		n, ok := intField(o, "length")
+		if !ok || n < 1 {
+			return badField(param+".length", "%s.length must be an integer ≥ 1 (its placeholder tokens)", param)
+		}
+		r.MM = append(r.MM, wire.MMRange{Hash: h, Offset: off, Length: n})
+	}
 	return nil
+}
+
+// intField reads an integer field of o (false if absent or not an integer).
+func intField(o *fastjson.Value, name string) (int, bool) {
+	x := o.Get(name)
+	if x == nil || x.Type() != fastjson.TypeNumber {
+		return 0, false
+	}
+	n, err := x.Int()
+	return n, err == nil
 }
 
 // ParsePrompt reads v's "prompt" (a string, an array of token ids, or a
@@ -345,6 +424,7 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 		return badField("messages", "messages must be a non-empty array")
 	}
 	text := r.text[:0]
+	explicitMM := len(r.MM) > 0 // mm_hashes: the caller placed the objects
 	for i, msg := range m.GetArray() {
 		if msg.Type() != fastjson.TypeObject {
 			return badField(fmt.Sprintf("messages[%d]", i), "messages[%d] must be an object", i)
@@ -369,6 +449,10 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 				}
 				if t != nil && t.Type() == fastjson.TypeString {
 					text = append(text, t.GetStringBytes()...)
+				} else if h, ok := mediaHash(part); ok && !explicitMM {
+					start := len(text)
+					text = append(text, mediaPlaceholder...)
+					r.media = append(r.media, media{start: start, end: len(text), hash: h})
 				}
 			}
 		default:
@@ -378,7 +462,17 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 	}
 	text = append(text, "<|im_start|>assistant\n"...)
 	r.text = text
-	r.Tokens = tok.Encode(r.Tokens, text)
+	// Encoded piece by piece around the placeholders (as a tokenizer splits
+	// at special tokens), so each object's token range is known.
+	at := 0
+	for _, m := range r.media {
+		r.Tokens = tok.Encode(r.Tokens, text[at:m.start])
+		off := len(r.Tokens)
+		r.Tokens = tok.Encode(r.Tokens, text[m.start:m.end])
+		r.MM = append(r.MM, wire.MMRange{Hash: m.hash, Offset: off, Length: len(r.Tokens) - off})
+		at = m.end
+	}
+	r.Tokens = tok.Encode(r.Tokens, text[at:])
 	return nil
 }
 
@@ -406,6 +500,39 @@ func renderMessages(v *fastjson.Value, t ChatTemplate, tok Tokenizer, r *Request
 	r.text = text
 	r.Tokens = tok.Encode(r.Tokens, text)
 	return nil
+}
+
+// mediaPlaceholder stands for a multimodal content part in the rendered chat.
+const mediaPlaceholder = "<|media|>"
+
+// mediaHash returns the hash of a multimodal content part (OpenAI's
+// image_url, input_audio, vLLM's video_url, audio_url, image_embeds): its
+// "uuid" (vLLM's user-provided media identifier) when it has one, else its
+// URL or data, hashed with wire.MMHashOf as Dynamo's URL-based multimodal
+// hasher identifies an object by its URL. false for a part without either.
+func mediaHash(part *fastjson.Value) (uint64, bool) {
+	if u := part.Get("uuid"); u != nil && u.Type() == fastjson.TypeString {
+		if h, ok := wire.MMHashOf(u.GetStringBytes()); ok {
+			return h, true
+		}
+	}
+	for _, key := range [...]string{"image_url", "video_url", "audio_url", "input_audio", "image_embeds"} {
+		x := part.Get(key)
+		if x == nil {
+			continue
+		}
+		switch x.Type() {
+		case fastjson.TypeString:
+			return wire.MMHashOf(x.GetStringBytes())
+		case fastjson.TypeObject:
+			for _, k := range [...]string{"url", "data"} {
+				if s := x.Get(k); s != nil && s.Type() == fastjson.TypeString {
+					return wire.MMHashOf(s.GetStringBytes())
+				}
+			}
+		}
+	}
+	return 0, false
 }
 
 // RenderChat appends the ChatML rendering of (role, content) pairs and the

@@ -5,7 +5,8 @@
 //
 // Subjects, for namespace ns and component comp:
 //
-//	namespace.{ns}.component.{comp}.kv-events         KV events, Dynamo's msgpack event plane
+//	namespace.{ns}.component.{comp}.kv-events         KV events, Dynamo's msgpack event plane (or older Dynamo's JSON)
+//	namespace.{ns}.component.{comp}.kv_events         KV events, older Dynamo's JSON RouterEvents (KVEventsLegacy)
 //	namespace.{ns}.component.{comp}.kv-events.native  KV events, kvroute's native binary batch
 //	namespace.{ns}.component.{comp}.load-metrics      Load (JSON), per worker and dp rank, on change
 //	namespace.{ns}.component.{comp}.workers.heartbeat Registration (JSON), at start and every heartbeat interval

@@ -14,6 +14,9 @@ import (
 // Subjects are the NATS subjects of one namespace and component.
 type Subjects struct {
 	KVEvents, KVEventsNative, Load, Heartbeat, Leave, AllBusy string
+	// KVEventsLegacy is the subject older Dynamo (before its msgpack event
+	// plane) published JSON RouterEvents on: ...kv_events.
+	KVEventsLegacy string
 	// Recover is the prefix of the workers' recovery subjects (see
 	// RecoverSubject).
 	Recover string
@@ -31,6 +34,7 @@ func SubjectsFor(ns, comp string) (Subjects, error) {
 	return Subjects{
 		KVEvents:       base + "kv-events",
 		KVEventsNative: base + "kv-events.native",
+		KVEventsLegacy: base + "kv_events",
 		Load:           base + "load-metrics",
 		Heartbeat:      base + "workers.heartbeat",
 		Leave:          base + "workers.leave",

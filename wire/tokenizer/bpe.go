@@ -1,6 +1,9 @@
 package tokenizer
 
-import "unicode/utf8"
+import (
+	"encoding/binary"
+	"unicode/utf8"
+)
 
 // pairTable maps a pair of token ids to the merge's rank and the merged id:
 // open addressing over one flat array, a multiplicative hash of the pair.
@@ -85,11 +88,17 @@ func (t *Tokenizer) bpeWord(sc *scratch, dst []uint32, w []byte) []uint32 {
 			return append(dst, id)
 		}
 	}
-	var ce *cacheEntry
+	var set []cacheEntry
 	if len(w) <= cacheKeyMax && !t.noCache {
-		ce = &sc.cache[cacheSlot(w)]
-		if int(ce.klen) == len(w) && ce.n > 0 && string(ce.key[:ce.klen]) == string(w) {
-			return append(dst, ce.ids[:ce.n]...)
+		i := cacheSlot(w) * 2
+		set = sc.cache[i : i+2 : i+2]
+		for k := range set {
+			if ce := &set[k]; int(ce.klen) == len(w) && ce.n > 0 && string(ce.key[:ce.klen]) == string(w) {
+				for _, id := range ce.ids[:ce.n] {
+					dst = append(dst, id)
+				}
+				return dst
+			}
 		}
 	}
 	syms := t.initialSymbols(sc.syms[:0], w)
@@ -100,7 +109,10 @@ func (t *Tokenizer) bpeWord(sc *scratch, dst []uint32, w []byte) []uint32 {
 	} else {
 		dst = t.mergeHeap(sc, dst, syms)
 	}
-	if ce != nil && len(dst)-start <= len(ce.ids) {
+	if set != nil && len(dst)-start <= len(set[0].ids) {
+		// Two-way set: the newest entry first, the one it displaces second.
+		set[1] = set[0]
+		ce := &set[0]
 		ce.klen = uint8(copy(ce.key[:], w))
 		ce.n = uint8(copy(ce.ids[:], dst[start:]))
 	}
@@ -263,7 +275,7 @@ func heapPop(h []mergeItem) (mergeItem, []mergeItem) {
 	return top, h
 }
 
-// The word cache: direct-mapped, per scratch (so per goroutine at a time),
+// The word cache: two-way set-associative, per scratch (so per goroutine at a time),
 // for the pieces of at most cacheKeyMax bytes whose ids fit an entry.
 const (
 	cacheBits   = 12
@@ -278,11 +290,17 @@ type cacheEntry struct {
 	ids  [6]uint32
 }
 
-func cacheSlot(w []byte) uint32 {
-	h := uint64(14695981039346656037)
-	for _, c := range w {
-		h ^= uint64(c)
-		h *= 1099511628211
+// cacheSlot hashes a word to its set.
+func cacheSlot(w []byte) int {
+	h := uint64(len(w)) * 0x9E3779B97F4A7C15
+	for len(w) >= 8 {
+		h = (h ^ binary.LittleEndian.Uint64(w)) * 0xff51afd7ed558ccd
+		w = w[8:]
 	}
-	return uint32(h>>32^h) & (cacheSize - 1)
+	var tail uint64
+	for i, c := range w {
+		tail |= uint64(c) << (8 * i)
+	}
+	h = (h ^ tail) * 0xc4ceb9fe1a85ec53
+	return int(h>>40) & (cacheSize/2 - 1)
 }

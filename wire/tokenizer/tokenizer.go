@@ -89,6 +89,7 @@ type scratch struct {
 	runes  []rune
 	roff   []int32
 	cache  []cacheEntry
+	iter   norm.Iter
 }
 
 func (t *Tokenizer) newScratch() any {
@@ -238,10 +239,14 @@ func (t *Tokenizer) normalize(sc *scratch, text []byte) []byte {
 		out := sc.nbuf[cur][:0]
 		switch n.kind {
 		case normUnicode:
-			if n.form.IsNormal(text) {
+			if n.form.QuickSpan(text) == len(text) {
 				continue
 			}
-			out = n.form.Append(out, text...)
+			// norm.Iter in the scratch: Form.Append allocates its buffer.
+			sc.iter.Init(n.form, text)
+			for !sc.iter.Done() {
+				out = append(out, sc.iter.Next()...)
+			}
 		case normPrepend:
 			if len(text) == 0 {
 				continue

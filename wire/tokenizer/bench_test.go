@@ -1,0 +1,35 @@
+package tokenizer
+
+import (
+	"os"
+	"testing"
+)
+
+// BenchmarkEncode: a 32 KiB English prompt (testdata/english32k.txt) with
+// each tokenizer; "regexp2" is the same through the generic pre-tokenizer
+// (the measurement doc.go cites). The reference's figure on the same text
+// comes from testdata/bench.mjs.
+func BenchmarkEncode(b *testing.B) {
+	text, err := os.ReadFile("testdata/english32k.txt")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, tok string
+		generic   bool
+	}{{"qwen3", "qwen3", false}, {"llama3", "llama3", false}, {"deepseek_v3", "deepseek_v3", false}, {"llama2", "llama2", false}, {"qwen3-regexp2", "qwen3", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			tk := realTokenizer(b, c.tok)
+			tk.generic = c.generic
+			defer func() { tk.generic = false }()
+			dst := tk.Encode(nil, text)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(text)))
+			b.ResetTimer()
+			for b.Loop() {
+				dst = tk.Encode(dst[:0], text)
+			}
+			b.ReportMetric(float64(len(dst)), "tokens")
+		})
+	}
+}

@@ -298,8 +298,11 @@ func cacheSlot(w []byte) int {
 		w = w[8:]
 	}
 	var tail uint64
-	for i, c := range w {
-		tail |= uint64(c) << (8 * i)
+	switch n := len(w); {
+	case n >= 4:
+		tail = uint64(binary.LittleEndian.Uint32(w)) | uint64(binary.LittleEndian.Uint32(w[n-4:]))<<32
+	case n > 0:
+		tail = uint64(w[0]) | uint64(w[n/2])<<8 | uint64(w[n-1])<<16
 	}
 	h = (h ^ tail) * 0xc4ceb9fe1a85ec53
 	return int(h>>40) & (cacheSize/2 - 1)

@@ -197,13 +197,34 @@ func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage, depth int) error {
 		}
 		return nil
 	case "Split":
-		if c.Behavior != "Isolated" || c.Invert {
-			return fmt.Errorf("pre_tokenizer Split: behavior %q invert=%v is not supported (only Isolated, invert=false)", c.Behavior, c.Invert)
+		var b behavior
+		switch c.Behavior {
+		case "Isolated":
+			b = isolated
+		case "MergedWithPrevious":
+			b = mergedWithPrevious
+		case "MergedWithNext":
+			b = mergedWithNext
+		case "Removed":
+			b = removed
+		default:
+			return fmt.Errorf("pre_tokenizer Split: behavior %q is not supported (Isolated, MergedWithPrevious, MergedWithNext, Removed)", c.Behavior)
 		}
-		if c.Pattern == nil || c.Pattern.Regex == nil {
-			return fmt.Errorf("pre_tokenizer Split: only a Regex pattern is supported")
+		if c.Invert {
+			return fmt.Errorf("pre_tokenizer Split: invert=true is not supported")
 		}
-		return t.addSplit(*c.Pattern.Regex)
+		switch {
+		case c.Pattern != nil && c.Pattern.Regex != nil:
+			if err := t.addSplit(*c.Pattern.Regex); err != nil {
+				return err
+			}
+		case c.Pattern != nil && c.Pattern.String != nil && *c.Pattern.String != "":
+			t.splits = append(t.splits, split{literal: []byte(*c.Pattern.String)})
+		default:
+			return fmt.Errorf("pre_tokenizer Split: a Regex or non-empty String pattern is required")
+		}
+		t.splits[len(t.splits)-1].behavior = b
+		return nil
 	case "ByteLevel":
 		if c.AddPrefixSpace {
 			return fmt.Errorf("pre_tokenizer ByteLevel: add_prefix_space=true is not supported")
@@ -436,7 +457,7 @@ func (t *Tokenizer) vocabToken(s string) (uint32, bool) {
 type addedSet struct {
 	first   [256]bool
 	byText  map[string]addedToken
-	lengths []int // distinct lengths, longest first
+	lengths [256][]int // by first byte: the distinct lengths, longest first
 }
 
 type addedToken struct {
@@ -455,14 +476,16 @@ func (s *addedSet) add(a addedToken) {
 }
 
 func (s *addedSet) finish() {
-	seen := map[int]bool{}
+	seen := map[[2]int]bool{}
 	for k := range s.byText {
-		if !seen[len(k)] {
-			seen[len(k)] = true
-			s.lengths = append(s.lengths, len(k))
+		if key := [2]int{int(k[0]), len(k)}; !seen[key] {
+			seen[key] = true
+			s.lengths[k[0]] = append(s.lengths[k[0]], len(k))
 		}
 	}
-	sort.Sort(sort.Reverse(sort.IntSlice(s.lengths)))
+	for i := range s.lengths {
+		sort.Sort(sort.Reverse(sort.IntSlice(s.lengths[i])))
+	}
 }
 
 // byte-level alphabet (GPT-2's bytes_to_unicode).

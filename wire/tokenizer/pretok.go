@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"bytes"
+	"slices"
 	"unicode"
 	"unicode/utf8"
 )
@@ -125,34 +127,89 @@ func (t *Tokenizer) pretokenize(sc *scratch, text []byte) []span {
 	return out
 }
 
-// splitRegexp appends the pieces of text[p] by one Split (Isolated): the
-// matches and the text between them.
+// splitRegexp appends the pieces of text[p] by one Split: the matches (by
+// regexp2, or of a literal) and the text between them, as its behavior says.
 func splitRegexp(sc *scratch, out []span, sp split, text []byte, p span) []span {
-	sc.runes, sc.roff = sc.runes[:0], sc.roff[:0]
-	for i := int(p.s); i < int(p.e); {
-		r, n := utf8.DecodeRune(text[i:])
-		sc.runes = append(sc.runes, r)
-		sc.roff = append(sc.roff, int32(i))
-		i += n
-	}
-	sc.roff = append(sc.roff, p.e)
+	marks := sc.marks[:0]
 	last := p.s
-	m, _ := sp.re.FindRunesMatch(sc.runes)
-	for m != nil {
-		s, e := sc.roff[m.Index], sc.roff[m.Index+m.Length]
+	emit := func(s, e int32) {
 		if s > last {
-			out = append(out, span{last, s})
+			marks = append(marks, mark{span{last, s}, false})
 		}
 		if e > s {
-			out = append(out, span{s, e})
+			marks = append(marks, mark{span{s, e}, true})
 		}
 		last = e
-		m, _ = sp.re.FindNextMatch(m)
+	}
+	if sp.re == nil {
+		for i := int(p.s); i < int(p.e); {
+			j := bytes.Index(text[i:p.e], sp.literal)
+			if j < 0 {
+				break
+			}
+			emit(int32(i+j), int32(i+j+len(sp.literal)))
+			i += j + len(sp.literal)
+		}
+	} else {
+		sc.runes, sc.roff = sc.runes[:0], sc.roff[:0]
+		for i := int(p.s); i < int(p.e); {
+			r, n := utf8.DecodeRune(text[i:])
+			sc.runes = append(sc.runes, r)
+			sc.roff = append(sc.roff, int32(i))
+			i += n
+		}
+		sc.roff = append(sc.roff, p.e)
+		m, _ := sp.re.FindRunesMatch(sc.runes)
+		for m != nil {
+			emit(sc.roff[m.Index], sc.roff[m.Index+m.Length])
+			m, _ = sp.re.FindNextMatch(m)
+		}
 	}
 	if p.e > last {
-		out = append(out, span{last, p.e})
+		marks = append(marks, mark{span{last, p.e}, false})
+	}
+	sc.marks = marks
+	// HF's SplitDelimiterBehavior, fold for fold.
+	switch sp.behavior {
+	case isolated:
+		for _, m := range marks {
+			out = append(out, m.span)
+		}
+	case removed:
+		for _, m := range marks {
+			if !m.match {
+				out = append(out, m.span)
+			}
+		}
+	case mergedWithPrevious:
+		first, prevMatch := len(out), false
+		for _, m := range marks {
+			if m.match && !prevMatch && len(out) > first {
+				out[len(out)-1].e = m.e
+			} else {
+				out = append(out, m.span)
+			}
+			prevMatch = m.match
+		}
+	case mergedWithNext:
+		first, prevMatch := len(out), false
+		for k := len(marks) - 1; k >= 0; k-- {
+			m := marks[k]
+			if m.match && !prevMatch && len(out) > first {
+				out[len(out)-1].s = m.s
+			} else {
+				out = append(out, m.span)
+			}
+			prevMatch = m.match
+		}
+		slices.Reverse(out[first:])
 	}
 	return out
+}
+
+type mark struct {
+	span
+	match bool
 }
 
 // contraction matches (?i:'s|'t|'re|'ve|'m|'ll|'d) after the quote at b[0];

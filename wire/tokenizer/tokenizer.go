@@ -46,9 +46,21 @@ type Tokenizer struct {
 }
 
 type split struct {
-	pattern string
-	re      *regexp2.Regexp
+	pattern  string
+	re       *regexp2.Regexp // nil: literal
+	literal  []byte
+	behavior behavior
 }
+
+// behavior is what a Split does with a match (HF's SplitDelimiterBehavior).
+type behavior uint8
+
+const (
+	isolated behavior = iota
+	mergedWithPrevious
+	mergedWithNext
+	removed
+)
 
 type normKind uint8
 
@@ -87,6 +99,7 @@ type scratch struct {
 	syms   []sym
 	heap   []mergeItem
 	runes  []rune
+	marks  []mark
 	roff   []int32
 	cache  []cacheEntry
 	iter   norm.Iter
@@ -190,7 +203,7 @@ func (t *Tokenizer) encodeGap(sc *scratch, dst []uint32, text []byte) []uint32 {
 // match tries the added tokens at text[i:]; s and e are the bytes the match
 // takes (lstrip/rstrip widen it over white space, never before floor).
 func (a *addedSet) match(text []byte, i, floor int) (addedToken, int, int, bool) {
-	for _, l := range a.lengths {
+	for _, l := range a.lengths[text[i]] {
 		if i+l > len(text) {
 			continue
 		}

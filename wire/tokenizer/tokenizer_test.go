@@ -212,3 +212,20 @@ type mismatch struct{ i int }
 func (m *mismatch) Error() string {
 	return "concurrent Encode differs on case " + string(rune('0'+m.i%10))
 }
+
+// TestSplitBehaviors: a literal Split under each of HF's delimiter behaviors.
+func TestSplitBehaviors(t *testing.T) {
+	text := []byte("a  b c ")
+	sc := &scratch{}
+	for b, want := range map[behavior][]string{
+		isolated:           {"a", " ", " ", "b", " ", "c", " "},
+		removed:            {"a", "b", "c"},
+		mergedWithPrevious: {"a ", " ", "b ", "c "},
+		mergedWithNext:     {"a", " ", " b", " c", " "},
+	} {
+		got := pieces(text, splitRegexp(sc, nil, split{literal: []byte(" "), behavior: b}, text, span{0, int32(len(text))}))
+		if !slices.Equal(got, want) {
+			t.Errorf("behavior %d: %q, want %q", b, got, want)
+		}
+	}
+}

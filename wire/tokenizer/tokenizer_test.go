@@ -138,11 +138,13 @@ func TestLoadErrors(t *testing.T) {
 			m["normalizer"] = map[string]any{"type": "Replace", "pattern": map[string]string{"Regex": " +"}}
 		}), "normalizer Replace"},
 		"whitespace": {base(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Whitespace"} }), `pre_tokenizer type "Whitespace"`},
-		"split invert": {base(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]string{"Regex": "x"}, "behavior": "Isolated", "invert": true} }), "pre_tokenizer Split: invert"},
-		"split contig": {base(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]string{"Regex": "x"}, "behavior": "Contiguous"} }), `behavior "Contiguous"`},
+		"split invert": {base(func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]string{"Regex": "x"}, "behavior": "Isolated", "invert": true}
+		}), "pre_tokenizer Split: invert"},
+		"split contig": {base(func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]string{"Regex": "x"}, "behavior": "Contiguous"}
+		}), `behavior "Contiguous"`},
 		"metaspace": {base(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Metaspace"} }), `pre_tokenizer type "Metaspace"`},
-			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]string{"Regex": "x"}, "behavior": "Removed"}
-		}), "pre_tokenizer Split"},
 		"bert post": {base(func(m map[string]any) { m["post_processor"] = map[string]any{"type": "BertProcessing"} }), `post_processor type "BertProcessing"`},
 		"bad merge": {base(func(m map[string]any) {
 			m["model"] = map[string]any{"type": "BPE", "vocab": map[string]int{"a": 0}, "merges": []string{"a b"}}

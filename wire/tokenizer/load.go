@@ -437,6 +437,30 @@ func (t *Tokenizer) loadConfig(data []byte) error {
 	}
 	t.bos = tokenOf("bos_token")
 	t.eos = tokenOf("eos_token")
+	// transformers' Llama and Gemma tokenizers rebuild the post-processor from
+	// add_bos_token/add_eos_token (update_post_processor), and vLLM encodes
+	// completions with transformers: follow them where the file says so.
+	var class string
+	_ = json.Unmarshal(c["tokenizer_class"], &class)
+	switch strings.TrimSuffix(class, "Fast") {
+	case "LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer":
+		var addBOS, addEOS bool
+		rawB, okB := c["add_bos_token"]
+		rawE, okE := c["add_eos_token"]
+		if !okB && !okE {
+			break
+		}
+		_ = json.Unmarshal(rawB, &addBOS)
+		_ = json.Unmarshal(rawE, &addEOS)
+		t.prefix, t.suffix = nil, nil
+		if addBOS && t.bos >= 0 {
+			t.prefix = []uint32{uint32(t.bos)}
+		}
+		if addEOS && t.eos >= 0 {
+			t.suffix = []uint32{uint32(t.eos)}
+		}
+		t.postFromConfig = true
+	}
 	return nil
 }
 

@@ -168,6 +168,10 @@ func TestParity(t *testing.T) {
 							t.Errorf("%s: %d ids, want %d; first difference at %d: got %v want %v", name, len(got), len(want.IDs), d, around(got, d), around(want.IDs, d))
 						}
 						if want.Special != nil {
+							if tk.postFromConfig {
+								// transformers' rule, not the Rust reference's.
+								want.Special = append(append(slices.Clone(tk.prefix), want.IDs...), tk.suffix...)
+							}
 							if got := tk.EncodeSpecial(nil, texts[i]); !slices.Equal(got, want.Special) {
 								t.Errorf("%s with special tokens: got %v want %v", name, got, want.Special)
 							}
@@ -176,5 +180,29 @@ func TestParity(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestSpecialTokensFromConfig: DeepSeek V3's tokenizer_config.json
+// (LlamaTokenizerFast, add_bos_token) puts the BOS before a completion prompt
+// as transformers does; Qwen3 adds nothing; Llama 2's BOS comes from either.
+func TestSpecialTokensFromConfig(t *testing.T) {
+	for name, want := range map[string]string{"deepseek_v3": "<｜begin▁of▁sentence｜>", "llama2": "<s>", "qwen3": ""} {
+		tk := realTokenizer(t, name)
+		got := tk.EncodeSpecial(nil, []byte("hi"))
+		plain := tk.Encode(nil, []byte("hi"))
+		if want == "" {
+			if !slices.Equal(got, plain) {
+				t.Errorf("%s: EncodeSpecial %v, want %v", name, got, plain)
+			}
+			continue
+		}
+		id, ok := tk.TokenID(want)
+		if bos, okB := tk.BOS(); !ok || !okB || bos != id {
+			t.Fatalf("%s: BOS %d %v, token %q %d %v", name, bos, okB, want, id, ok)
+		}
+		if !slices.Equal(got, append([]uint32{id}, plain...)) {
+			t.Errorf("%s: EncodeSpecial %v, want %d then %v", name, got, id, plain)
+		}
 	}
 }

@@ -40,6 +40,9 @@ type Tokenizer struct {
 	addedByID map[string]uint32
 
 	prefix, suffix []uint32 // what the post-processor adds with special tokens
+	// postFromConfig: prefix and suffix come from tokenizer_config.json's
+	// add_bos_token/add_eos_token (transformers), not tokenizer.json.
+	postFromConfig bool
 	bos, eos       int64
 
 	pool sync.Pool
@@ -142,9 +145,13 @@ func (t *Tokenizer) Encode(dst []uint32, text []byte) []uint32 {
 	return dst
 }
 
-// EncodeSpecial is Encode with add_special_tokens=true: the tokens the
-// tokenizer.json post-processor (TemplateProcessing) puts around a single
-// sequence are added.
+// EncodeSpecial is Encode with add_special_tokens=true, what vLLM does to a
+// text prompt of /v1/completions: the tokens the post-processor puts around a
+// single sequence are added. The post-processor is tokenizer.json's
+// (TemplateProcessing), except for the Llama and Gemma tokenizer classes
+// whose tokenizer_config.json sets add_bos_token/add_eos_token: transformers
+// rebuilds their post-processor from those (DeepSeek V3's adds the BOS its
+// tokenizer.json does not).
 func (t *Tokenizer) EncodeSpecial(dst []uint32, text []byte) []uint32 {
 	dst = append(dst, t.prefix...)
 	dst = t.Encode(dst, text)

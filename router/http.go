@@ -262,6 +262,14 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	if restrict {
 		p.allowed = append(p.allowed[:0], ranks...)
 	}
+	if r.cfg.ForwardTokenIDs && req.TextPrompt {
+		var err error
+		if p.body, err = openai.ReplacePrompt(p.body[:0], body, req.Tokens); err != nil {
+			badRequest(ctx, err)
+			return
+		}
+		body = p.body
+	}
 	r.hash(p, req.Tokens, req.LoRA)
 	r.submit(p)
 	if p.err != nil {
@@ -367,7 +375,7 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	}
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
-	if err := openai.ParsePrompt(v, r.cfg.Tokenizer, req); err != nil {
+	if err := openai.ParsePrompt(v, openai.TokenizerFor(r.cfg.Tokenizer, v.GetStringBytes("model")), req); err != nil {
 		badRequest(ctx, err)
 		return
 	}

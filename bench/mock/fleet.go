@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/bench/engine"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -37,6 +38,7 @@ type Config struct {
 	Seed             uint64
 	RecoveryRing     int // KV events kept per worker for recovery; default DefaultRecoveryRing, < 0: none
 	Logger           *slog.Logger
+	Tokenizer        openai.Tokenizer // text prompts and chat; default bytes (see WorkerConfig)
 }
 
 // Validate checks the configuration; errors name the field's flag.
@@ -133,6 +135,7 @@ func Start(cfg Config, nc *nats.Conn) (*Fleet, error) {
 			MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, Speedup: cfg.Speedup, Perf: cfg.Perf,
 			Model: cfg.Model, Transport: cfg.Transport, Subjects: subj, Heartbeat: cfg.Heartbeat, LoadInterval: cfg.LoadInterval,
 			DropFraction: cfg.DropFraction, DupFraction: cfg.DupFraction, Seed: cfg.Seed, RecoveryRing: cfg.RecoveryRing, Logger: cfg.Logger,
+			Tokenizer: cfg.Tokenizer,
 		}
 		if cfg.Port > 0 {
 			wc.Port = cfg.Port + i

@@ -63,7 +63,7 @@ func (w *Worker) badRequest(ctx *fasthttp.RequestCtx, msg, param string) {
 func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
-	if err := openai.Parse(ctx.PostBody(), chat, openai.BytesTokenizer{}, req); err != nil {
+	if err := openai.Parse(ctx.PostBody(), chat, w.cfg.Tokenizer, req); err != nil {
 		w.badRequest(ctx, err.Error(), openai.ParamOf(err))
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/kvroute/kvroute/bench/engine"
 	"github.com/kvroute/kvroute/bench/kvcache"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/zmq"
 )
@@ -56,9 +57,15 @@ type WorkerConfig struct {
 	// negative: no ring (every request is answered with a dump).
 	RecoveryRing int
 	Logger       *slog.Logger
+	// Tokenizer tokenizes text prompts and rendered chat (kvroute mock
+	// --tokenizer); default openai.BytesTokenizer, as the router's default.
+	Tokenizer openai.Tokenizer
 }
 
 func (c *WorkerConfig) defaults() {
+	if c.Tokenizer == nil {
+		c.Tokenizer = openai.BytesTokenizer{}
+	}
 	if c.Host == "" {
 		c.Host = "127.0.0.1"
 	}

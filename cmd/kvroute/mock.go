@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/natsembed"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -45,6 +46,7 @@ func runMock(args []string) error {
 		seed      = fs.Uint64("seed", 1, "seed of the fault switches")
 		ring      = fs.Int("recovery-ring", mock.DefaultRecoveryRing, "KV events each worker keeps to answer routers' recovery requests (NATS transports); older ones are answered with a cache dump; 0: dumps only")
 		verbose   = fs.Bool("v", false, "log warnings to stderr")
+		tokenizer = fs.String("tokenizer", "bytes", "tokenizer of text prompts and chat: bytes (one token per UTF-8 byte) or the path of a Hugging Face tokenizer.json or of its directory; give the router the same")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -58,6 +60,11 @@ func runMock(args []string) error {
 	if *ring < 0 {
 		return fmt.Errorf("--recovery-ring must be >= 0 (got %d)", *ring)
 	}
+	tok, err := openai.NewTokenizer(*tokenizer)
+	if err != nil {
+		return fmt.Errorf("--tokenizer: %w", err)
+	}
+	cfg.Tokenizer = tok
 	if *ring == 0 {
 		cfg.RecoveryRing = -1 // mock.Config: negative is no ring
 	}

@@ -64,7 +64,8 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "approximate mode: how long a routed prefix is assumed cached (refreshed on reuse)")
 		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "approximate mode: blocks recorded per shard before the oldest are pruned")
 		qTimeout   = fs.Duration("queue-timeout", 30*time.Second, "a request waiting for a free worker longer than this gets 503")
-		tokenizer  = fs.String("tokenizer", "bytes", "tokenizer for text prompts: bytes (one token per UTF-8 byte, as the simulated fleet)")
+		tokenizer  = fs.String("tokenizer", "bytes", "tokenizer for text prompts and chat: bytes (one token per UTF-8 byte, the simulated fleet's default) or the path of the engines' Hugging Face tokenizer.json or of its directory (with tokenizer_config.json)")
+		forwardIDs = fs.Bool("forward-token-ids", false, "send a /v1/completions text prompt to the worker as the token ids the router hashed (vLLM and SGLang accept them), so router and engine cannot tokenize differently")
 		shards     = fs.Int("shards", 1, "index shards")
 		cpus       = fs.String("cpus", "", "pin index shards to these CPUs, e.g. 0-3,8 (empty: no pinning)")
 		maxBody    = fs.Int("max-body-bytes", 16<<20, "largest request body accepted (413 beyond)")
@@ -83,11 +84,13 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		staticMBT  = fs.Int("worker-max-batched-tokens", 0, "max batched tokens of --worker engines, for --busy-prefill-frac (0: unknown)")
 		workers    stringList
 		zmqWorkers stringList
+		modelToks  stringList
 		o          serveOptions
 	)
 	fs.Var(&evMaxBytes, "events-max-bytes", "JetStream: size bound of the KV-event stream, oldest dropped first (bytes, or with KiB, MiB, GiB, TiB)")
 	fs.Var(&readyDelay, "shutdown-ready-delay", "first part of --shutdown-grace during which /ready answers 503 while requests are still served (auto: min(5s, grace/2); 0: none)")
 	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3][,model=NAME] that does not register (repeatable); without model= the router asks GET /v1/models")
+	fs.Var(&modelToks, "model-tokenizer", "MODEL=PATH: tokenize requests for MODEL with the Hugging Face tokenizer at PATH (file or directory) instead of --tokenizer (repeatable, or comma separated)")
 	fs.Var(&zmqWorkers, "zmq-worker", "subscribe to a vLLM/SGLang engine's ZMQ KV events: ID[:DP]=tcp://host:port[,model=NAME][,replay=tcp://host:port] (repeatable)")
 	fs.IntVar(&o.demoFleet, "demo-fleet", 0, "also run this many simulated workers in the process (evaluation without GPUs)")
 	fs.StringVar(&o.demoTransport, "demo-transport", plane.TransportDynamo, "KV events of the demo fleet: dynamo, native or zmq")
@@ -163,6 +166,10 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	if err != nil {
 		return cfg, o, fmt.Errorf("--tokenizer: %w", err)
 	}
+	modelTok, err := parseModelTokenizers(modelToks)
+	if err != nil {
+		return cfg, o, err
+	}
 
 	// NATS: external or embedded, not both.
 	if *natsURL != "" && (*dataDir != "" || *natsPort != 0) {
@@ -211,7 +218,8 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 		return cfg, o, fmt.Errorf("--events-replicas %d needs a NATS cluster (--nats); the embedded server is a single node", *evReplicas)
 	}
 
-	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
+	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, ModelTokenizers: modelTok,
+		ForwardTokenIDs: *forwardIDs, Subjects: subjects, ID: *routerID,
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
 		Proxy:      proxy.Config{FirstByteTimeout: *fbTimeout},
 		EjectAfter: *ejectAfter, ProbeInterval: *probeIvl, ProbeMaxInterval: *probeMax}
@@ -262,6 +270,36 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 			Snapshot: node.SnapshotConfig{Bucket: *snapBucket, Interval: *snapIvl, Events: *snapEvents}},
 	}
 	return cfg, o, nil
+}
+
+// parseModelTokenizers loads each --model-tokenizer MODEL=PATH (values may
+// also be comma separated); nil when none is given.
+func parseModelTokenizers(vals []string) (map[string]openai.Tokenizer, error) {
+	var out map[string]openai.Tokenizer
+	for _, v := range vals {
+		for _, item := range strings.Split(v, ",") {
+			item = strings.TrimSpace(item)
+			if item == "" {
+				continue
+			}
+			model, path, ok := strings.Cut(item, "=")
+			if !ok || model == "" || path == "" {
+				return nil, fmt.Errorf("--model-tokenizer %q: want MODEL=PATH", item)
+			}
+			if _, dup := out[model]; dup {
+				return nil, fmt.Errorf("--model-tokenizer: model %q given twice", model)
+			}
+			tok, err := openai.NewTokenizer(path)
+			if err != nil {
+				return nil, fmt.Errorf("--model-tokenizer %s: %w", model, err)
+			}
+			if out == nil {
+				out = map[string]openai.Tokenizer{}
+			}
+			out[model] = tok
+		}
+	}
+	return out, nil
 }
 
 // parseStaticWorker parses --worker ID=http://host:port[,ranks=0-3][,model=NAME].
@@ -342,6 +380,8 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 			Workers: o.demoFleet, Port: 0, BlockSize: cfg.Router.Sched.BlockSize, KVBlocks: o.demoKVBlocks,
 			Speedup: o.demoSpeedup, Transport: transport, ZMQPort: 0,
 			Namespace: o.namespace, Component: o.component, Logger: cfg.Logger,
+			// The demo fleet serves model "mock" and tokenizes as the router does for it.
+			Tokenizer: openai.TokenizerFor(&openai.ModelTokenizers{Default: cfg.Router.Tokenizer, ByModel: cfg.Router.ModelTokenizers}, []byte("mock")),
 		}, svc.NC)
 		if err != nil {
 			_ = svc.Close()

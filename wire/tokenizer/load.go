@@ -106,7 +106,7 @@ type jsonFile struct {
 	Normalizer    json.RawMessage `json:"normalizer"`
 	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage `json:"post_processor"`
-	Model         jsonModel       `json:"model"`
+	Model         json.RawMessage `json:"model"`
 }
 
 // Parse builds a tokenizer from the contents of tokenizer.json and, when
@@ -123,7 +123,20 @@ func Parse(data, config []byte) (*Tokenizer, error) {
 	if err := t.loadPreTokenizer(f.PreTokenizer, 0); err != nil {
 		return nil, err
 	}
-	if err := t.loadModel(&f.Model); err != nil {
+	var head struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(f.Model, &head); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if head.Type != "BPE" {
+		return nil, fmt.Errorf("unsupported model type %q (supported: BPE)", head.Type)
+	}
+	var m jsonModel
+	if err := json.Unmarshal(f.Model, &m); err != nil {
+		return nil, fmt.Errorf("model BPE: %w", err)
+	}
+	if err := t.loadModel(&m); err != nil {
 		return nil, err
 	}
 	if err := t.loadPost(f.PostProcessor); err != nil {
@@ -251,9 +264,6 @@ func (t *Tokenizer) addSplit(pattern string) error {
 }
 
 func (t *Tokenizer) loadModel(m *jsonModel) error {
-	if m.Type != "BPE" && !(m.Type == "" && m.Merges != nil) {
-		return fmt.Errorf("unsupported model type %q (supported: BPE)", m.Type)
-	}
 	if m.Dropout != nil && *m.Dropout != 0 {
 		return fmt.Errorf("model BPE: dropout is not supported")
 	}

@@ -14,6 +14,14 @@
 // Content may be a string or a list of parts of which the "text" parts are
 // concatenated.
 //
+// Tokenizers. NewTokenizer gives BytesTokenizer ("bytes") or a Hugging Face
+// tokenizer.json loaded by wire/tokenizer; ModelTokenizers picks one per
+// request model (Parse asks it after reading "model"). A completion's text
+// prompt is encoded with EncodeSpecial when the tokenizer has it
+// (SpecialEncoder: the BOS an engine adds), chat text with Encode; Request.
+// TextPrompt tells a text prompt was tokenized, and ReplacePrompt rewrites a
+// body's prompt as those ids (--forward-token-ids).
+//
 // Validation. Parse also rejects, naming the field, the sampling fields vLLM
 // rejects: a wrong JSON type (no coercion of "2" or "yes") or a value out of
 // SamplingParams' range (max_tokens and n ≥ 1, temperature ≥ 0, top_p in

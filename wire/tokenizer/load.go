@@ -71,9 +71,12 @@ type jsonComponent struct {
 	Content  string `json:"content"`
 	Behavior string `json:"behavior"`
 	Invert   bool   `json:"invert"`
-	// ByteLevel
-	AddPrefixSpace bool  `json:"add_prefix_space"`
-	UseRegex       *bool `json:"use_regex"`
+	// ByteLevel, Metaspace
+	AddPrefixSpace *bool  `json:"add_prefix_space"`
+	UseRegex       *bool  `json:"use_regex"`
+	Replacement    string `json:"replacement"`
+	PrependScheme  string `json:"prepend_scheme"`
+	Split          *bool  `json:"split"`
 	// TemplateProcessing
 	Single []struct {
 		SpecialToken *struct {
@@ -135,6 +138,9 @@ func Parse(data, config []byte) (*Tokenizer, error) {
 	var m jsonModel
 	if err := json.Unmarshal(f.Model, &m); err != nil {
 		return nil, fmt.Errorf("model BPE: %w", err)
+	}
+	if t.metaspace != nil && (len(t.splits) > 0 || t.byteLevel) {
+		return nil, fmt.Errorf("pre_tokenizer: Metaspace combined with Split or ByteLevel is not supported")
 	}
 	if err := t.loadModel(&m); err != nil {
 		return nil, err
@@ -238,8 +244,24 @@ func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage, depth int) error {
 		}
 		t.splits[len(t.splits)-1].behavior = b
 		return nil
+	case "Metaspace":
+		m := &metaspace{repl: []byte(c.Replacement), scheme: c.PrependScheme, split: c.Split == nil || *c.Split}
+		if c.Replacement == "" {
+			m.repl = []byte("\u2581")
+		}
+		if m.scheme == "" {
+			m.scheme = "always"
+			if c.AddPrefixSpace != nil && !*c.AddPrefixSpace {
+				m.scheme = "never"
+			}
+		}
+		if m.scheme != "always" && m.scheme != "first" && m.scheme != "never" {
+			return fmt.Errorf("pre_tokenizer Metaspace: prepend_scheme %q is not always, first or never", m.scheme)
+		}
+		t.metaspace = m
+		return nil
 	case "ByteLevel":
-		if c.AddPrefixSpace {
+		if c.AddPrefixSpace != nil && *c.AddPrefixSpace {
 			return fmt.Errorf("pre_tokenizer ByteLevel: add_prefix_space=true is not supported")
 		}
 		t.byteLevel = true
@@ -248,7 +270,7 @@ func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage, depth int) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("unsupported pre_tokenizer type %q (supported: Split, ByteLevel, Sequence)", c.Type)
+	return fmt.Errorf("unsupported pre_tokenizer type %q (supported: Split, ByteLevel, Metaspace, Sequence)", c.Type)
 }
 
 // gpt2Pattern is what a ByteLevel pre-tokenizer with use_regex splits on.

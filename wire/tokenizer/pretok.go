@@ -105,6 +105,8 @@ func class(text []byte, i int) (rune, int, uint8) {
 func (t *Tokenizer) pretokenize(sc *scratch, text []byte) []span {
 	out := sc.pieces[:0]
 	switch {
+	case t.metaspace != nil && t.metaspace.split:
+		out = splitRegexp(sc, out, split{literal: t.metaspace.repl, behavior: mergedWithNext}, text, span{0, int32(len(text))})
 	case len(t.splits) == 0:
 		out = append(out, span{0, int32(len(text))})
 	case t.known == knownQwen && !t.generic:

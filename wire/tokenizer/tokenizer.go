@@ -15,9 +15,10 @@ import (
 type Tokenizer struct {
 	name string
 
-	norms  []normStep
-	splits []split // Split pre-tokenizers, applied in sequence
-	known  knownKind
+	norms     []normStep
+	splits    []split // Split pre-tokenizers, applied in sequence
+	metaspace *metaspace
+	known     knownKind
 	// generic forces the regexp2 pre-tokenizer even for a known pattern (tests
 	// and the measurement in doc.go).
 	generic bool
@@ -46,6 +47,31 @@ type Tokenizer struct {
 	bos, eos       int64
 
 	pool sync.Pool
+}
+
+// metaspace is the Metaspace pre-tokenizer: spaces become the replacement,
+// which is prepended (always, or to the input's first segment), and, with
+// split, each replacement starts a piece.
+type metaspace struct {
+	repl   []byte
+	scheme string // always, first, never
+	split  bool
+}
+
+func (m *metaspace) apply(sc *scratch, text []byte, first bool) []byte {
+	out := sc.mbuf[:0]
+	if (m.scheme == "always" || (m.scheme == "first" && first)) && !(len(text) > 0 && text[0] == ' ') && !bytes.HasPrefix(text, m.repl) {
+		out = append(out, m.repl...)
+	}
+	for _, c := range text {
+		if c == ' ' {
+			out = append(out, m.repl...)
+		} else {
+			out = append(out, c)
+		}
+	}
+	sc.mbuf = out
+	return out
 }
 
 type split struct {
@@ -102,6 +128,7 @@ type scratch struct {
 	syms   []sym
 	heap   []mergeItem
 	runes  []rune
+	mbuf   []byte
 	marks  []mark
 	roff   []int32
 	cache  []cacheEntry
@@ -172,23 +199,24 @@ func (t *Tokenizer) encode(sc *scratch, dst []uint32, text []byte) []uint32 {
 		if !ok {
 			continue
 		}
-		dst = t.encodeGap(sc, dst, text[last:s])
+		dst = t.encodeGap(sc, dst, text[last:s], last == 0)
 		dst = append(dst, a.id)
 		last = e
 		i = e - 1
 	}
-	return t.encodeGap(sc, dst, text[last:])
+	return t.encodeGap(sc, dst, text[last:], last == 0)
 }
 
 // encodeGap normalizes the text between two raw added tokens, splits it on
-// the normalized added tokens and encodes the rest.
-func (t *Tokenizer) encodeGap(sc *scratch, dst []uint32, text []byte) []uint32 {
+// the normalized added tokens and encodes the rest; first: the text starts
+// the input (Metaspace's prepend_scheme "first").
+func (t *Tokenizer) encodeGap(sc *scratch, dst []uint32, text []byte, first bool) []uint32 {
 	if len(text) == 0 {
 		return dst
 	}
 	text = t.normalize(sc, text)
 	if t.normAdded.byText == nil {
-		return t.encodeSegment(sc, dst, text)
+		return t.encodeSegment(sc, dst, text, first)
 	}
 	last := 0
 	for i := 0; i < len(text); i++ {
@@ -199,12 +227,12 @@ func (t *Tokenizer) encodeGap(sc *scratch, dst []uint32, text []byte) []uint32 {
 		if !ok {
 			continue
 		}
-		dst = t.encodeSegment(sc, dst, text[last:s])
+		dst = t.encodeSegment(sc, dst, text[last:s], first && last == 0)
 		dst = append(dst, a.id)
 		last = e
 		i = e - 1
 	}
-	return t.encodeSegment(sc, dst, text[last:])
+	return t.encodeSegment(sc, dst, text[last:], first && last == 0)
 }
 
 // match tries the added tokens at text[i:]; s and e are the bytes the match
@@ -294,9 +322,12 @@ func (t *Tokenizer) normalize(sc *scratch, text []byte) []byte {
 }
 
 // encodeSegment pre-tokenizes text and runs BPE on each piece.
-func (t *Tokenizer) encodeSegment(sc *scratch, dst []uint32, text []byte) []uint32 {
+func (t *Tokenizer) encodeSegment(sc *scratch, dst []uint32, text []byte, first bool) []uint32 {
 	if len(text) == 0 {
 		return dst
+	}
+	if m := t.metaspace; m != nil {
+		text = m.apply(sc, text, first)
 	}
 	pieces := t.pretokenize(sc, text)
 	for _, p := range pieces {

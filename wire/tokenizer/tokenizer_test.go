@@ -76,8 +76,8 @@ func TestFastPathMatchesRegexp(t *testing.T) {
 			sc := tk.newScratch().(*scratch)
 			r := rand.New(rand.NewPCG(1, uint64(len(name))))
 			iters := 20000
-			if testing.Short() {
-				iters = 2000
+			if testing.Short() || raceEnabled {
+				iters = 3000
 			}
 			for range iters {
 				text := randomText(r)
@@ -144,7 +144,13 @@ func TestLoadErrors(t *testing.T) {
 		"split contig": {base(func(m map[string]any) {
 			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]string{"Regex": "x"}, "behavior": "Contiguous"}
 		}), `behavior "Contiguous"`},
-		"metaspace": {base(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Metaspace"} }), `pre_tokenizer type "Metaspace"`},
+		"metaspace+split": {base(func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Metaspace"}, map[string]any{"type": "Split", "pattern": map[string]string{"Regex": "x"}, "behavior": "Isolated"}}}
+		}), "Metaspace combined"},
+		"metaspace scheme": {base(func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "prepend_scheme": "sometimes"}
+		}), "prepend_scheme"},
+		"digits":    {base(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Digits"} }), `pre_tokenizer type "Digits"`},
 		"bert post": {base(func(m map[string]any) { m["post_processor"] = map[string]any{"type": "BertProcessing"} }), `post_processor type "BertProcessing"`},
 		"bad merge": {base(func(m map[string]any) {
 			m["model"] = map[string]any{"type": "BPE", "vocab": map[string]int{"a": 0}, "merges": []string{"a b"}}

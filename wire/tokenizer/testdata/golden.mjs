@@ -33,10 +33,26 @@ const texts = corpus.map((c) => {
   return dec.decode(b);
 });
 
+// Metaspace pre-tokenizers (as newer Llama 2 / Mistral files have them),
+// made from llama2's file: its Prepend/Replace normalizer swapped for a
+// Metaspace pre-tokenizer. parity_test.go's metaspaceVariant makes the same.
+const VARIANTS = {
+  'llama2-metaspace-first': ['llama2', 'first', false],
+  'llama2-metaspace-always-split': ['llama2', 'always', true],
+};
+function load(name) {
+  if (!VARIANTS[name]) return Tokenizer.fromFile(path.join(root, name, 'tokenizer.json'));
+  const [base, scheme, split] = VARIANTS[name];
+  const j = JSON.parse(fs.readFileSync(path.join(root, base, 'tokenizer.json'), 'utf8'));
+  j.normalizer = null;
+  j.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: scheme, split };
+  j.decoder = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: scheme, split };
+  return Tokenizer.fromString(JSON.stringify(j));
+}
+
 const out = { reference: '@anush008/tokenizers', tokenizers: {} };
-for (const name of TOKENIZERS) {
-  const file = path.join(root, name, 'tokenizer.json');
-  const tok = Tokenizer.fromFile(file);
+for (const name of [...TOKENIZERS, ...Object.keys(VARIANTS)]) {
+  const tok = load(name);
   const cases = {};
   for (let i = 0; i < corpus.length; i++) {
     const e = await tok.encode(texts[i], null, { addSpecialTokens: false });

@@ -93,10 +93,13 @@ func isSpace(r rune) bool {
 
 // class returns the rune at text[i], its size and its classes.
 func class(text []byte, i int) (rune, int, uint8) {
-	c := text[i]
-	if c < utf8.RuneSelf {
+	if c := text[i]; c < utf8.RuneSelf {
 		return rune(c), 1, asciiClass[c]
 	}
+	return classSlow(text, i)
+}
+
+func classSlow(text []byte, i int) (rune, int, uint8) {
 	r, n := utf8.DecodeRune(text[i:])
 	return r, n, classOf(r)
 }
@@ -372,6 +375,13 @@ func splitDeepSeek(sc *scratch, out []span, text []byte) []span {
 			}
 		default:
 			for e < len(text) {
+				if c := text[e]; c < utf8.RuneSelf {
+					if c >= '0' && c <= '9' {
+						break
+					}
+					e++
+					continue
+				}
 				r, n, c := class(text, e)
 				if c&cN != 0 || isCJK(r) {
 					break

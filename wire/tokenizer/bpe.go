@@ -280,14 +280,15 @@ func heapPop(h []mergeItem) (mergeItem, []mergeItem) {
 const (
 	cacheBits   = 12
 	cacheSize   = 1 << cacheBits
-	cacheKeyMax = 22
+	cacheKeyMax = 14
 )
 
+// cacheEntry is 32 bytes: a set of two is one 64-byte cache line.
 type cacheEntry struct {
 	key  [cacheKeyMax]byte
 	klen uint8
 	n    uint8
-	ids  [6]uint32
+	ids  [4]uint32
 }
 
 // cacheSlot hashes a word to its set.

@@ -239,3 +239,26 @@ func TestSplitBehaviors(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFastPath: on any input (made valid UTF-8 as Encode does), each
+// hand-written pre-tokenizer splits exactly as regexp2 with its pattern.
+func FuzzFastPath(f *testing.F) {
+	for _, s := range []string{"", "Hello world's  \n\n x", "你好123 ・カ", "a\u0301 😀\u200d👍 \r\n\t", "'S 'll 'ſ 12345"} {
+		f.Add([]byte(s))
+	}
+	tks := []*Tokenizer{synthetic(f, qwenPattern), synthetic(f, llama3Pattern), synthetic(f, dsDigits, dsCJK, dsMain)}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		text := appendValid(nil, b)
+		for _, tk := range tks {
+			sc := tk.newScratch().(*scratch)
+			tk.generic = false
+			fast := slices.Clone(tk.pretokenize(sc, text))
+			tk.generic = true
+			slow := tk.pretokenize(sc, text)
+			tk.generic = false
+			if !slices.Equal(fast, slow) {
+				t.Fatalf("%q: fast %q, regexp2 %q", text, pieces(text, fast), pieces(text, slow))
+			}
+		}
+	})
+}

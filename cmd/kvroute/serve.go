@@ -166,7 +166,7 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 	if err != nil {
 		return cfg, o, fmt.Errorf("--tokenizer: %w", err)
 	}
-	modelTok, err := parseModelTokenizers(modelToks)
+	modelTok, err := parseModelTokenizers(modelToks, *tokenizer, tok)
 	if err != nil {
 		return cfg, o, err
 	}
@@ -273,9 +273,11 @@ func serveConfig(args []string) (router.ServiceConfig, serveOptions, error) {
 }
 
 // parseModelTokenizers loads each --model-tokenizer MODEL=PATH (values may
-// also be comma separated); nil when none is given.
-func parseModelTokenizers(vals []string) (map[string]openai.Tokenizer, error) {
+// also be comma separated); nil when none is given. A path is loaded once
+// (def is --tokenizer's, loaded from defPath).
+func parseModelTokenizers(vals []string, defPath string, def openai.Tokenizer) (map[string]openai.Tokenizer, error) {
 	var out map[string]openai.Tokenizer
+	byPath := map[string]openai.Tokenizer{defPath: def}
 	for _, v := range vals {
 		for _, item := range strings.Split(v, ",") {
 			item = strings.TrimSpace(item)
@@ -289,9 +291,13 @@ func parseModelTokenizers(vals []string) (map[string]openai.Tokenizer, error) {
 			if _, dup := out[model]; dup {
 				return nil, fmt.Errorf("--model-tokenizer: model %q given twice", model)
 			}
-			tok, err := openai.NewTokenizer(path)
-			if err != nil {
-				return nil, fmt.Errorf("--model-tokenizer %s: %w", model, err)
+			tok, ok := byPath[path]
+			if !ok {
+				var err error
+				if tok, err = openai.NewTokenizer(path); err != nil {
+					return nil, fmt.Errorf("--model-tokenizer %s: %w", model, err)
+				}
+				byPath[path] = tok
 			}
 			if out == nil {
 				out = map[string]openai.Tokenizer{}

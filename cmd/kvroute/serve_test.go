@@ -256,8 +256,8 @@ func TestServeTokenizerFlags(t *testing.T) {
 	if rc.Tokenizer.Name() != filepath.Join(good, "tokenizer.json") || !rc.ForwardTokenIDs {
 		t.Errorf("tokenizer %q forward %v", rc.Tokenizer.Name(), rc.ForwardTokenIDs)
 	}
-	if len(rc.ModelTokenizers) != 2 || rc.ModelTokenizers["qwen"].Name() != good || rc.ModelTokenizers["llama"] == nil {
-		t.Errorf("model tokenizers %v", rc.ModelTokenizers)
+	if len(rc.ModelTokenizers) != 2 || rc.ModelTokenizers["qwen"].Name() != good || rc.ModelTokenizers["llama"] != rc.Tokenizer {
+		t.Errorf("model tokenizers %v (llama's path is --tokenizer's: loaded once)", rc.ModelTokenizers)
 	}
 	if got := rc.ModelTokenizers["qwen"].Encode(nil, []byte("ab")); len(got) != 2 || got[0] != 0 || got[1] != 1 {
 		t.Errorf("qwen tokenizer encodes ab as %v", got)

@@ -266,3 +266,12 @@ func TestServeTokenizerFlags(t *testing.T) {
 		t.Errorf("defaults: %v %v (forward from the environment)", err, cfg.Router.Tokenizer)
 	}
 }
+
+// TestMockTokenizerFlag: kvroute mock --tokenizer is checked before anything
+// starts, the error naming the flag.
+func TestMockTokenizerFlag(t *testing.T) {
+	err := runMock([]string{"--tokenizer", filepath.Join(t.TempDir(), "none")})
+	if err == nil || !strings.Contains(err.Error(), "--tokenizer") {
+		t.Fatalf("err %v, want one naming --tokenizer", err)
+	}
+}

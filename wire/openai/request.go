@@ -60,6 +60,12 @@ func NewTokenizer(name string) (Tokenizer, error) {
 	return t, nil
 }
 
+// A wire/tokenizer Tokenizer is a Tokenizer and adds special tokens.
+var (
+	_ Tokenizer      = (*tokenizer.Tokenizer)(nil)
+	_ SpecialEncoder = (*tokenizer.Tokenizer)(nil)
+)
+
 // ModelTokenizers is a Tokenizer that picks the tokenizer of a request's
 // model (--model-tokenizer MODEL=PATH): Parse asks it For the body's "model";
 // models without one get Default. Encode and Name are Default's.

@@ -278,7 +278,7 @@ func heapPop(h []mergeItem) (mergeItem, []mergeItem) {
 // The word cache: two-way set-associative, per scratch (so per goroutine at a time),
 // for the pieces of at most cacheKeyMax bytes whose ids fit an entry.
 const (
-	cacheBits   = 12
+	cacheBits   = 13
 	cacheSize   = 1 << cacheBits
 	cacheKeyMax = 14
 )

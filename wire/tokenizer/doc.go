@@ -68,7 +68,7 @@
 // first, leftmost among equals, as HF does: by rescanning the pair ranks for
 // words of up to 48 symbols, with HF's heap for longer ones (a run of 100k
 // spaces stays O(n log n)). A per-scratch, two-way set-associative cache of
-// 4096 words (up to 14 bytes and 4 ids; a set of two entries is one 64-byte
+// 8192 words (up to 14 bytes and 4 ids; a set of two entries is one 64-byte
 // cache line) skips BPE for repeated words.
 // Every buffer lives in a scratch taken from a sync.Pool, so Encode is safe
 // for concurrent use and allocates nothing in steady state (TestEncodeAllocs).

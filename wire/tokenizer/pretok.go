@@ -268,7 +268,14 @@ func wsRun(text []byte, i, end int) int {
 // digits3, over text[from:to].
 func splitQwen(out []span, text []byte, from, to int, digits3 bool) []span {
 	for i := from; i < to; {
-		r0, n0, c0 := class(text, i)
+		var r0 rune
+		var n0 int
+		var c0 uint8
+		if c := text[i]; c < utf8.RuneSelf { // class, inlined by hand
+			r0, n0, c0 = rune(c), 1, asciiClass[c]
+		} else {
+			r0, n0, c0 = classSlow(text, i)
+		}
 		e := i
 		switch {
 		case r0 == '\'' && contraction(text[i:to]) > 0:
@@ -409,7 +416,14 @@ func isASCIILetter(c byte) bool { return (c|0x20) >= 'a' && (c|0x20) <= 'z' }
 func splitDSMain(out []span, text []byte, from, to int) []span {
 	last := from
 	for i := from; i < to; {
-		r0, n0, c0 := class(text, i)
+		var r0 rune
+		var n0 int
+		var c0 uint8
+		if c := text[i]; c < utf8.RuneSelf { // class, inlined by hand
+			r0, n0, c0 = rune(c), 1, asciiClass[c]
+		} else {
+			r0, n0, c0 = classSlow(text, i)
+		}
 		e := -1
 		switch {
 		case isASCIIPunct(text[i]) && i+1 < to && isASCIILetter(text[i+1]):

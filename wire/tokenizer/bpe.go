@@ -89,12 +89,14 @@ func (t *Tokenizer) bpeWord(sc *scratch, dst []uint32, w []byte) []uint32 {
 		}
 	}
 	var set []cacheEntry
+	var k0, k1 uint64
 	if len(w) <= cacheKeyMax && !t.noCache {
-		i := cacheSlot(w) * 2
+		k0, k1 = cacheKey(w)
+		i := cacheSlot(k0, k1) * 2
 		set = sc.cache[i : i+2 : i+2]
 		for k := range set {
-			if ce := &set[k]; int(ce.klen) == len(w) && ce.n > 0 && string(ce.key[:ce.klen]) == string(w) {
-				for _, id := range ce.ids[:ce.n] {
+			if ce := &set[k]; ce.k0 == k0 && ce.k1&^nMask == k1 && ce.k1&nMask != 0 {
+				for _, id := range ce.ids[:ce.k1>>56] {
 					dst = append(dst, id)
 				}
 				return dst
@@ -113,8 +115,8 @@ func (t *Tokenizer) bpeWord(sc *scratch, dst []uint32, w []byte) []uint32 {
 		// Two-way set: the newest entry first, the one it displaces second.
 		set[1] = set[0]
 		ce := &set[0]
-		ce.klen = uint8(copy(ce.key[:], w))
-		ce.n = uint8(copy(ce.ids[:], dst[start:]))
+		n := copy(ce.ids[:], dst[start:])
+		ce.k0, ce.k1 = k0, k1|uint64(n)<<56
 	}
 	return dst
 }
@@ -283,28 +285,41 @@ const (
 	cacheKeyMax = 14
 )
 
-// cacheEntry is 32 bytes: a set of two is one 64-byte cache line.
+// cacheEntry is 32 bytes: a set of two is one 64-byte cache line. The key
+// is the word's bytes in k0 (0-7) and k1 (8-13), its length in k1's byte 6;
+// byte 7 holds the number of ids (0: empty).
 type cacheEntry struct {
-	key  [cacheKeyMax]byte
-	klen uint8
-	n    uint8
-	ids  [4]uint32
+	k0, k1 uint64
+	ids    [4]uint32
 }
 
-// cacheSlot hashes a word to its set.
-func cacheSlot(w []byte) int {
-	h := uint64(len(w)) * 0x9E3779B97F4A7C15
-	for len(w) >= 8 {
-		h = (h ^ binary.LittleEndian.Uint64(w)) * 0xff51afd7ed558ccd
-		w = w[8:]
+const nMask = 0xff << 56
+
+// cacheKey packs a word of at most cacheKeyMax bytes.
+func cacheKey(w []byte) (k0, k1 uint64) {
+	n := len(w)
+	k1 = uint64(n) << 48
+	if n >= 8 {
+		k0 = binary.LittleEndian.Uint64(w)
+		return k0, k1 | load(w[8:])
 	}
-	var tail uint64
-	switch n := len(w); {
+	return load(w), k1
+}
+
+// load reads up to 7 bytes little-endian (overlapping loads: the bytes read
+// twice are the same).
+func load(b []byte) uint64 {
+	switch n := len(b); {
 	case n >= 4:
-		tail = uint64(binary.LittleEndian.Uint32(w)) | uint64(binary.LittleEndian.Uint32(w[n-4:]))<<32
+		return uint64(binary.LittleEndian.Uint32(b)) | uint64(binary.LittleEndian.Uint32(b[n-4:]))<<(8*(n-4))
 	case n > 0:
-		tail = uint64(w[0]) | uint64(w[n/2])<<8 | uint64(w[n-1])<<16
+		return uint64(b[0]) | uint64(b[n/2])<<(8*(n/2)) | uint64(b[n-1])<<(8*(n-1))
 	}
-	h = (h ^ tail) * 0xc4ceb9fe1a85ec53
+	return 0
+}
+
+// cacheSlot hashes a key to its set.
+func cacheSlot(k0, k1 uint64) int {
+	h := (k0*0x9E3779B97F4A7C15 ^ k1) * 0xc4ceb9fe1a85ec53
 	return int(h>>40) & (cacheSize/2 - 1)
 }

@@ -262,3 +262,27 @@ func FuzzFastPath(f *testing.F) {
 		}
 	})
 }
+
+// TestCacheKey: the packed key of a word (up to 14 bytes) is unique to it.
+func TestCacheKey(t *testing.T) {
+	seen := map[[2]uint64]string{}
+	r := rand.New(rand.NewPCG(3, 4))
+	words := []string{"", "a", "a\x00", "\x00", "ab", "ba", "abc", "abcd", "abcde", "abcdefg", "abcdefgh", "abcdefghi", "abcdefghijklmn"}
+	for range 20000 {
+		b := make([]byte, r.IntN(cacheKeyMax+1))
+		for i := range b {
+			b[i] = "a\x00b\xff"[r.IntN(4)]
+		}
+		words = append(words, string(b))
+	}
+	for _, w := range words {
+		k0, k1 := cacheKey([]byte(w))
+		if k1&nMask != 0 {
+			t.Fatalf("%q: key uses the count byte", w)
+		}
+		if prev, ok := seen[[2]uint64{k0, k1}]; ok && prev != w {
+			t.Fatalf("%q and %q share a key", prev, w)
+		}
+		seen[[2]uint64{k0, k1}] = w
+	}
+}

@@ -4,6 +4,7 @@ package tokenizer
 
 import (
 	"os"
+	"runtime"
 	"testing"
 )
 
@@ -25,6 +26,14 @@ func TestEncodeAllocs(t *testing.T) {
 			dst := tk.Encode(nil, text)
 			if n := testing.AllocsPerRun(20, func() { dst = tk.Encode(dst[:0], text) }); n != 0 {
 				t.Errorf("%s %s: %v allocs per Encode, want 0", tn, name, n)
+			}
+			// Garbage collections do not take the scratch (a sync.Pool would).
+			if n := testing.AllocsPerRun(3, func() {
+				runtime.GC()
+				runtime.GC()
+				dst = tk.Encode(dst[:0], text)
+			}); n != 0 {
+				t.Errorf("%s %s: %v allocs per Encode after two GCs, want 0", tn, name, n)
 			}
 		}
 	}

@@ -70,6 +70,8 @@
 // spaces stays O(n log n)). A per-scratch, two-way set-associative cache of
 // 8192 words (up to 14 bytes and 4 ids; a set of two entries is one 64-byte
 // cache line) skips BPE for repeated words.
-// Every buffer lives in a scratch taken from a sync.Pool, so Encode is safe
-// for concurrent use and allocates nothing in steady state (TestEncodeAllocs).
+// Every buffer lives in a scratch taken per call (2×GOMAXPROCS of them kept
+// for good, more from a sync.Pool under bursts), so Encode is safe for
+// concurrent use and allocates nothing in steady state (TestEncodeAllocs),
+// garbage collections included.
 package tokenizer

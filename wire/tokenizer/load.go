@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 
@@ -156,6 +157,7 @@ func Parse(data, config []byte) (*Tokenizer, error) {
 	}
 	t.known = t.knownPattern()
 	t.pool.New = func() any { return t.newScratch() }
+	t.free = make(chan *scratch, 2*runtime.GOMAXPROCS(0))
 	return t, nil
 }
 

@@ -46,7 +46,28 @@ type Tokenizer struct {
 	postFromConfig bool
 	bos, eos       int64
 
+	// Scratches: a few kept for good in free (a sync.Pool drops its items at
+	// every other GC, and a scratch with its word cache is ~300 KiB), more in
+	// pool under bursts.
+	free chan *scratch
 	pool sync.Pool
+}
+
+func (t *Tokenizer) getScratch() *scratch {
+	select {
+	case sc := <-t.free:
+		return sc
+	default:
+		return t.pool.Get().(*scratch)
+	}
+}
+
+func (t *Tokenizer) putScratch(sc *scratch) {
+	select {
+	case t.free <- sc:
+	default:
+		t.pool.Put(sc)
+	}
 }
 
 // metaspace is the Metaspace pre-tokenizer: spaces become the replacement,
@@ -166,9 +187,9 @@ func (t *Tokenizer) TokenID(s string) (uint32, bool) {
 // (one per maximal invalid subsequence, as WHATWG and Python decode it).
 // It allocates nothing once dst has room and the pool is warm.
 func (t *Tokenizer) Encode(dst []uint32, text []byte) []uint32 {
-	sc := t.pool.Get().(*scratch)
+	sc := t.getScratch()
 	dst = t.encode(sc, dst, text)
-	t.pool.Put(sc)
+	t.putScratch(sc)
 	return dst
 }
 

@@ -48,13 +48,18 @@
 //
 // The pre-tokenizer patterns need look-ahead (\s+(?!\S)), which Go's regexp
 // lacks; github.com/dlclark/regexp2 has it and is the generic path for any
-// Split pattern. Measured on the 32 KiB English prompt (BenchmarkEncode, one
-// core of the 2-core development machine, under load from other jobs):
+// Split pattern. Measured on the 32 KiB English prompt (BenchmarkEncode,
+// testdata/english32k.txt, about 8.7k tokens; -cpu 1; the process's CPU time
+// per call, cpu-ns/op, on the 2-core development machine shared with other
+// jobs at load 8-12, where wall time was 1.5-3× that):
 //
-//	qwen3 through regexp2:        7.9–10.9 ms/op, 2.1 MB and 33k allocs/op
-//	qwen3 hand-written splitter:  0.29–0.33 ms/op, 0 allocs/op
-//	llama3 / deepseek_v3:         0.22 / 0.37 ms/op, 0 allocs/op
-//	reference (bench.mjs):        43–85 ms/op per tokenizer (napi, async)
+//	qwen3 through regexp2:        5.6–6.2 ms, 2.5 MB and 39k allocs per call
+//	qwen3 hand-written splitter:  0.34–0.42 ms, 0 allocs
+//	llama3 / deepseek_v3:         0.27–0.35 / 0.42–0.65 ms, 0 allocs
+//	llama2 (one 32 KiB BPE word): 7.3–7.7 ms
+//	reference, same text and run: 21–26 ms CPU (50–75 ms wall) for
+//	                              qwen3/llama3/deepseek_v3, 11 ms for llama2
+//	                              (testdata/bench.mjs; napi, async)
 //
 // so the patterns of Qwen2/3, Llama 3 (and cl100k) and DeepSeek V3 have
 // hand-written matchers (pretok.go), chosen when a tokenizer.json carries

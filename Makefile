@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: tokenizers replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz run clean
+.PHONY: tokenizers golden replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz run clean
 
 all: build
 
@@ -84,11 +84,23 @@ bench-gate:
 fuzz:
 	perf/fuzz-all.sh '$(FUZZTIME)'
 
+# wire/tokenizer's golden ids, made again with the reference (HF tokenizers,
+# Rust, as the Node binding @anush008/tokenizers, installed into out/tokref),
+# and the reference's time on the benchmark prompt (compare with
+# go test -bench Encode ./wire/tokenizer/).
+golden: tokenizers
+	npm install --prefix out/tokref --no-audit --no-fund --no-save @anush008/tokenizers@0.6.0 @anush008/tokenizers-linux-x64-gnu@0.6.0
+	node wire/tokenizer/testdata/golden.mjs out/tokenizers out/tokref
+	node wire/tokenizer/testdata/bench.mjs out/tokenizers out/tokref
+
 # The router with an embedded NATS server and a simulated fleet of 4 workers
 # (Dynamo-format KV events over NATS), serving on 127.0.0.1:8000.
+# TOKENIZER=out/tokenizers/qwen3 (after make tokenizers): router and fleet
+# tokenize with that real tokenizer.
+TOKENIZER ?= bytes
 run: build
 	@echo 'try: curl -s localhost:8000/v1/completions -d '"'"'{"prompt":"Tell me about KV caches, then tell me again.","max_tokens":8}'"'"' -D -'
-	$(BIN)/kvroute serve --demo-fleet 4 --http-addr 127.0.0.1:8000
+	$(BIN)/kvroute serve --demo-fleet 4 --http-addr 127.0.0.1:8000 --tokenizer $(TOKENIZER)
 
 # The routing-quality report on the shared Mooncake trace (offline simulation):
 # four policies, automatic speedup sweep, table on stdout, JSON and plot in out/.

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel 2>/dev/null || echo "$(dirname "$0")/..")"
 dir=${1:-out/tokenizers}
 VERSION=3.7.2
-NAMES="qwen3 llama3 deepseek_v3 gemma3"
+NAMES="qwen3 llama3 deepseek_v3 gemma3 llama2"
 mkdir -p "$dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

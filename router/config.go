@@ -59,7 +59,9 @@ type Config struct {
 	// Approx records decisions in the index (approximate mode,
 	// --no-kv-events) instead of relying on the engines' KV events.
 	Approx bool
-	// Tokenizer turns text prompts into tokens (--tokenizer). Default bytes.
+	// Tokenizer turns text prompts into tokens (--tokenizer): bytes, or a
+	// Hugging Face tokenizer (wire/tokenizer) matching the engines'. Default
+	// bytes.
 	Tokenizer openai.Tokenizer
 	// ChatTemplate renders chat messages into the prompt text that is
 	// tokenized (--chat-template, or the chat_template of --tokenizer's
@@ -67,6 +69,15 @@ type Config struct {
 	// (--model-chat-template MODEL=FILE). Neither: ChatML (see wire/openai).
 	ChatTemplate       openai.ChatTemplate
 	ModelChatTemplates map[string]openai.ChatTemplate
+	// ModelTokenizers are per-model tokenizers (--model-tokenizer
+	// MODEL=PATH): a request whose "model" is listed is tokenized with its
+	// own, any other with Tokenizer.
+	ModelTokenizers map[string]openai.Tokenizer
+	// ForwardTokenIDs sends a /v1/completions text prompt to the worker as
+	// the token ids the router hashed (--forward-token-ids), so router and
+	// engine cannot tokenize it differently. vLLM and SGLang take a
+	// token-id prompt.
+	ForwardTokenIDs bool
 	// Workers are static workers, known from the start.
 	Workers []StaticWorker
 	// Subjects are the control-plane subjects (registrations, load metrics,
@@ -154,6 +165,9 @@ type Config struct {
 func (c *Config) fill() {
 	if c.Tokenizer == nil {
 		c.Tokenizer = openai.BytesTokenizer{}
+	}
+	if _, ok := c.Tokenizer.(*openai.ModelTokenizers); !ok && len(c.ModelTokenizers) > 0 {
+		c.Tokenizer = &openai.ModelTokenizers{Default: c.Tokenizer, ByModel: c.ModelTokenizers}
 	}
 	if c.BatchMax <= 0 {
 		c.BatchMax = 256

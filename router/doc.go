@@ -7,8 +7,10 @@
 //
 // # Data flow (DESIGN.md §3)
 //
-// An HTTP handler parses the request, tokenizes a text prompt, hashes the
-// prompt's full blocks (local and sequence hashes) on its own goroutine and
+// An HTTP handler parses the request, tokenizes a text prompt (with
+// Config.Tokenizer, or the model's from Config.ModelTokenizers; with
+// Config.ForwardTokenIDs a completion's text prompt is then forwarded as
+// those ids, openai.ReplacePrompt), hashes the prompt's full blocks (local and sequence hashes) on its own goroutine and
 // queues a pending request to the batcher. The batcher goroutine drains
 // whatever is queued (up to Config.BatchMax), looks the whole batch up in
 // every shard at once (shard.Index.MatchBatch), then decides the requests one

@@ -68,6 +68,13 @@ type envOptions struct {
 	chatTemplate openai.ChatTemplate
 	// serveIndexer: --serve-indexer (remote_test.go).
 	serveIndexer bool
+	// tokenizer, modelTokenizers and forwardIDs are the router's
+	// (--tokenizer, --model-tokenizer, --forward-token-ids); fleetTokenizer
+	// the simulated fleet's (kvroute mock --tokenizer). Default bytes.
+	tokenizer       openai.Tokenizer
+	modelTokenizers map[string]openai.Tokenizer
+	forwardIDs      bool
+	fleetTokenizer  openai.Tokenizer
 }
 
 func quietLogger() *slog.Logger {
@@ -106,7 +113,8 @@ func startEnv(t *testing.T, o envOptions) *env {
 	}
 	cfg := ServiceConfig{
 		Router: Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second,
-			Workers: o.static, Proxy: o.proxy, MaxBodyBytes: o.maxBody, ChatTemplate: o.chatTemplate},
+			Workers: o.static, Proxy: o.proxy, MaxBodyBytes: o.maxBody, ChatTemplate: o.chatTemplate,
+			Tokenizer: o.tokenizer, ModelTokenizers: o.modelTokenizers, ForwardTokenIDs: o.forwardIDs},
 		HTTPAddr:           "127.0.0.1:0",
 		ShutdownGrace:      o.grace,
 		ShutdownReadyDelay: o.readyDelay,
@@ -146,7 +154,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		Workers: o.workers, Port: 0, BlockSize: testBlockSize, KVBlocks: o.kvBlocks, Speedup: 20,
 		MaxBatchedTokens: o.maxBatch, Model: o.model, ChatTemplate: o.chatTemplate,
 		Namespace: "test", Component: "backend", Transport: transport, Heartbeat: o.heartbeat,
-		LoadInterval: 10 * time.Millisecond, Logger: quietLogger(),
+		LoadInterval: 10 * time.Millisecond, Logger: quietLogger(), Tokenizer: o.fleetTokenizer,
 	}, e.nc)
 	if err != nil {
 		t.Fatal(err)

@@ -376,6 +376,14 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	if restrict {
 		p.allowed = append(p.allowed[:0], ranks...)
 	}
+	if r.cfg.ForwardTokenIDs && req.TextPrompt {
+		var err error
+		if p.body, err = openai.ReplacePrompt(p.body[:0], body, req.Tokens); err != nil {
+			badRequest(ctx, err)
+			return
+		}
+		body = p.body
+	}
 	r.hash(p, req)
 	if err := r.table.Load().fitCapacity(p); err != nil {
 		r.m.refused[refPromptTooLong].Inc()
@@ -489,9 +497,9 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	if v.Get("messages") != nil && v.Get("prompt") == nil && v.Get("token_ids") == nil {
 		// A chat: rendered as /v1/chat/completions renders it (the model's
 		// chat template; parseRouteOptions checks model's type below).
-		err = openai.ParseMessages(v, r.cfg.Tokenizer, r.tmpls.For(v.GetStringBytes("model")), req)
+		err = openai.ParseMessages(v, openai.TokenizerFor(r.cfg.Tokenizer, v.GetStringBytes("model")), r.tmpls.For(v.GetStringBytes("model")), req)
 	} else {
-		err = openai.ParsePrompt(v, r.cfg.Tokenizer, req)
+		err = openai.ParsePrompt(v, openai.TokenizerFor(r.cfg.Tokenizer, v.GetStringBytes("model")), req)
 	}
 	if err != nil {
 		badRequest(ctx, err)

@@ -169,6 +169,7 @@ type pending struct {
 	done  chan struct{}
 	lost  bool   // abandoned at shutdown: never pooled again
 	buf   []byte // response scratch
+	body  []byte // the body forwarded with token ids (--forward-token-ids)
 }
 
 // New builds a Router over ix (which it does not own: close it after the

@@ -39,6 +39,7 @@ type Config struct {
 	Seed             uint64
 	RecoveryRing     int // KV events kept per worker for recovery; default DefaultRecoveryRing, < 0: none
 	Logger           *slog.Logger
+	Tokenizer        openai.Tokenizer // text prompts and chat; default bytes (see WorkerConfig)
 }
 
 // Validate checks the configuration; errors name the field's flag.
@@ -135,6 +136,7 @@ func Start(cfg Config, nc *nats.Conn) (*Fleet, error) {
 			MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, Speedup: cfg.Speedup, Perf: cfg.Perf,
 			Model: cfg.Model, ChatTemplate: cfg.ChatTemplate, Transport: cfg.Transport, Subjects: subj, Heartbeat: cfg.Heartbeat, LoadInterval: cfg.LoadInterval,
 			DropFraction: cfg.DropFraction, DupFraction: cfg.DupFraction, Seed: cfg.Seed, RecoveryRing: cfg.RecoveryRing, Logger: cfg.Logger,
+			Tokenizer: cfg.Tokenizer,
 		}
 		if cfg.Port > 0 {
 			wc.Port = cfg.Port + i

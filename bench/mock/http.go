@@ -63,7 +63,7 @@ func (w *Worker) badRequest(ctx *fasthttp.RequestCtx, msg, param string) {
 func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
-	if err := openai.ParseWith(ctx.PostBody(), chat, openai.BytesTokenizer{}, w.tmpls, req); err != nil {
+	if err := openai.ParseWith(ctx.PostBody(), chat, w.cfg.Tokenizer, w.tmpls, req); err != nil {
 		w.badRequest(ctx, err.Error(), openai.ParamOf(err))
 		return
 	}

@@ -60,9 +60,15 @@ type WorkerConfig struct {
 	// negative: no ring (every request is answered with a dump).
 	RecoveryRing int
 	Logger       *slog.Logger
+	// Tokenizer tokenizes text prompts and rendered chat (kvroute mock
+	// --tokenizer); default openai.BytesTokenizer, as the router's default.
+	Tokenizer openai.Tokenizer
 }
 
 func (c *WorkerConfig) defaults() {
+	if c.Tokenizer == nil {
+		c.Tokenizer = openai.BytesTokenizer{}
+	}
 	if c.Host == "" {
 		c.Host = "127.0.0.1"
 	}

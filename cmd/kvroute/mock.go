@@ -16,6 +16,7 @@ import (
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/natsembed"
 	"github.com/kvroute/kvroute/wire/chattmpl"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -47,6 +48,7 @@ func runMock(args []string) error {
 		ring      = fs.Int("recovery-ring", mock.DefaultRecoveryRing, "KV events each worker keeps to answer routers' recovery requests (NATS transports); older ones are answered with a cache dump; 0: dumps only")
 		verbose   = fs.Bool("v", false, "log warnings to stderr")
 		chatTmpl  = fs.String("chat-template", "", "render chat messages with this chat template (a tokenizer_config.json, a directory holding one, or a Jinja file), as the router's --chat-template; empty: ChatML")
+		tokenizer = fs.String("tokenizer", "bytes", "tokenizer of text prompts and chat: bytes (one token per UTF-8 byte) or the path of a Hugging Face tokenizer.json or of its directory; give the router the same")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -67,6 +69,11 @@ func runMock(args []string) error {
 		}
 		cfg.ChatTemplate = t
 	}
+	tok, err := openai.NewTokenizer(*tokenizer)
+	if err != nil {
+		return fmt.Errorf("--tokenizer: %w", err)
+	}
+	cfg.Tokenizer = tok
 	if *ring == 0 {
 		cfg.RecoveryRing = -1 // mock.Config: negative is no ring
 	}

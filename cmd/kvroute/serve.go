@@ -83,7 +83,8 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "approximate mode: how long a routed prefix is assumed cached (refreshed on reuse)")
 		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "approximate mode: blocks recorded per shard before the oldest are pruned")
 		qTimeout   = fs.Duration("queue-timeout", 30*time.Second, "a request waiting for a free worker longer than this gets 503")
-		tokenizer  = fs.String("tokenizer", "bytes", "tokenizer for text prompts: bytes (one token per UTF-8 byte, as the simulated fleet)")
+		tokenizer  = fs.String("tokenizer", "bytes", "tokenizer for text prompts and chat: bytes (one token per UTF-8 byte, the simulated fleet's default) or the path of the engines' Hugging Face tokenizer.json or of its directory (with tokenizer_config.json)")
+		forwardIDs = fs.Bool("forward-token-ids", false, "send a /v1/completions text prompt to the worker as the token ids the router hashed (vLLM and SGLang accept them), so router and engine cannot tokenize differently")
 		shards     = fs.Int("shards", 1, "index shards")
 		cpus       = fs.String("cpus", "", "pin index shards to these CPUs, e.g. 0-3,8 (empty: no pinning)")
 		maxBody    = fs.Int("max-body-bytes", 16<<20, "largest request body accepted (413 beyond)")
@@ -118,6 +119,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		zmqWorkers stringList
 		chatTmpl   = fs.String("chat-template", "", "chat template for /v1/chat/completions: a tokenizer_config.json, a directory holding one, or a Jinja file (default: the chat_template beside --tokenizer PATH; none: ChatML)")
 		modelTmpls stringList
+		modelToks  stringList
 		o          serveOptions
 	)
 	fs.Var(&inflight, "max-inflight-body-bytes", "request bodies being read or handled at once, by declared length (bytes, or with KiB, MiB, GiB); beyond, 503 before the body is read")
@@ -126,6 +128,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	fs.Var(&readyDelay, "shutdown-ready-delay", "first part of --shutdown-grace during which /ready answers 503 while requests are still served (auto: min(5s, grace/2); 0: none)")
 	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3][,model=NAME] that does not register (repeatable); without model= the router asks GET /v1/models")
 	fs.Var(&modelTmpls, "model-chat-template", "MODEL=PATH: the chat template of one model's requests, PATH as --chat-template (repeatable)")
+	fs.Var(&modelToks, "model-tokenizer", "MODEL=PATH: tokenize requests for MODEL with the Hugging Face tokenizer at PATH (file or directory) instead of --tokenizer (repeatable, or comma separated)")
 	fs.Var(&zmqWorkers, "zmq-worker", "subscribe to a vLLM/SGLang engine's ZMQ KV events: ID[:DP]=tcp://host:port[,model=NAME][,replay=tcp://host:port] (repeatable)")
 	fs.IntVar(&o.demoFleet, "demo-fleet", 0, "also run this many simulated workers in the process (evaluation without GPUs)")
 	fs.StringVar(&o.demoTransport, "demo-transport", plane.TransportDynamo, "KV events of the demo fleet: dynamo, native or zmq")
@@ -212,6 +215,10 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	chatDefault, chatByModel, err := chatTemplates(*tokenizer, *chatTmpl, modelTmpls, func(msg string) {
 		fmt.Fprintln(os.Stderr, "kvroute serve: warning:", msg)
 	})
+	if err != nil {
+		return cfg, o, err
+	}
+	modelTok, err := parseModelTokenizers(modelToks, *tokenizer, tok)
 	if err != nil {
 		return cfg, o, err
 	}
@@ -321,7 +328,8 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		return cfg, o, errors.New("--use-remote-indexer keeps no index: --zmq-worker and --events-jetstream belong to the serving indexer")
 	}
 
-	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, Subjects: subjects, ID: *routerID,
+	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, ModelTokenizers: modelTok,
+		ForwardTokenIDs: *forwardIDs, Subjects: subjects, ID: *routerID,
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
 		MaxConns: *maxConns, MaxInflightBodyBytes: int64(inflight), MaxWorkers: *maxWorkers, MaxDpRanks: *maxRanks,
 		MaxPromptTokens: *maxPrompt, Peers: peerIDs,
@@ -378,6 +386,42 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 			Snapshot: node.SnapshotConfig{Bucket: *snapBucket, Interval: *snapIvl, Events: *snapEvents}},
 	}
 	return cfg, o, nil
+}
+
+// parseModelTokenizers loads each --model-tokenizer MODEL=PATH (values may
+// also be comma separated); nil when none is given. A path is loaded once
+// (def is --tokenizer's, loaded from defPath).
+func parseModelTokenizers(vals []string, defPath string, def openai.Tokenizer) (map[string]openai.Tokenizer, error) {
+	var out map[string]openai.Tokenizer
+	byPath := map[string]openai.Tokenizer{defPath: def}
+	for _, v := range vals {
+		for _, item := range strings.Split(v, ",") {
+			item = strings.TrimSpace(item)
+			if item == "" {
+				continue
+			}
+			model, path, ok := strings.Cut(item, "=")
+			if !ok || model == "" || path == "" {
+				return nil, fmt.Errorf("--model-tokenizer %q: want MODEL=PATH", item)
+			}
+			if _, dup := out[model]; dup {
+				return nil, fmt.Errorf("--model-tokenizer: model %q given twice", model)
+			}
+			tok, ok := byPath[path]
+			if !ok {
+				var err error
+				if tok, err = openai.NewTokenizer(path); err != nil {
+					return nil, fmt.Errorf("--model-tokenizer %s: %w", model, err)
+				}
+				byPath[path] = tok
+			}
+			if out == nil {
+				out = map[string]openai.Tokenizer{}
+			}
+			out[model] = tok
+		}
+	}
+	return out, nil
 }
 
 // parseStaticWorker parses --worker ID=http://host:port[,ranks=0-3][,model=NAME].
@@ -467,6 +511,8 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 			Speedup: o.demoSpeedup, Transport: transport, ZMQPort: 0,
 			Namespace: o.namespace, Component: o.component, Logger: cfg.Logger,
 			ChatTemplate: cfg.Router.ChatTemplate, // the fleet renders chats as the router does
+			// The demo fleet serves model "mock" and tokenizes as the router does for it.
+			Tokenizer: openai.TokenizerFor(&openai.ModelTokenizers{Default: cfg.Router.Tokenizer, ByModel: cfg.Router.ModelTokenizers}, []byte("mock")),
 		}, nc)
 		if err != nil {
 			_ = svc.Close()

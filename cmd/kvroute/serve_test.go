@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -244,5 +246,70 @@ func testServeDemoFleet(t *testing.T, extra ...string) {
 	close(stop)
 	if err := <-errc; err != nil {
 		t.Errorf("shutdown: %v", err)
+	}
+}
+
+// TestServeTokenizerFlags: --tokenizer and --model-tokenizer take a
+// tokenizer.json file or its directory, from flags or KVROUTE_* variables;
+// bad values and files that fail to load are errors naming the flag.
+func TestServeTokenizerFlags(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	bad := filepath.Join(dir, "bad")
+	for path, body := range map[string]string{
+		good: `{"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]}}`,
+		bad:  `{"model":{"type":"Unigram","vocab":[]}}`,
+	} {
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(path, "tokenizer.json"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tokenizer", filepath.Join(dir, "missing")}, "--tokenizer"},
+		{[]string{"--tokenizer", bad}, `--tokenizer: ` + filepath.Join(bad, "tokenizer.json") + `: unsupported model type "Unigram"`},
+		{[]string{"--model-tokenizer", "m"}, "--model-tokenizer \"m\": want MODEL=PATH"},
+		{[]string{"--model-tokenizer", "=x"}, "--model-tokenizer"},
+		{[]string{"--model-tokenizer", "m=" + bad}, `--model-tokenizer m: ` + filepath.Join(bad, "tokenizer.json") + `: unsupported model type`},
+		{[]string{"--model-tokenizer", "m=" + good + ",m=" + good}, "given twice"},
+	} {
+		_, _, err := serveConfig(c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err %v, want one containing %q", c.args, err, c.want)
+		}
+	}
+
+	t.Setenv("KVROUTE_MODEL_TOKENIZER", "qwen="+good+", llama="+filepath.Join(good, "tokenizer.json"))
+	t.Setenv("KVROUTE_FORWARD_TOKEN_IDS", "true")
+	cfg, _, err := serveConfig([]string{"--tokenizer", filepath.Join(good, "tokenizer.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := cfg.Router
+	if rc.Tokenizer.Name() != filepath.Join(good, "tokenizer.json") || !rc.ForwardTokenIDs {
+		t.Errorf("tokenizer %q forward %v", rc.Tokenizer.Name(), rc.ForwardTokenIDs)
+	}
+	if len(rc.ModelTokenizers) != 2 || rc.ModelTokenizers["qwen"].Name() != good || rc.ModelTokenizers["llama"] != rc.Tokenizer {
+		t.Errorf("model tokenizers %v (llama's path is --tokenizer's: loaded once)", rc.ModelTokenizers)
+	}
+	if got := rc.ModelTokenizers["qwen"].Encode(nil, []byte("ab")); len(got) != 2 || got[0] != 0 || got[1] != 1 {
+		t.Errorf("qwen tokenizer encodes ab as %v", got)
+	}
+	if cfg, _, err := serveConfig(nil); err != nil || cfg.Router.Tokenizer.Name() != "bytes" || cfg.Router.ForwardTokenIDs != true {
+		t.Errorf("defaults: %v %v (forward from the environment)", err, cfg.Router.Tokenizer)
+	}
+}
+
+// TestMockTokenizerFlag: kvroute mock --tokenizer is checked before anything
+// starts, the error naming the flag.
+func TestMockTokenizerFlag(t *testing.T) {
+	err := runMock([]string{"--tokenizer", filepath.Join(t.TempDir(), "none")})
+	if err == nil || !strings.Contains(err.Error(), "--tokenizer") {
+		t.Fatalf("err %v, want one naming --tokenizer", err)
 	}
 }

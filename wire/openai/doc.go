@@ -16,6 +16,14 @@
 // (ChatTemplate, implemented by wire/chattmpl from a tokenizer_config.json);
 // a render error is a 400 naming "messages".
 //
+// Tokenizers. NewTokenizer gives BytesTokenizer ("bytes") or a Hugging Face
+// tokenizer.json loaded by wire/tokenizer; ModelTokenizers picks one per
+// request model (Parse asks it after reading "model"). A completion's text
+// prompt is encoded with EncodeSpecial when the tokenizer has it
+// (SpecialEncoder: the BOS an engine adds), chat text with Encode; Request.
+// TextPrompt tells a text prompt was tokenized, and ReplacePrompt rewrites a
+// body's prompt as those ids (--forward-token-ids).
+//
 // Validation. Parse also rejects, naming the field, the sampling fields vLLM
 // rejects: a wrong JSON type (no coercion of "2" or "yes") or a value out of
 // SamplingParams' range (max_tokens and n ≥ 1, temperature ≥ 0, top_p in

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 
+	"github.com/kvroute/kvroute/wire/tokenizer"
 	"github.com/valyala/fastjson"
 
 	"github.com/kvroute/kvroute/wire"
@@ -34,13 +36,77 @@ func (BytesTokenizer) Encode(dst []uint32, text []byte) []uint32 {
 // Name implements Tokenizer.
 func (BytesTokenizer) Name() string { return "bytes" }
 
-// NewTokenizer returns the tokenizer named by a --tokenizer flag value.
+// SpecialEncoder is a Tokenizer that can also add the special tokens an
+// engine adds to a completion's text prompt (add_special_tokens=true, e.g. a
+// BOS). ParsePrompt uses it for text prompts; chat text is rendered with its
+// special tokens already and goes through Encode.
+type SpecialEncoder interface {
+	EncodeSpecial(dst []uint32, text []byte) []uint32
+}
+
+// NewTokenizer returns the tokenizer named by a --tokenizer flag value:
+// bytes, or the path of a Hugging Face tokenizer.json or of a directory
+// holding one (and tokenizer_config.json), loaded by wire/tokenizer.
 func NewTokenizer(name string) (Tokenizer, error) {
 	switch name {
 	case "bytes", "":
 		return BytesTokenizer{}, nil
 	}
-	return nil, fmt.Errorf("unknown tokenizer %q (supported: bytes)", name)
+	if _, err := os.Stat(name); err != nil {
+		return nil, fmt.Errorf("%q is neither bytes nor a tokenizer.json file or directory: %w", name, err)
+	}
+	t, err := tokenizer.Load(name)
+	if err != nil {
+		return nil, err // names the file
+	}
+	return t, nil
+}
+
+// A wire/tokenizer Tokenizer is a Tokenizer and adds special tokens.
+var (
+	_ Tokenizer      = (*tokenizer.Tokenizer)(nil)
+	_ SpecialEncoder = (*tokenizer.Tokenizer)(nil)
+)
+
+// ModelTokenizers is a Tokenizer that picks the tokenizer of a request's
+// model (--model-tokenizer MODEL=PATH): Parse asks it For the body's "model";
+// models without one get Default. Encode and Name are Default's.
+type ModelTokenizers struct {
+	Default Tokenizer
+	ByModel map[string]Tokenizer
+}
+
+// For returns the tokenizer of model.
+func (m *ModelTokenizers) For(model []byte) Tokenizer {
+	if t, ok := m.ByModel[string(model)]; ok {
+		return t
+	}
+	return m.Default
+}
+
+// Encode implements Tokenizer with Default.
+func (m *ModelTokenizers) Encode(dst []uint32, text []byte) []uint32 {
+	return m.Default.Encode(dst, text)
+}
+
+// Name implements Tokenizer with Default.
+func (m *ModelTokenizers) Name() string { return m.Default.Name() }
+
+// TokenizerFor returns the tokenizer tok stands for with model: tok itself,
+// or, for ModelTokenizers, the model's.
+func TokenizerFor(tok Tokenizer, model []byte) Tokenizer {
+	if m, ok := tok.(*ModelTokenizers); ok {
+		return m.For(model)
+	}
+	return tok
+}
+
+// encodePrompt tokenizes a completion's text prompt as an engine does.
+func encodePrompt(tok Tokenizer, dst []uint32, text []byte) []uint32 {
+	if s, ok := tok.(SpecialEncoder); ok {
+		return s.EncodeSpecial(dst, text)
+	}
+	return tok.Encode(dst, text)
 }
 
 // ChatTemplate renders a /v1/chat/completions body (its messages, tools,
@@ -105,12 +171,14 @@ func badField(param, format string, args ...any) error {
 // Request and reused by the next Parse into it; the zero value is ready.
 // Not goroutine-safe.
 type Request struct {
-	Chat      bool
-	Model     []byte
-	Tokens    []uint32 // the prompt as token ids (given, or tokenized)
-	MaxTokens int      // ≥ 1; 0 when absent
-	N         int      // choices requested ("n", ≥ 1); 0 when absent
-	Stream    bool
+	Chat   bool
+	Model  []byte
+	Tokens []uint32 // the prompt as token ids (given, or tokenized)
+	// TextPrompt: a completion's prompt was text, tokenized into Tokens.
+	TextPrompt bool
+	MaxTokens  int // ≥ 1; 0 when absent
+	N          int // choices requested ("n", ≥ 1); 0 when absent
+	Stream     bool
 	// Router extensions (ignored by engines): a caller's request id and the LoRA adapter name.
 	RequestID []byte
 	LoRA      []byte
@@ -139,6 +207,7 @@ func (r *Request) Reset() {
 	r.Chat = false
 	r.Model = r.Model[:0]
 	r.Tokens = r.Tokens[:0]
+	r.TextPrompt = false
 	r.MaxTokens = 0
 	r.N = 0
 	r.Stream = false
@@ -183,6 +252,7 @@ func ParseWith(body []byte, chat bool, tok Tokenizer, tmpl *ChatTemplates, r *Re
 	if err := parseCommon(v, r); err != nil {
 		return err
 	}
+	tok = TokenizerFor(tok, r.Model)
 	if chat {
 		return ParseMessages(v, tok, tmpl.For(r.Model), r)
 	}
@@ -380,6 +450,9 @@ func intField(o *fastjson.Value, name string) (int, bool) {
 
 // ParsePrompt reads v's "prompt" (a string, an array of token ids, or a
 // one-element array of either) or, failing that, "token_ids", into r.Tokens.
+// A text prompt is tokenized with its special tokens when tok is a
+// SpecialEncoder, as engines encode a completion's prompt; r.TextPrompt
+// tells it was text.
 func ParsePrompt(v *fastjson.Value, tok Tokenizer, r *Request) error {
 	field := "prompt"
 	p := v.Get("prompt")
@@ -392,13 +465,15 @@ func ParsePrompt(v *fastjson.Value, tok Tokenizer, r *Request) error {
 	}
 	switch p.Type() {
 	case fastjson.TypeString:
-		r.Tokens = tok.Encode(r.Tokens, p.GetStringBytes())
+		r.Tokens = encodePrompt(tok, r.Tokens, p.GetStringBytes())
+		r.TextPrompt = true
 		return nil
 	case fastjson.TypeArray:
 		arr := p.GetArray()
 		if len(arr) == 1 && (arr[0].Type() == fastjson.TypeArray || arr[0].Type() == fastjson.TypeString) {
 			if arr[0].Type() == fastjson.TypeString {
-				r.Tokens = tok.Encode(r.Tokens, arr[0].GetStringBytes())
+				r.Tokens = encodePrompt(tok, r.Tokens, arr[0].GetStringBytes())
+				r.TextPrompt = true
 				return nil
 			}
 			arr = arr[0].GetArray()
@@ -533,6 +608,33 @@ func mediaHash(part *fastjson.Value) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+var arenas fastjson.ArenaPool
+
+// ReplacePrompt appends to dst the completion body with its "prompt" replaced
+// by tokens, a JSON array of token ids (what --forward-token-ids sends).
+func ReplacePrompt(dst, body []byte, tokens []uint32) ([]byte, error) {
+	p := parsers.Get()
+	defer parsers.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return dst, fmt.Errorf("%w: invalid JSON: %v", ErrBadRequest, err)
+	}
+	o, err := v.Object()
+	if err != nil {
+		return dst, fmt.Errorf("%w: body must be a JSON object", ErrBadRequest)
+	}
+	a := arenas.Get()
+	defer arenas.Put(a)
+	arr := a.NewArray()
+	for i, t := range tokens {
+		arr.SetArrayItem(i, a.NewNumberInt(int(t)))
+	}
+	o.Set("prompt", arr)
+	dst = v.MarshalTo(dst)
+	a.Reset()
+	return dst, nil
 }
 
 // RenderChat appends the ChatML rendering of (role, content) pairs and the

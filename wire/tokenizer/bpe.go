@@ -1,0 +1,325 @@
+package tokenizer
+
+import (
+	"encoding/binary"
+	"unicode/utf8"
+)
+
+// pairTable maps a pair of token ids to the merge's rank and the merged id:
+// open addressing over one flat array, a multiplicative hash of the pair.
+type pairTable struct {
+	slots []pairSlot
+	shift uint
+}
+
+type pairSlot struct {
+	key uint64 // a<<32 | b; emptyKey when free
+	val uint64 // rank<<32 | merged id
+}
+
+const emptyKey = ^uint64(0)
+
+func newPairTable(n int) pairTable {
+	size, shift := 16, uint(60)
+	for size < 2*n {
+		size <<= 1
+		shift--
+	}
+	slots := make([]pairSlot, size)
+	for i := range slots {
+		slots[i].key = emptyKey
+	}
+	return pairTable{slots: slots, shift: shift}
+}
+
+func (p *pairTable) put(a, b, rank, id uint32) {
+	k := uint64(a)<<32 | uint64(b)
+	mask := uint64(len(p.slots) - 1)
+	for h := (k * 0x9E3779B97F4A7C15) >> p.shift; ; h = (h + 1) & mask {
+		s := &p.slots[h]
+		if s.key == emptyKey || s.key == k {
+			// A later duplicate overrides, as HF's HashMap collect does.
+			s.key, s.val = k, uint64(rank)<<32|uint64(id)
+			return
+		}
+	}
+}
+
+// get returns the rank and merged id of (a, b); rank is noRank when the pair
+// does not merge.
+func (p *pairTable) get(a, b uint32) (rank, id uint32) {
+	if len(p.slots) == 0 {
+		return noRank, 0
+	}
+	k := uint64(a)<<32 | uint64(b)
+	mask := uint64(len(p.slots) - 1)
+	for h := (k * 0x9E3779B97F4A7C15) >> p.shift; ; h = (h + 1) & mask {
+		s := &p.slots[h]
+		if s.key == k {
+			return uint32(s.val >> 32), uint32(s.val)
+		}
+		if s.key == emptyKey {
+			return noRank, 0
+		}
+	}
+}
+
+const noRank = ^uint32(0)
+
+type sym struct {
+	id         uint32
+	rank, nid  uint32 // naive: merge of (this, next)
+	prev, next int32  // heap: links; prev == -2 marks a merged-away symbol
+}
+
+type mergeItem struct {
+	key uint64 // rank<<32 | pos: the lowest rank first, then the leftmost
+	nid uint32
+}
+
+// naiveMax is the longest word merged by rescanning the pair ranks; longer
+// words use a heap (O(n log n)), so a long run of one class stays linear-ish.
+var naiveMax = 48
+
+// bpeWord appends the ids of one pre-tokenized piece.
+func (t *Tokenizer) bpeWord(sc *scratch, dst []uint32, w []byte) []uint32 {
+	if t.ignoreMerges {
+		if id, ok := t.vocab[string(w)]; ok {
+			return append(dst, id)
+		}
+	}
+	var set []cacheEntry
+	var k0, k1 uint64
+	if len(w) <= cacheKeyMax && !t.noCache {
+		k0, k1 = cacheKey(w)
+		i := cacheSlot(k0, k1) * 2
+		set = sc.cache[i : i+2 : i+2]
+		for k := range set {
+			if ce := &set[k]; ce.k0 == k0 && ce.k1&^nMask == k1 && ce.k1&nMask != 0 {
+				for _, id := range ce.ids[:ce.k1>>56] {
+					dst = append(dst, id)
+				}
+				return dst
+			}
+		}
+	}
+	syms := t.initialSymbols(sc.syms[:0], w)
+	sc.syms = syms
+	start := len(dst)
+	if len(syms) <= naiveMax {
+		dst = t.mergeNaive(dst, syms)
+	} else {
+		dst = t.mergeHeap(sc, dst, syms)
+	}
+	if set != nil && len(dst)-start <= len(set[0].ids) {
+		// Two-way set: the newest entry first, the one it displaces second.
+		set[1] = set[0]
+		ce := &set[0]
+		n := copy(ce.ids[:], dst[start:])
+		ce.k0, ce.k1 = k0, k1|uint64(n)<<56
+	}
+	return dst
+}
+
+func (t *Tokenizer) initialSymbols(syms []sym, w []byte) []sym {
+	if t.byteLevel {
+		for _, c := range w {
+			syms = append(syms, sym{id: t.byteID[c]})
+		}
+		return syms
+	}
+	prevUnk := false
+	for i := 0; i < len(w); {
+		_, n := utf8.DecodeRune(w[i:])
+		if id, ok := t.vocab[string(w[i:i+n])]; ok {
+			syms = append(syms, sym{id: id})
+			prevUnk = false
+		} else if t.byteFallback {
+			for _, c := range w[i : i+n] {
+				syms = append(syms, sym{id: t.byteID[c]})
+			}
+			prevUnk = false
+		} else if t.unk >= 0 {
+			if !(t.fuseUnk && prevUnk) {
+				syms = append(syms, sym{id: uint32(t.unk)})
+			}
+			prevUnk = true
+		}
+		i += n
+	}
+	return syms
+}
+
+// mergeNaive applies merges lowest rank first, leftmost among equals, by
+// rescanning the ranks of adjacent pairs.
+func (t *Tokenizer) mergeNaive(dst []uint32, s []sym) []uint32 {
+	n := len(s)
+	if n == 0 {
+		return dst
+	}
+	for i := 0; i < n-1; i++ {
+		s[i].rank, s[i].nid = t.merges.get(s[i].id, s[i+1].id)
+	}
+	s[n-1].rank = noRank
+	for n > 1 {
+		best, br := -1, noRank
+		for i := 0; i < n-1; i++ {
+			if s[i].rank < br {
+				br, best = s[i].rank, i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		s[best].id = s[best].nid
+		copy(s[best+1:n-1], s[best+2:n])
+		n--
+		if best < n-1 {
+			s[best].rank, s[best].nid = t.merges.get(s[best].id, s[best+1].id)
+		} else {
+			s[best].rank = noRank
+		}
+		if best > 0 {
+			s[best-1].rank, s[best-1].nid = t.merges.get(s[best-1].id, s[best].id)
+		}
+	}
+	for i := 0; i < n; i++ {
+		dst = append(dst, s[i].id)
+	}
+	return dst
+}
+
+// mergeHeap is HF's merge loop: a min-heap of candidate merges keyed by
+// (rank, position), stale entries skipped when popped.
+func (t *Tokenizer) mergeHeap(sc *scratch, dst []uint32, s []sym) []uint32 {
+	n := len(s)
+	h := sc.heap[:0]
+	for i := range s {
+		s[i].prev, s[i].next = int32(i-1), int32(i+1)
+	}
+	s[n-1].next = -1
+	for i := 0; i < n-1; i++ {
+		if r, id := t.merges.get(s[i].id, s[i+1].id); r != noRank {
+			h = heapPush(h, mergeItem{key: uint64(r)<<32 | uint64(i), nid: id})
+		}
+	}
+	for len(h) > 0 {
+		var top mergeItem
+		top, h = heapPop(h)
+		pos := int32(uint32(top.key))
+		cur := &s[pos]
+		if cur.prev == -2 || cur.next < 0 {
+			continue
+		}
+		nx := &s[cur.next]
+		if r, id := t.merges.get(cur.id, nx.id); r == noRank || id != top.nid {
+			continue
+		}
+		cur.id = top.nid
+		nx.prev = -2
+		cur.next = nx.next
+		if cur.next >= 0 {
+			s[cur.next].prev = pos
+		}
+		if cur.prev >= 0 {
+			if r, id := t.merges.get(s[cur.prev].id, cur.id); r != noRank {
+				h = heapPush(h, mergeItem{key: uint64(r)<<32 | uint64(uint32(cur.prev)), nid: id})
+			}
+		}
+		if cur.next >= 0 {
+			if r, id := t.merges.get(cur.id, s[cur.next].id); r != noRank {
+				h = heapPush(h, mergeItem{key: uint64(r)<<32 | uint64(uint32(pos)), nid: id})
+			}
+		}
+	}
+	sc.heap = h
+	for i := int32(0); i >= 0; i = s[i].next {
+		dst = append(dst, s[i].id)
+	}
+	return dst
+}
+
+func heapPush(h []mergeItem, x mergeItem) []mergeItem {
+	h = append(h, x)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].key <= h[i].key {
+			break
+		}
+		h[p], h[i] = h[i], h[p]
+		i = p
+	}
+	return h
+}
+
+func heapPop(h []mergeItem) (mergeItem, []mergeItem) {
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h[r].key < h[l].key {
+			m = r
+		}
+		if h[i].key <= h[m].key {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	return top, h
+}
+
+// The word cache: two-way set-associative, per scratch (so per goroutine at a time),
+// for the pieces of at most cacheKeyMax bytes whose ids fit an entry.
+const (
+	cacheBits   = 13
+	cacheSize   = 1 << cacheBits
+	cacheKeyMax = 14
+)
+
+// cacheEntry is 32 bytes: a set of two is one 64-byte cache line. The key
+// is the word's bytes in k0 (0-7) and k1 (8-13), its length in k1's byte 6;
+// byte 7 holds the number of ids (0: empty).
+type cacheEntry struct {
+	k0, k1 uint64
+	ids    [4]uint32
+}
+
+const nMask = 0xff << 56
+
+// cacheKey packs a word of at most cacheKeyMax bytes.
+func cacheKey(w []byte) (k0, k1 uint64) {
+	n := len(w)
+	k1 = uint64(n) << 48
+	if n >= 8 {
+		k0 = binary.LittleEndian.Uint64(w)
+		return k0, k1 | load(w[8:])
+	}
+	return load(w), k1
+}
+
+// load reads up to 7 bytes little-endian (overlapping loads: the bytes read
+// twice are the same).
+func load(b []byte) uint64 {
+	switch n := len(b); {
+	case n >= 4:
+		return uint64(binary.LittleEndian.Uint32(b)) | uint64(binary.LittleEndian.Uint32(b[n-4:]))<<(8*(n-4))
+	case n > 0:
+		return uint64(b[0]) | uint64(b[n/2])<<(8*(n/2)) | uint64(b[n-1])<<(8*(n-1))
+	}
+	return 0
+}
+
+// cacheSlot hashes a key to its set.
+func cacheSlot(k0, k1 uint64) int {
+	h := (k0*0x9E3779B97F4A7C15 ^ k1) * 0xc4ceb9fe1a85ec53
+	return int(h>>40) & (cacheSize/2 - 1)
+}

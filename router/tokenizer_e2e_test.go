@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvroute/kvroute/wire/chattmpl"
 	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/tokenizer"
+	"github.com/valyala/fastjson"
 )
 
 // realTokenizer loads out/tokenizers/NAME (make tokenizers); absent, the test
@@ -42,6 +45,24 @@ func realTokenizer(t *testing.T, name string) *tokenizer.Tokenizer {
 		t.Fatal(err)
 	}
 	return tk
+}
+
+// realChatTemplate loads the chat template of out/tokenizers/NAME (fetched
+// with its tokenizer: call realTokenizer first).
+func realChatTemplate(t *testing.T, name string) *chattmpl.Template {
+	t.Helper()
+	dir, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		dir = filepath.Dir(dir)
+	}
+	tmpl, err := chattmpl.Load(filepath.Join(dir, "out", "tokenizers", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
 }
 
 type usageDoc struct {
@@ -83,6 +104,7 @@ var sharedPrefix = strings.Repeat("KV-cache-aware routing sends a request to the
 // because it gets ids.
 func TestRealTokenizerPrefixRouting(t *testing.T) {
 	qwen := realTokenizer(t, "qwen3")
+	qwenChat := realChatTemplate(t, "qwen3")
 	for _, c := range []struct {
 		name string
 		o    envOptions
@@ -91,6 +113,9 @@ func TestRealTokenizerPrefixRouting(t *testing.T) {
 		{"same", envOptions{tokenizer: qwen, fleetTokenizer: qwen}, true},
 		{"per-model", envOptions{modelTokenizers: map[string]openai.Tokenizer{"mock": qwen}, fleetTokenizer: qwen}, true},
 		{"forward-token-ids", envOptions{tokenizer: qwen, forwardIDs: true}, false},
+		// Qwen3's own chat template in the router and the fleet, as serve
+		// --tokenizer out/tokenizers/qwen3 (and kvroute mock the same) runs.
+		{"chat-template", envOptions{tokenizer: qwen, fleetTokenizer: qwen, chatTemplate: qwenChat}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := startEnv(t, c.o)
@@ -120,6 +145,15 @@ func TestRealTokenizerPrefixRouting(t *testing.T) {
 			}
 			w3, _, _ := e.post("/v1/chat/completions", chat("Who are you?"))
 			rendered := openai.RenderChat(nil, []string{"system", "user"}, []string{sharedPrefix, "Who are you?"})
+			if c.o.chatTemplate != nil {
+				var err error
+				if rendered, err = c.o.chatTemplate.RenderRequest(nil, fastjson.MustParse(chat("Who are you?"))); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Contains(rendered, []byte("<|im_start|>system")) {
+					t.Fatalf("Qwen3's template rendered %q", rendered)
+				}
+			}
 			ctoks := qwen.Encode(nil, rendered)
 			e.indexed(ctoks, len(ctoks)/testBlockSize)
 			w4, blocks, u4 := e.post("/v1/chat/completions", chat("And what do you cache?"))

@@ -14,6 +14,8 @@ import (
 //	runs        the Tree as shipped (canonical runs of blocks)
 //	block       the same Tree capped at one block per node (maxRun 1): the
 //	            simple one-block-per-node arena doc.go compares against
+//	tiered      the shipped Tree with a host tier (workload.tieredTree):
+//	            tier sets on every node, per-tier Match and removals
 //	flatmap     the naive baseline: map[sequence hash]worker bitmask, given
 //	            precomputed sequence hashes (which a real caller would have to
 //	            compute: ≈5 ns a block, not counted)
@@ -23,6 +25,7 @@ var bench struct {
 	wl     *workload
 	runs   *Tree
 	block  *Tree
+	tiered *Tree
 	flat   *flatIndex
 	sched  *schedule
 	layout []string
@@ -33,6 +36,7 @@ func benchSetup(b *testing.B) {
 		bench.wl = newWorkload(benchParams, 1)
 		bench.runs = bench.wl.tree(b, 0)
 		bench.block = bench.wl.tree(b, 1)
+		bench.tiered = bench.wl.tieredTree(b)
 		bench.flat = bench.wl.flat()
 		bench.sched = bench.wl.schedule()
 	})
@@ -125,7 +129,7 @@ func BenchmarkMatch(b *testing.B) {
 	for _, layout := range []struct {
 		name string
 		tr   *Tree
-	}{{"runs", bench.runs}, {"block", bench.block}} {
+	}{{"runs", bench.runs}, {"block", bench.block}, {"tiered", bench.tiered}} {
 		b.Run(layout.name, func(b *testing.B) {
 			dst := make([]Overlap, 0, 64)
 			i := 0
@@ -158,9 +162,13 @@ func BenchmarkApply(b *testing.B) {
 	for _, layout := range []struct {
 		name   string
 		maxRun int
-	}{{"runs", 0}, {"block", 1}} {
+		tiered bool
+	}{{"runs", 0, false}, {"block", 1, false}, {"tiered", 0, true}} {
 		b.Run(layout.name, func(b *testing.B) {
 			tr := bench.wl.tree(b, layout.maxRun) // fresh: the schedule mutates it
+			if layout.tiered {
+				tr = bench.wl.tieredTree(b)
+			}
 			for i := range sc.warm {
 				if _, err := tr.Apply(&sc.warm[i]); err != nil {
 					b.Fatal(err)
@@ -222,13 +230,20 @@ func BenchmarkBuild(b *testing.B) {
 	for _, layout := range []struct {
 		name   string
 		maxRun int
-	}{{"runs", 0}, {"block", 1}} {
+		tiered bool
+	}{{"runs", 0, false}, {"block", 1, false}, {"tiered", 0, true}} {
 		b.Run(layout.name, func(b *testing.B) {
-			heap, tr := heapGrowth(func() *Tree { return wl.tree(b, layout.maxRun) })
+			build := func() *Tree {
+				if layout.tiered {
+					return wl.tieredTree(b)
+				}
+				return wl.tree(b, layout.maxRun)
+			}
+			heap, tr := heapGrowth(build)
 			st := tr.Stats()
 			b.ReportAllocs()
 			for b.Loop() {
-				wl.tree(b, layout.maxRun)
+				build()
 			}
 			b.ReportMetric(float64(wl.blocks)*float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
 			b.ReportMetric(float64(st.Bytes)/float64(st.Entries), "B/entry")

@@ -312,7 +312,7 @@ func (s *sim) arrival(i int32) error {
 		s.radixOv = s.core.Match(s.radixOv[:0], w.Local(int(i)))
 		o := s.ovBatch[0][:0]
 		for _, r := range s.radixOv {
-			o = append(o, sched.Overlap{Worker: r.Worker, Device: r.Blocks, TreeSize: r.TreeSize})
+			o = append(o, sched.Overlap{Worker: r.Worker, Device: r.Blocks, Host: r.Host, Disk: r.Disk, TreeSize: r.TreeSize})
 		}
 		s.ovBatch[0] = o
 		ov = s.ovBatch[:]

@@ -89,8 +89,8 @@ func (m *model) apply(ev *wire.Event) (Result, error) {
 		}
 		m.gc(k)
 	case wire.KindRemoved:
-		// The named blocks held in the tier and everything below them lose
-		// the tier; a block left in no tier leaves with everything below it.
+		// The named blocks held in the tier lose it; one left in no tier
+		// leaves with everything below it.
 		tb := uint8(1) << ev.Tier
 		var named []string
 		seen := map[wire.EngineHash]bool{} // a hash named twice is unknown the second time
@@ -102,42 +102,34 @@ func (m *model) apply(ev *wire.Event) (Result, error) {
 				res.Unknown++
 			}
 		}
-		under := func(p string) bool {
-			for _, n := range named {
-				if strings.HasPrefix(p, n) {
-					return true
-				}
+		var roots []string
+		for _, p := range named {
+			if m.tier[k][p] == tb {
+				roots = append(roots, p)
 			}
-			return false
 		}
-		// gone: a prefix of p (or p) under a named block leaves the tree.
 		gone := func(p string) bool {
-			for l := 8; l <= len(p); l += 8 {
-				if q := p[:l]; m.tier[k][q] == tb && under(q) {
+			for _, r := range roots {
+				if strings.HasPrefix(p, r) {
 					return true
 				}
 			}
 			return false
 		}
-		var goneP, lose []string
-		for p := range m.held[k] {
-			switch {
-			case !under(p):
-			case gone(p):
-				goneP = append(goneP, p)
-			case m.tier[k][p]&tb != 0:
-				lose = append(lose, p)
+		for p, e := range m.held[k] {
+			if gone(p) {
+				delete(m.held[k], p)
+				delete(m.eng[k], e)
+				delete(m.tier[k], p)
+				res.Removed++
 			}
 		}
-		for _, p := range goneP {
-			delete(m.eng[k], m.held[k][p])
-			delete(m.held[k], p)
-			delete(m.tier[k], p)
+		for _, p := range named {
+			if _, ok := m.held[k][p]; ok {
+				m.tier[k][p] &^= tb
+				res.Removed++
+			}
 		}
-		for _, p := range lose {
-			m.tier[k][p] &^= tb
-		}
-		res.Removed += len(goneP) + len(lose)
 		m.gc(k)
 	case wire.KindCleared:
 		res.Removed = m.removeWorker(k.Worker)

@@ -45,9 +45,9 @@ type Overlap struct {
 //
 // Stored and Removed count blocks of the event's tier: a Stored block the
 // worker already held in that tier counts 0 (one it held in another tier
-// only counts 1), and a Removed block takes the worker's copy in that tier
-// of it and of every block it holds below it. Blocks left in no tier leave
-// the tree; they are counted in Removed whatever tier held them.
+// only counts 1), and a Removed block loses the worker's copy in that tier.
+// A block left in no tier leaves the tree with every block the worker holds
+// below it; those are counted in Removed whatever tier held them.
 type Result struct {
 	Stored    int // (block, worker) entries newly stored in the event's tier
 	Removed   int // (block, worker) entries removed from the event's tier, including descendants
@@ -106,10 +106,7 @@ type Tree struct {
 	stack     []uint32
 	doomed    []uint32
 	survivors []uint32
-	tstack    []uint32 // removeTier's
-	rmKeys    []rmKey
-	troots    []uint32
-	tsurv     []uint32
+	rmKeys    []rmKey // applyRemovedTiered's
 }
 
 // slotRec is one worker key's dense slot: its engine-hash table, whose count
@@ -517,9 +514,10 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 }
 
 // applyRemovedTiered is applyRemoved in a tree with tier sets: each named
-// block that slot s holds in tier tb loses that tier, with everything s
-// holds below it; blocks left in no tier leave the tree with their
-// subtrees. Named hashes not held in tb are Unknown (a host copy removed
+// block that slot s holds in tier tb loses that tier (its other tiers and
+// the blocks below it keep theirs: a host may hold a block without its
+// parent); a block left in no tier leaves the tree with everything s holds
+// below it. Named hashes not held in tb are Unknown (a host copy removed
 // while the device copy stays is a no-op for the device).
 func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 	var res Result
@@ -539,8 +537,8 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 		}
 		keys = append(keys, rmKey{depth: depth, node: x, off: t.blocks[id].off, id: id})
 	}
-	// Ancestors first (a descendant's tier taken first would be counted again
-	// when its ancestor's subtree leaves), shallowest offset first in a run.
+	// Ancestors first (a subtree that leaves takes the named blocks below
+	// it), in run order, so consecutive named blocks of a run go together.
 	slices.SortFunc(keys, func(a, b rmKey) int {
 		return cmp.Or(cmp.Compare(a.depth, b.depth), cmp.Compare(a.node, b.node), cmp.Compare(a.off, b.off))
 	})
@@ -549,14 +547,33 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 	res.Unknown += n - len(keys)
 	t.rmKeys = keys
 	left := 0
-	for _, k := range keys {
-		b := t.blocks[k.id]
+	for i := 0; i < len(keys); {
+		b := t.blocks[keys[i].id]
 		if b.off == freeOff || t.maskOf(b.node, s)&tb == 0 {
-			continue // taken already, under an ancestor named earlier
+			i++ // gone already, under an ancestor that left
+			continue
 		}
-		r, l := t.removeTier(s, b.node, b.off, tb)
-		res.Removed += r
-		left += l
+		x, a := b.node, b.off
+		if t.maskOf(x, s) == tb {
+			// In no other tier: the block leaves, with the rest of the run
+			// and everything below.
+			r := t.removeFrom(s, x, a)
+			res.Removed += r
+			left += r
+			i++
+			continue
+		}
+		// The named blocks that follow it in the run lose the tier with it.
+		e := a + 1
+		for i++; i < len(keys); i++ {
+			nb := t.blocks[keys[i].id]
+			if nb.off != e || nb.node != x {
+				break
+			}
+			e++
+		}
+		t.clearTier(s, x, a, e, tb)
+		res.Removed += int(e - a)
 	}
 	if left > 0 {
 		gone := 0
@@ -579,49 +596,18 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 // rmKey orders a tiered removal's named blocks.
 type rmKey struct{ depth, node, off, id uint32 }
 
-// removeTier takes tier tb from slot s at block off of x and at everything s
-// holds below it; nodes left in no tier leave with their subtrees. It
-// returns the entries taken from tb plus those that left (removed) and the
-// entries that left the tree (left).
-func (t *Tree) removeTier(s, x, off uint32, tb uint8) (removed, left int) {
-	if off > 0 {
-		x = t.split(x, off)
+// clearTier takes tier tb from slot s's blocks a..e-1 of x, which s also
+// holds in another tier, and restores canonical form.
+func (t *Tree) clearTier(s, x, a, e uint32, tb uint8) {
+	if a > 0 {
+		x = t.split(x, a)
 	}
-	p := t.nodes[x].parent
-	stack := append(t.tstack[:0], x)
-	roots, surv := t.troots[:0], t.tsurv[:0]
-	for len(stack) > 0 {
-		z := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		m := t.maskOf(z, s)
-		if m == tb {
-			roots = append(roots, z) // leaves the tree, with its subtree
-			continue
-		}
-		if m&tb != 0 {
-			t.setTiers(z, s, m&^tb)
-			removed += int(t.nodes[z].n)
-		}
-		surv = append(surv, z)
-		for c := t.nodes[z].first; c != 0; c = t.nodes[c].next {
-			if t.has(c, s) {
-				stack = append(stack, c)
-			}
-		}
+	if e-a < t.nodes[x].n {
+		t.split(x, e-a)
 	}
-	// A root's parent keeps s in another tier, so no merge below can fold a
-	// root away before its turn.
-	for _, r := range roots {
-		left += t.removeSubtree(s, r)
-	}
-	for _, z := range surv {
-		if t.nodes[z].live {
-			t.tryMerge(z)
-		}
-	}
-	t.tryMerge(p)
-	t.tstack, t.troots, t.tsurv = stack, roots, surv
-	return removed + left, left
+	t.setTiers(x, s, t.maskOf(x, s)&^tb)
+	t.tryMerge(x)
+	t.tryMerge(t.nodes[x].parent)
 }
 
 // sweep deletes slot s's table entries for blocks it no longer holds.
@@ -932,7 +918,7 @@ func (t *Tree) bytes() int64 {
 		b += t.slots[i].eng.bytes()
 	}
 	b += int64(len(t.slotOf)) * slotMapEntryBytes
-	b += int64(cap(t.ids)+cap(t.stack)+cap(t.doomed)+cap(t.survivors)+cap(t.tstack)+cap(t.troots)+cap(t.tsurv)+4*cap(t.rmKeys)) * 4
+	b += int64(cap(t.ids)+cap(t.stack)+cap(t.doomed)+cap(t.survivors)+4*cap(t.rmKeys)) * 4
 	b += int64(cap(t.tiers)+cap(t.act)) * 8
 	return b
 }

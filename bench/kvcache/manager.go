@@ -124,11 +124,11 @@ type Manager struct {
 	spare  []uint32 // indices of unused seqs entries
 	plan   []plan
 
-	events []wire.Event
-	spans  []span // Blocks of events[i] is arena[spans[i]]
-	arena  []wire.Block
-	nextID uint64
-	open   int // index of the event being built, -1 if none
+	events    []wire.Event
+	spans     []span // Blocks of events[i] is arena[spans[i]]
+	arena     []wire.Block
+	nextID    uint64
+	open      int   // index of the event being built, -1 if none
 	host      *host // nil without a host tier
 	hostStats HostStats
 

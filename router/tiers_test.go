@@ -174,3 +174,60 @@ func TestTierEventsThroughServe(t *testing.T) {
 		t.Errorf("routed to %d, want w2 (its host tier holds the prefix)", d.WorkerID)
 	}
 }
+
+// TestHostTierFleet: a simulated fleet with a host tier behind small GPU
+// caches. A prompt served once and then pushed off its worker's GPU by
+// other prompts is offloaded to that worker's host memory: /route explain
+// shows it as host overlap (device 0), and the request goes back there.
+func TestHostTierFleet(t *testing.T) {
+	for _, transport := range []string{plane.TransportDynamo, plane.TransportZMQ} {
+		t.Run(transport, func(t *testing.T) {
+			e := startEnv(t, envOptions{workers: 2, kvBlocks: 64, hostKV: 2048, transport: transport})
+			if transport == plane.TransportZMQ {
+				for _, w := range e.fleet.Workers() {
+					name := fmt.Sprintf(`kvroute_ingest_zmq_connected{worker="%d",dp_rank="0"}`, w.ID())
+					waitFor(t, name, func() bool { return e.metric(name) == 1 })
+				}
+			}
+			const n = 40 // blocks of the prompt: two such prompts do not fit one GPU
+			first := tokens(1, 0, n*testBlockSize, 0)
+			w, _ := e.complete(first, 1)
+			e.indexed(first, n)
+			hashes := wire.LocalHashes(nil, first, testBlockSize, wire.Seed)
+			onGPU := func() bool {
+				for _, b := range e.fleet.Worker(w).Held(nil) {
+					if b.Local == hashes[0] {
+						return true
+					}
+				}
+				return false
+			}
+			// Other prompts until w's GPU no longer holds the first one.
+			for f := 2; onGPU(); f++ {
+				if f > 40 {
+					t.Fatal("the first prompt never left its worker's GPU")
+				}
+				e.complete(tokens(f, 0, n*testBlockSize, 0), 1)
+			}
+			waitFor(t, "the first prompt indexed on the host", func() bool {
+				ovs, err := e.svc.Index.Match(nil, hashes)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range ovs {
+					if o.Worker.Worker == w && o.Blocks == 0 && int(o.Host) == n {
+						return true
+					}
+				}
+				return false
+			})
+			d := e.explain(t, append(first, 5, 5, 5), "back")
+			if dev, host, _ := d.candidate(t, w); dev != 0 || host != n {
+				t.Errorf("worker %d: device %d host %d, want 0 and %d", w, dev, host, n)
+			}
+			if d.WorkerID != w {
+				t.Errorf("routed to %d, want %d (its host memory holds the prompt)", d.WorkerID, w)
+			}
+		})
+	}
+}

@@ -67,6 +67,14 @@
 // blocks ancestors first (depth, then run order) and take a tier from each
 // run of consecutive named blocks with at most two splits.
 //
+// Cost, measured on the shared 2-vCPU machine (benchstat, 6 interleaved
+// runs of the binaries before and after tiers): Apply on a device-only tree
+// unchanged (4.09 vs 4.33 µs per op, p = 1.0); Match of 512 blocks on a
+// device-only tree 0.45 → 0.61–0.67 µs (+30–49%, p = 0.04): Overlap grew
+// from 24 to 32 bytes (removing the dispatch to the tiered path measured no
+// difference), still within issue 2's 2 µs. On the tiered tree Match takes
+// 1.1 µs and Apply 6.9 µs per op (the same schedule).
+//
 // # Layout
 //
 // Everything lives in typed slices of pointer-free structs linked by uint32

@@ -96,6 +96,29 @@ func TestAllocsMatch(t *testing.T) {
 	}
 }
 
+// TestAllocsMatchTiered: Match in a tree with a host tier (per-tier
+// overlaps) allocates nothing either, and does report host overlaps.
+func TestAllocsMatchTiered(t *testing.T) {
+	skipUnderInvariants(t)
+	wl := newWorkload(smallParams, 5)
+	tr := wl.tieredTree(t)
+	dst := make([]Overlap, 0, len(wl.keys))
+	i, host := 0, 0
+	allocs := testing.AllocsPerRun(len(wl.reqs), func() {
+		dst = tr.Match(dst[:0], wl.reqs[i%len(wl.reqs)])
+		for _, o := range dst {
+			host += int(o.Host)
+		}
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("tiered Match: %v allocs, want 0", allocs)
+	}
+	if host == 0 {
+		t.Fatal("no request matched a host block")
+	}
+}
+
 // TestHeapMatchesStats: Stats().Bytes accounts for the heap the tree really
 // holds (runtime.MemStats growth while building it), and removing every
 // worker gives that heap back. Not under -race, whose shadow memory and

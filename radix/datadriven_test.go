@@ -14,8 +14,8 @@ import (
 
 // TestScripts runs testdata/*.txt. Commands:
 //
-//	store w=1 [dp=0] [parent=e1] blocks=(e2:h2,e3:h3)
-//	remove w=1 [dp=0] blocks=(e2,e3)
+//	store w=1 [dp=0] [tier=host] [parent=e1] blocks=(e2:h2,e3:h3)
+//	remove w=1 [dp=0] [tier=host] blocks=(e2,e3)
 //	clear w=1
 //	remove-worker w=1
 //	remove-dp w=1 dp=0
@@ -49,9 +49,23 @@ func runCmd(t *testing.T, tr *Tree, d *datadriven.TestData) string {
 		}
 		return k
 	}
+	tier := func() wire.Tier {
+		if !d.HasArg("tier") {
+			return wire.TierDevice
+		}
+		var name string
+		d.ScanArgs(t, "tier", &name)
+		for k := range wire.Tier(numTiers) {
+			if k.String() == name {
+				return k
+			}
+		}
+		t.Fatalf("%s: unknown tier %q", d.Pos, name)
+		return 0
+	}
 	switch d.Cmd {
 	case "store":
-		ev := wire.Event{Worker: key(), Kind: wire.KindStored}
+		ev := wire.Event{Worker: key(), Kind: wire.KindStored, Tier: tier()}
 		if d.HasArg("parent") {
 			var p string
 			d.ScanArgs(t, "parent", &p)
@@ -70,7 +84,7 @@ func runCmd(t *testing.T, tr *Tree, d *datadriven.TestData) string {
 		}
 		return fmtResult(tr.Apply(&ev))
 	case "remove":
-		ev := wire.Event{Worker: key(), Kind: wire.KindRemoved}
+		ev := wire.Event{Worker: key(), Kind: wire.KindRemoved, Tier: tier()}
 		arg, _ := d.Arg("blocks")
 		for _, v := range arg.Vals {
 			ev.Blocks = append(ev.Blocks, wire.Block{Engine: wire.EngineHash(parseHash(t, v, 'e'))})
@@ -162,7 +176,11 @@ func fmtOverlaps(o []Overlap) string {
 	}
 	var b strings.Builder
 	for _, v := range sortOverlaps(o) {
-		fmt.Fprintf(&b, "%s: blocks=%d size=%d\n", keyString(v.Worker), v.Blocks, v.TreeSize)
+		fmt.Fprintf(&b, "%s: blocks=%d", keyString(v.Worker), v.Blocks)
+		if v.Host != 0 || v.Disk != 0 {
+			fmt.Fprintf(&b, " host=%d disk=%d", v.Host, v.Disk)
+		}
+		fmt.Fprintf(&b, " size=%d\n", v.TreeSize)
 	}
 	return b.String()
 }
@@ -170,6 +188,9 @@ func fmtOverlaps(o []Overlap) string {
 func fmtEvent(ev wire.Event) string {
 	var b strings.Builder
 	b.WriteString(keyString(ev.Worker))
+	if ev.Tier != wire.TierDevice {
+		fmt.Fprintf(&b, " tier=%v", ev.Tier)
+	}
 	if ev.HasParent {
 		fmt.Fprintf(&b, " parent=e%d", ev.Parent)
 	}
@@ -208,9 +229,11 @@ func treeString(tr *Tree) string {
 				fmt.Fprintf(&b, "h%d", h)
 			}
 			var ks []wire.WorkerKey
+			masks := map[wire.WorkerKey]uint8{}
 			for s := range tr.slots {
 				if tr.slots[s].live && tr.has(c, uint32(s)) {
 					ks = append(ks, tr.slots[s].key)
+					masks[tr.slots[s].key] = tr.maskOf(c, uint32(s))
 				}
 			}
 			slices.SortFunc(ks, cmpKey)
@@ -220,6 +243,9 @@ func treeString(tr *Tree) string {
 					b.WriteByte(' ')
 				}
 				b.WriteString(keyString(k))
+				if m := masks[k]; m != devBit {
+					b.WriteString(tierString(m))
+				}
 			}
 			b.WriteString("}\n")
 			walk(c, depth+1)
@@ -230,4 +256,15 @@ func treeString(tr *Tree) string {
 		return "empty"
 	}
 	return b.String()
+}
+
+// tierString writes a tier mask as [device+host].
+func tierString(m uint8) string {
+	var ts []string
+	for k := range wire.Tier(numTiers) {
+		if m&tierBit(k) != 0 {
+			ts = append(ts, k.String())
+		}
+	}
+	return "[" + strings.Join(ts, "+") + "]"
 }

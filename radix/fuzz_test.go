@@ -10,13 +10,16 @@ import (
 // against the naive model (results, sizes, matches, invariants) after every
 // event. Each op takes 4 bytes plus up to 7 block bytes:
 //
-//	b0: op (store, remove, clear, remove-dp, remove-worker) and a conflict bit
+//	b0: op (store, remove, clear, remove-dp, remove-worker), a conflict bit
+//	    (bit 3) and the tier of a store or removal (bits 4-5)
 //	b1: worker key (4 keys), b2: parent / removal choice, b3: block count
 func FuzzModel(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 3, 1, 2, 3, 0, 1, 0, 2, 1, 2})
 	f.Add([]byte{0, 0, 0, 4, 1, 1, 1, 1, 0, 1, 0, 4, 1, 1, 2, 2, 1, 0, 1, 0, 3, 0, 0, 0})
 	f.Add([]byte{0, 2, 0, 5, 3, 1, 2, 1, 3, 0, 3, 0, 2, 1, 2, 2, 0, 9, 1, 1, 4, 0, 0, 0})
 	f.Add([]byte{8, 1, 0, 2, 1, 1, 0, 1, 1, 3, 1, 2, 0, 1, 0, 0, 0, 0})
+	f.Add([]byte{0, 0, 0, 3, 1, 2, 3, 16, 0, 0, 3, 1, 2, 3, 0, 0, 1, 1, 2, 19, 0, 0, 1, 3, 0, 1, 0, 0}) // host copies, a host removal
+	f.Add([]byte{16, 0, 0, 2, 1, 2, 0, 0, 1, 2, 3, 35, 0, 1, 1, 3, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		keys := []wire.WorkerKey{{Worker: 1}, {Worker: 1, Dp: 1}, {Worker: 2}, {Worker: 3}}
 		tr, m := New(), newModel()
@@ -27,7 +30,7 @@ func FuzzModel(f *testing.F) {
 			var ev wire.Event
 			switch op % 8 {
 			case 0, 1, 2: // store
-				ev = wire.Event{Worker: k, Kind: wire.KindStored}
+				ev = wire.Event{Worker: k, Kind: wire.KindStored, Tier: wire.Tier(op >> 4 & 3)}
 				path := ""
 				if choice%4 != 0 && len(paths) > 0 {
 					path = paths[choice%len(paths)]
@@ -46,7 +49,7 @@ func FuzzModel(f *testing.F) {
 					ev.Blocks = append(ev.Blocks, wire.Block{Engine: e, Local: h})
 				}
 			case 3, 4, 5: // remove
-				ev = wire.Event{Worker: k, Kind: wire.KindRemoved}
+				ev = wire.Event{Worker: k, Kind: wire.KindRemoved, Tier: wire.Tier(op >> 4 & 3)}
 				for i := range n % 3 {
 					if len(paths) == 0 {
 						ev.Blocks = append(ev.Blocks, wire.Block{Engine: 4})

@@ -19,6 +19,9 @@ func (t *Tree) CheckInvariants() error {
 	if len(t.sets) != len(t.nodes)*t.w {
 		return fmt.Errorf("sets has %d words for %d nodes × %d", len(t.sets), len(t.nodes), t.w)
 	}
+	if t.tiers != nil && (len(t.tiers) != len(t.nodes)*numTiers*t.w || len(t.act) != 3*t.w) {
+		return fmt.Errorf("tiers has %d words, act %d, for %d nodes × %d", len(t.tiers), len(t.act), len(t.nodes), t.w)
+	}
 	if t.nodes[0].live || !t.nodes[rootID].live || t.nodes[rootID].n != 0 || t.nodes[rootID].parent != 0 {
 		return fmt.Errorf("nil or root node malformed: %+v %+v", t.nodes[0], t.nodes[rootID])
 	}
@@ -185,6 +188,18 @@ func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[
 	}
 	if t.emptySet(x) {
 		return fmt.Errorf("node %d has no workers", x)
+	}
+	if t.tiers != nil {
+		set := t.setOf(x)
+		for i := range set {
+			var union uint64
+			for k := range numTiers {
+				union |= t.tierSet(x, k)[i]
+			}
+			if union != set[i] {
+				return fmt.Errorf("node %d: tier sets' union %#x, set %#x (word %d)", x, union, set[i], i)
+			}
+		}
 	}
 	for wi, w := range t.setOf(x) {
 		for ; w != 0; w &= w - 1 {

@@ -35,13 +35,16 @@ func testSeed(t *testing.T) uint64 {
 
 // model is the naive reference: per worker key, the set of local-hash paths
 // it holds (path → engine hash) and the reverse map.
+// tier holds each held path's tier mask (bit k = wire.Tier k).
 type model struct {
 	held map[wire.WorkerKey]map[string]wire.EngineHash
 	eng  map[wire.WorkerKey]map[wire.EngineHash]string
+	tier map[wire.WorkerKey]map[string]uint8
 }
 
 func newModel() *model {
-	return &model{held: map[wire.WorkerKey]map[string]wire.EngineHash{}, eng: map[wire.WorkerKey]map[wire.EngineHash]string{}}
+	return &model{held: map[wire.WorkerKey]map[string]wire.EngineHash{}, eng: map[wire.WorkerKey]map[wire.EngineHash]string{},
+		tier: map[wire.WorkerKey]map[string]uint8{}}
 }
 
 func pathAppend(p string, h wire.BlockHash) string {
@@ -62,13 +65,18 @@ func (m *model) apply(ev *wire.Event) (Result, error) {
 			path = p
 		}
 		if m.held[k] == nil {
-			m.held[k], m.eng[k] = map[string]wire.EngineHash{}, map[wire.EngineHash]string{}
+			m.held[k], m.eng[k], m.tier[k] = map[string]wire.EngineHash{}, map[wire.EngineHash]string{}, map[string]uint8{}
 		}
+		tb := uint8(1) << ev.Tier
 		for i, b := range ev.Blocks {
 			path = pathAppend(path, b.Local)
 			e, holds := m.held[k][path]
 			_, engHeld := m.eng[k][b.Engine]
 			if holds && e == b.Engine {
+				if m.tier[k][path]&tb == 0 {
+					m.tier[k][path] |= tb
+					res.Stored++
+				}
 				continue
 			}
 			if holds || engHeld {
@@ -76,28 +84,50 @@ func (m *model) apply(ev *wire.Event) (Result, error) {
 				m.gc(k)
 				return res, ErrConflict
 			}
-			m.held[k][path], m.eng[k][b.Engine] = b.Engine, path
+			m.held[k][path], m.eng[k][b.Engine], m.tier[k][path] = b.Engine, path, tb
 			res.Stored++
 		}
 		m.gc(k)
 	case wire.KindRemoved:
+		// The named blocks held in the tier lose it; one left in no tier
+		// leaves with everything below it.
+		tb := uint8(1) << ev.Tier
 		var named []string
+		seen := map[wire.EngineHash]bool{} // a hash named twice is unknown the second time
 		for _, b := range ev.Blocks {
-			if p, ok := m.eng[k][b.Engine]; ok {
-				delete(m.eng[k], b.Engine)
+			if p, ok := m.eng[k][b.Engine]; ok && m.tier[k][p]&tb != 0 && !seen[b.Engine] {
+				seen[b.Engine] = true
 				named = append(named, p)
 			} else {
 				res.Unknown++
 			}
 		}
-		for p, e := range m.held[k] {
-			for _, n := range named {
-				if strings.HasPrefix(p, n) {
-					delete(m.held[k], p)
-					delete(m.eng[k], e)
-					res.Removed++
-					break
+		var roots []string
+		for _, p := range named {
+			if m.tier[k][p] == tb {
+				roots = append(roots, p)
+			}
+		}
+		gone := func(p string) bool {
+			for _, r := range roots {
+				if strings.HasPrefix(p, r) {
+					return true
 				}
+			}
+			return false
+		}
+		for p, e := range m.held[k] {
+			if gone(p) {
+				delete(m.held[k], p)
+				delete(m.eng[k], e)
+				delete(m.tier[k], p)
+				res.Removed++
+			}
+		}
+		for _, p := range named {
+			if _, ok := m.held[k][p]; ok {
+				m.tier[k][p] &^= tb
+				res.Removed++
 			}
 		}
 		m.gc(k)
@@ -113,6 +143,7 @@ func (m *model) gc(k wire.WorkerKey) {
 	if len(m.held[k]) == 0 {
 		delete(m.held, k)
 		delete(m.eng, k)
+		delete(m.tier, k)
 	}
 }
 
@@ -120,6 +151,7 @@ func (m *model) removeKey(k wire.WorkerKey) int {
 	n := len(m.held[k])
 	delete(m.held, k)
 	delete(m.eng, k)
+	delete(m.tier, k)
 	return n
 }
 
@@ -135,17 +167,28 @@ func (m *model) removeWorker(w uint64) int {
 
 func (m *model) match(hs []wire.BlockHash) []Overlap {
 	var out []Overlap
+	const dev, host = 1 << wire.TierDevice, 1 << wire.TierHost
 	for k, held := range m.held {
-		d, path := 0, ""
-		for d < len(hs) {
-			path = pathAppend(path, hs[d])
-			if _, ok := held[path]; !ok {
+		// Depths of the prefix held on the device, on the device or host,
+		// and in any tier.
+		var lv [3]uint32
+		open := [3]bool{true, true, true}
+		path := ""
+		for _, h := range hs {
+			if !open[2] {
 				break
 			}
-			d++
+			path = pathAppend(path, h)
+			_, ok := held[path]
+			tm := m.tier[k][path]
+			for i, in := range [3]bool{ok && tm&dev != 0, ok && tm&(dev|host) != 0, ok} {
+				if open[i] = open[i] && in; open[i] {
+					lv[i]++
+				}
+			}
 		}
-		if d > 0 {
-			out = append(out, Overlap{Worker: k, Blocks: uint32(d), TreeSize: uint32(len(held))})
+		if lv[2] > 0 {
+			out = append(out, Overlap{Worker: k, Blocks: lv[0], Host: lv[1] - lv[0], Disk: lv[2] - lv[1], TreeSize: uint32(len(held))})
 		}
 	}
 	return sortOverlaps(out)
@@ -189,6 +232,7 @@ type gen struct {
 	maxLen  int
 	remove  int // percent of events that are Removed
 	leafPct int // percent of removals that name a leaf
+	tierPct int // percent of Stored and Removed events outside the device tier
 }
 
 // leafPaths returns the paths of sorted that no other path extends.
@@ -221,6 +265,17 @@ func engineFor(k wire.WorkerKey, path string) wire.EngineHash {
 }
 
 func (g *gen) next() wire.Event {
+	ev := g.event()
+	if (ev.Kind == wire.KindStored || ev.Kind == wire.KindRemoved) && g.r.IntN(100) < g.tierPct {
+		ev.Tier = wire.Tier(1 + g.r.IntN(3))
+		if g.r.IntN(2) == 0 {
+			ev.Tier = wire.TierHost // the common case: host memory behind the GPU
+		}
+	}
+	return ev
+}
+
+func (g *gen) event() wire.Event {
 	k := g.keys[g.r.IntN(len(g.keys))]
 	paths := g.m.heldPaths(k)
 	store := 94 - g.remove
@@ -316,6 +371,10 @@ func applyBoth(t *testing.T, tr *Tree, m *model, ev *wire.Event) {
 	}
 	var got, want Result
 	var gerr, werr error
+	dbgBefore := ""
+	if os.Getenv("RADIX_DEBUG") != "" {
+		dbgBefore = treeString(tr)
+	}
 	switch ev.Kind {
 	case 100:
 		got.Removed, want.Removed = tr.RemoveDpRank(ev.Worker), m.removeKey(ev.Worker)
@@ -326,7 +385,7 @@ func applyBoth(t *testing.T, tr *Tree, m *model, ev *wire.Event) {
 		want, werr = m.apply(ev)
 	}
 	if got != want || !errors.Is(gerr, werr) || (gerr == nil) != (werr == nil) {
-		t.Fatalf("%s: tree %+v %v, model %+v %v", fmtEvent(*ev), got, gerr, want, werr)
+		t.Fatalf("%s tier %v: tree %+v %v, model %+v %v\n%s\nbefore:\n%s", fmtEvent(*ev), ev.Tier, got, gerr, want, werr, treeString(tr), dbgBefore)
 	}
 	lastTally.stored += got.Stored
 	lastTally.removed += got.Removed
@@ -399,6 +458,59 @@ func TestModel(t *testing.T) {
 	}
 }
 
+// TestModelTiers is TestModel with 40% of the Stored and Removed events in
+// the host, disk or external tier: per-tier stores and removals, blocks held
+// in several tiers, and Match's per-tier overlaps against the model.
+func TestModelTiers(t *testing.T) {
+	seed := testSeed(t)
+	steps := 3000
+	if testing.Short() {
+		steps = 1000
+	}
+	for round := range uint64(3) {
+		tr, m := New(), newModel()
+		g := newGen(seed+round, m)
+		g.tierPct = 40
+		if round == 1 {
+			g.alpha, g.maxLen, g.remove, g.leafPct = 8, 12, 30, 90
+		}
+		if round == 2 {
+			g.keys = g.keys[:0]
+			for w := uint64(1); w <= 40; w++ {
+				g.keys = append(g.keys, wire.WorkerKey{Worker: w}, wire.WorkerKey{Worker: w, Dp: 1})
+			}
+		}
+		lastTally = tally{}
+		host, split := 0, 0
+		for step := range steps {
+			ev := g.next()
+			applyBoth(t, tr, m, &ev)
+			every := 3
+			if round == 2 {
+				every = 50
+			}
+			if step%every == 0 || step == steps-1 {
+				probes := g.probes()
+				compareTree(t, tr, m, probes)
+				for _, hs := range probes {
+					for _, o := range tr.Match(nil, hs) {
+						if o.Host > 0 {
+							host++
+						}
+						if o.Host > 0 && o.Blocks > 0 {
+							split++
+						}
+					}
+				}
+			}
+		}
+		t.Logf("round %d: final %+v, outcomes %+v, host overlaps %d (%d after a device prefix)", round, tr.Stats(), lastTally, host, split)
+		if host == 0 || split == 0 || lastTally.deep == 0 || lastTally.unknown == 0 {
+			t.Errorf("round %d did not exercise tiered matches: host %d split %d %+v", round, host, split, lastTally)
+		}
+	}
+}
+
 // TestDumpRebuild dumps random trees, applies the dump to an empty tree and
 // compares structure, sizes and matches.
 func TestDumpRebuild(t *testing.T) {
@@ -407,6 +519,9 @@ func TestDumpRebuild(t *testing.T) {
 		tr, m := New(), newModel()
 		g := newGen(seed+round, m)
 		g.alpha = 2 + int(round%4)
+		if round%2 == 1 {
+			g.tierPct = 40 // Dump and rebuild tiers too
+		}
 		for range 300 {
 			ev := g.next()
 			applyBoth(t, tr, m, &ev)

@@ -74,6 +74,11 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 	for c := range numClasses {
 		cp.segs = append(cp.segs, segOf(&dst.runs.loc[c], t.runs.loc[c], 8), segOf(&dst.runs.ids[c], t.runs.ids[c], 4))
 	}
+	if t.tiers != nil {
+		dst.tiers = old.tiers
+		dst.act = make([]uint64, len(t.act))
+		cp.segs = append(cp.segs, segOf(&dst.tiers, t.tiers, 8))
+	}
 	for s := range t.slots {
 		src, d := &t.slots[s], &dst.slots[s]
 		d.key, d.live, d.eng.count = src.key, src.live, src.eng.count
@@ -123,7 +128,13 @@ const (
 	engLiteral = 0 // the run's engine hashes follow, 8 bytes each
 	engSeq     = 1 // engine hash = the block's sequence hash (approximate mode, Dynamo's convention)
 	engFirst   = 2 // the same engine hashes as the node's first worker (engines that hash content alike)
+	engModes   = 3 // the mode is the low 2 bits of the mode byte
 )
+
+// The mode byte's high bits hold the run's tier mask (bit k = wire.Tier k)
+// shifted by tierShift, 0 for device only, so content without tiers encodes
+// as before tiers existed.
+const tierShift = 2
 
 // Content limits a decoder enforces before allocating.
 const (
@@ -151,8 +162,9 @@ type ContentStats struct {
 //	root's child count
 //	N × node in preorder: child count, run length n, worker set (⌈W/8⌉
 //	    bytes, bit d = worker d), n × local hash (8 bytes LE)
-//	W × for each node holding worker d, in preorder: mode byte, and for
-//	    mode literal n × engine hash (8 bytes LE)
+//	W × for each node holding worker d, in preorder: mode byte (engine
+//	    mode in the low 2 bits, the tier mask above them, 0 = device only),
+//	    and for mode literal n × engine hash (8 bytes LE)
 //
 // Parents are implicit in preorder with child counts. Per-worker engine
 // hashes in block order, rather than per-block events, keep the structure
@@ -251,7 +263,11 @@ func (t *Tree) WriteContent(w io.Writer) (ContentStats, error) {
 			_, ids := t.runOf(x)
 			mode := t.engineMode(x, s, ids, engineOf, seqOf)
 			st.EngineModes[mode]++
-			e.byte(byte(mode))
+			tm := t.maskOf(x, s)
+			if tm == devBit {
+				tm = 0
+			}
+			e.byte(byte(mode) | tm<<tierShift)
 			if mode == engLiteral {
 				for _, id := range ids {
 					e.u64(uint64(engineOf[id]))
@@ -514,12 +530,16 @@ func ReadContent(r ContentReader) (*Tree, ContentStats, error) {
 			}
 			nd := nodes[x]
 			blks = blks[:0]
-			mode := d.readByte()
+			mb := d.readByte()
 			if d.err != nil {
 				return nil, st, d.err
 			}
-			if mode > engFirst || (mode == engFirst && first) {
-				d.fail("worker %d, node %d: bad engine mode %d", wi, x, mode)
+			mode, tm := mb&engModes, mb>>tierShift
+			if tm == 0 {
+				tm = devBit
+			}
+			if mode > engFirst || (mode == engFirst && first) || tm >= 1<<numTiers {
+				d.fail("worker %d, node %d: bad engine mode %d", wi, x, mb)
 				return nil, st, d.err
 			}
 			st.EngineModes[mode]++
@@ -545,10 +565,16 @@ func ReadContent(r ContentReader) (*Tree, ContentStats, error) {
 			if nd.parent >= 0 {
 				ev.HasParent, ev.Parent = true, lastEng[nd.parent]
 			}
-			res, err := t.Apply(&ev)
-			if err != nil || res.Stored != len(blks) {
-				d.fail("worker %d/%d, node %d: rebuilding stored %d of %d blocks: %v", k.Worker, k.Dp, x, res.Stored, len(blks), err)
-				return nil, st, d.err
+			for tier := range wire.Tier(numTiers) {
+				if tm&tierBit(tier) == 0 {
+					continue
+				}
+				ev.Tier = tier
+				res, err := t.Apply(&ev)
+				if err != nil || res.Stored != len(blks) {
+					d.fail("worker %d/%d, node %d, tier %v: rebuilding stored %d of %d blocks: %v", k.Worker, k.Dp, x, tier, res.Stored, len(blks), err)
+					return nil, st, d.err
+				}
 			}
 			entries += len(blks)
 			lastEng[x] = blks[len(blks)-1].Engine

@@ -72,6 +72,9 @@ func TestContentRoundTrip(t *testing.T) {
 		tr, m := New(), newModel()
 		g := newGen(seed+round, m)
 		g.alpha = 2 + int(round%4)
+		if round%2 == 1 {
+			g.tierPct = 40 // tier masks in the mode bytes
+		}
 		if round%5 == 4 { // > 64 worker keys: multi-word sets
 			g.keys = g.keys[:0]
 			for w := uint64(1); w <= 40; w++ {
@@ -151,6 +154,26 @@ func TestContentWorkload(t *testing.T) {
 	t.Logf("%+v: %d bytes raw, %.2f bytes per entry", st, size, float64(size)/float64(st.Entries))
 }
 
+// TestContentTiered round-trips the small fleet with a host tier, through
+// the content encoding and through the Copier.
+func TestContentTiered(t *testing.T) {
+	wl := newWorkload(smallParams, 1)
+	tr := wl.tieredTree(t)
+	re, st, size := roundTrip(t, tr)
+	assertSameTree(t, tr, re)
+	host := 0
+	for _, r := range wl.reqs {
+		for _, o := range re.Match(nil, r) {
+			host += int(o.Host)
+		}
+	}
+	if host == 0 {
+		t.Fatal("the decoded tree matches no host block")
+	}
+	assertSameTree(t, tr, tr.Clone())
+	t.Logf("%+v: %d bytes raw, %.2f bytes per entry", st, size, float64(size)/float64(st.Entries))
+}
+
 func TestReadContentCorrupt(t *testing.T) {
 	wl := newWorkload(smallParams, 1)
 	tr := wl.tree(t, 0)
@@ -206,7 +229,7 @@ func TestCopier(t *testing.T) {
 // valid tree that re-encodes to a tree with the same content.
 func FuzzReadContent(f *testing.F) {
 	for _, p := range []workloadParams{smallParams} {
-		tr := newWorkload(p, 1).tree(f, 0)
+		tr := newWorkload(p, 1).tieredTree(f)
 		var buf bytes.Buffer
 		bw := bufio.NewWriter(&buf)
 		tr.WriteContent(bw)

@@ -26,17 +26,32 @@ var (
 )
 
 // Overlap is one worker key's match against a request (a plain value).
+//
+// Blocks is the device-tier overlap: the leading blocks the worker key holds
+// on its device (GPU). Host is how many blocks further the prefix extends
+// when host copies count too (every block of it on the device or in host
+// memory), and Disk how many further still with the disk and external tiers
+// (the prefix held in any tier is Blocks + Host + Disk). A tree that has
+// only seen device-tier events reports Host = Disk = 0.
 type Overlap struct {
 	Worker   wire.WorkerKey
-	Blocks   uint32 // matched leading blocks
-	TreeSize uint32 // blocks this worker key holds in this tree
+	Blocks   uint32 // leading blocks held on the device
+	Host     uint32 // further leading blocks held on the device or the host
+	Disk     uint32 // further leading blocks held in any tier
+	TreeSize uint32 // blocks this worker key holds in this tree, in any tier
 }
 
 // Result counts what Apply did (a plain value).
+//
+// Stored and Removed count blocks of the event's tier: a Stored block the
+// worker already held in that tier counts 0 (one it held in another tier
+// only counts 1), and a Removed block loses the worker's copy in that tier.
+// A block left in no tier leaves the tree with every block the worker holds
+// below it; those are counted in Removed whatever tier held them.
 type Result struct {
-	Stored    int // (block, worker) entries newly stored; a block the worker already held counts 0
-	Removed   int // (block, worker) entries removed, including descendants of removed blocks
-	Unknown   int // removals of engine hashes the worker did not hold (the rest is applied)
+	Stored    int // (block, worker) entries newly stored in the event's tier
+	Removed   int // (block, worker) entries removed from the event's tier, including descendants
+	Unknown   int // removals of engine hashes the worker did not hold in the event's tier (the rest is applied)
 	Conflicts int // Stored blocks dropped by ErrConflict
 }
 
@@ -58,9 +73,13 @@ type Stats struct {
 // Match, Workers and Dump are the caller's dst, appended to; Tree keeps no
 // reference to them, and Dump's event Blocks are freshly allocated.
 type Tree struct {
-	nodes     []node
-	sets      []uint64 // worker set of node x: sets[x*w : (x+1)*w]
-	w         int      // words per worker set
+	nodes []node
+	sets  []uint64 // worker set of node x (held in any tier): sets[x*w : (x+1)*w]
+	w     int      // words per worker set
+	// tiers is nil until the first event of a tier other than the device;
+	// then numTiers sets per node (see tierSet).
+	tiers     []uint64
+	act       []uint64 // Match's per-level active sets when tiered (3 × w)
 	freeNode  uint32
 	liveNodes int // including the root
 
@@ -87,6 +106,7 @@ type Tree struct {
 	stack     []uint32
 	doomed    []uint32
 	survivors []uint32
+	rmKeys    []rmKey // applyRemovedTiered's
 }
 
 // slotRec is one worker key's dense slot: its engine-hash table, whose count
@@ -181,6 +201,10 @@ func (t *Tree) releaseSlot(s uint32) {
 // its set) or creates a new leaf for all remaining blocks.
 func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 	var res Result
+	tb := tierBit(ev.Tier)
+	if tb != devBit && t.tiers == nil && len(ev.Blocks) > 0 {
+		t.enableTiers()
+	}
 	s, known := t.slotOf[ev.Worker]
 	// Position: the worker holds block j of node x (x = root, j = -1: nothing).
 	x, j := rootID, -1
@@ -208,7 +232,8 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 			// Inside x's run: the worker holds the rest of it already.
 			loc, ids := t.runOf(x)
 			eng := &t.slots[s].eng
-			k := j + 1
+			a := j + 1
+			k := a
 			for k < n && len(blks) > 0 && loc[k] == blks[0].Local {
 				if eng.get(blks[0].Engine) != ids[k] {
 					conflict = true
@@ -216,6 +241,17 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 				}
 				k++
 				blks = blks[1:]
+			}
+			if k > a && t.tiers != nil && t.maskOf(x, s)&tb == 0 {
+				// Held in another tier: add this one to blocks a..k-1.
+				res.Stored += k - a
+				last := ids[k-1]
+				t.addTier(x, s, a, k, tb)
+				// The run may have merged with its neighbours: go on from
+				// the last block, wherever it is now.
+				b := t.blocks[last]
+				x, j = b.node, int(b.off)
+				continue
 			}
 			j = k - 1
 			if conflict || len(blks) == 0 {
@@ -235,19 +271,14 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 		c := t.child(x, blks[0].Local)
 		switch {
 		case c == 0:
-			stored := t.storeNew(x, s, blks)
+			stored := t.storeNew(x, s, blks, tb)
 			res.Stored += stored
 			blks = blks[stored:]
 			conflict = len(blks) > 0
 		case t.has(c, s):
-			if t.slots[s].eng.get(blks[0].Engine) != t.firstID(c) {
-				conflict = true
-				break
-			}
-			x, j = c, 0
-			blks = blks[1:]
+			x, j = c, -1 // the run loop above checks it (and adds the tier)
 		default:
-			k, last := t.join(x, c, s, blks)
+			k, last := t.join(x, c, s, blks, tb)
 			if k == 0 {
 				conflict = true
 				break
@@ -268,15 +299,26 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 	return res, nil
 }
 
-func (t *Tree) firstID(x uint32) uint32 {
-	nd := &t.nodes[x]
-	return t.runs.ids[nd.class][int(nd.run)<<nd.class]
+// addTier adds tier tb to slot s's blocks a..k-1 of x, which s holds in
+// other tiers only: it splits them off, marks them and restores canonical
+// form (the blocks may end up in another node; their ids stay).
+func (t *Tree) addTier(x, s uint32, a, k int, tb uint8) {
+	if a > 0 {
+		x = t.split(x, uint32(a))
+	}
+	if k-a < int(t.nodes[x].n) {
+		t.split(x, uint32(k-a))
+	}
+	t.setTiers(x, s, t.maskOf(x, s)|tb)
+	t.tryMerge(x)
+	t.tryMerge(t.nodes[x].parent)
 }
 
-// storeNew stores blks as a new leaf under x for slot s, or appends them to x
-// when x is a leaf held by s alone. It stops at the first engine hash s
-// already holds and returns how many blocks it stored.
-func (t *Tree) storeNew(x, s uint32, blks []wire.Block) int {
+// storeNew stores blks in tier tb as a new leaf under x for slot s, or
+// appends them to x when x is a leaf held by s alone in tier tb alone. It
+// stops at the first engine hash s already holds and returns how many blocks
+// it stored.
+func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 	eng := &t.slots[s].eng
 	t.sink += eng.touch(blks)
 	stored := 0
@@ -286,7 +328,7 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block) int {
 			break
 		}
 		y, room := x, len(rest)
-		if n := int(t.nodes[x].n); x != rootID && t.nodes[x].nchild == 0 && t.onlyMember(x, s) && (t.maxRun == 0 || n < t.maxRun) {
+		if n := int(t.nodes[x].n); x != rootID && t.nodes[x].nchild == 0 && t.onlyMember(x, s) && (t.maxRun == 0 || n < t.maxRun) && (t.tiers == nil || t.maskOf(x, s) == tb) {
 			if t.maxRun > 0 {
 				room = min(room, t.maxRun-n)
 			}
@@ -300,7 +342,7 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block) int {
 			k := t.runs.alloc(c)
 			nd := &t.nodes[y]
 			nd.class, nd.run, nd.head = c, k, rest[0].Local
-			t.setBit(y, s)
+			t.setBit(y, s, tb)
 			t.link(x, y)
 		}
 		base := int(t.nodes[y].n)
@@ -327,7 +369,7 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block) int {
 // join adds slot s to the leading blocks of child c of x that match blks,
 // splitting c where they stop matching. It returns how many blocks it joined
 // and the id of the last one (0, 0 if the first engine hash is already held).
-func (t *Tree) join(x, c, s uint32, blks []wire.Block) (int, uint32) {
+func (t *Tree) join(x, c, s uint32, blks []wire.Block, tb uint8) (int, uint32) {
 	eng := &t.slots[s].eng
 	loc, ids := t.runOf(c)
 	t.sink += eng.touch(blks[:min(len(blks), len(loc))])
@@ -345,7 +387,7 @@ func (t *Tree) join(x, c, s uint32, blks []wire.Block) (int, uint32) {
 	if k < len(loc) {
 		t.split(c, uint32(k))
 	}
-	t.setBit(c, s)
+	t.setBit(c, s, tb)
 	t.tryMerge(x)
 	return k, last
 }
@@ -370,7 +412,7 @@ func (t *Tree) split(x, j uint32) uint32 {
 	yn.head = yl[0]
 	t.adoptChildren(x, y)
 	t.nodes[x].n = j
-	copy(t.setOf(y), t.setOf(x))
+	t.copySet(y, x)
 	t.link(x, y)
 	t.shrinkRun(x)
 	return y
@@ -401,7 +443,7 @@ func (t *Tree) tryMerge(x uint32) {
 		t.unlink(c)
 		t.adoptChildren(c, x)
 		t.runs.release(t.nodes[c].class, t.nodes[c].run)
-		clear(t.setOf(c))
+		t.clearSet(c)
 		t.releaseNode(c)
 	}
 }
@@ -427,6 +469,14 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 	s, ok := t.slotOf[ev.Worker]
 	if !ok {
 		res.Unknown = len(ev.Blocks)
+		return res
+	}
+	tb := tierBit(ev.Tier)
+	if t.tiers != nil {
+		return t.applyRemovedTiered(ev, s, tb)
+	}
+	if tb != devBit {
+		res.Unknown = len(ev.Blocks) // the tree holds nothing outside the device
 		return res
 	}
 	eng := &t.slots[s].eng
@@ -461,6 +511,103 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 		t.releaseSlot(s)
 	}
 	return res
+}
+
+// applyRemovedTiered is applyRemoved in a tree with tier sets: each named
+// block that slot s holds in tier tb loses that tier (its other tiers and
+// the blocks below it keep theirs: a host may hold a block without its
+// parent); a block left in no tier leaves the tree with everything s holds
+// below it. Named hashes not held in tb are Unknown (a host copy removed
+// while the device copy stays is a no-op for the device).
+func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
+	var res Result
+	eng := &t.slots[s].eng
+	t.sink += eng.touch(ev.Blocks)
+	keys := t.rmKeys[:0]
+	for _, b := range ev.Blocks {
+		id := eng.get(b.Engine)
+		if id == 0 || t.maskOf(t.blocks[id].node, s)&tb == 0 {
+			res.Unknown++
+			continue
+		}
+		x := t.blocks[id].node
+		depth := uint32(0)
+		for y := x; y != rootID; y = t.nodes[y].parent {
+			depth++
+		}
+		keys = append(keys, rmKey{depth: depth, node: x, off: t.blocks[id].off, id: id})
+	}
+	// Ancestors first (a subtree that leaves takes the named blocks below
+	// it), in run order, so consecutive named blocks of a run go together.
+	slices.SortFunc(keys, func(a, b rmKey) int {
+		return cmp.Or(cmp.Compare(a.depth, b.depth), cmp.Compare(a.node, b.node), cmp.Compare(a.off, b.off))
+	})
+	n := len(keys)
+	keys = slices.CompactFunc(keys, func(a, b rmKey) bool { return a.id == b.id }) // a hash named twice is unknown the second time
+	res.Unknown += n - len(keys)
+	t.rmKeys = keys
+	left := 0
+	for i := 0; i < len(keys); {
+		b := t.blocks[keys[i].id]
+		if b.off == freeOff || t.maskOf(b.node, s)&tb == 0 {
+			i++ // gone already, under an ancestor that left
+			continue
+		}
+		x, a := b.node, b.off
+		if t.maskOf(x, s) == tb {
+			// In no other tier: the block leaves, with the rest of the run
+			// and everything below.
+			r := t.removeFrom(s, x, a)
+			res.Removed += r
+			left += r
+			i++
+			continue
+		}
+		// The named blocks that follow it in the run lose the tier with it.
+		e := a + 1
+		for i++; i < len(keys); i++ {
+			nb := t.blocks[keys[i].id]
+			if nb.off != e || nb.node != x {
+				break
+			}
+			e++
+		}
+		t.clearTier(s, x, a, e, tb)
+		res.Removed += int(e - a)
+	}
+	if left > 0 {
+		gone := 0
+		for _, b := range ev.Blocks {
+			if id := eng.get(b.Engine); id != 0 && (t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, s)) {
+				eng.del(b.Engine)
+				gone++
+			}
+		}
+		if left > gone {
+			t.sweep(s)
+		}
+	}
+	if t.slots[s].eng.count == 0 {
+		t.releaseSlot(s)
+	}
+	return res
+}
+
+// rmKey orders a tiered removal's named blocks.
+type rmKey struct{ depth, node, off, id uint32 }
+
+// clearTier takes tier tb from slot s's blocks a..e-1 of x, which s also
+// holds in another tier, and restores canonical form.
+func (t *Tree) clearTier(s, x, a, e uint32, tb uint8) {
+	if a > 0 {
+		x = t.split(x, a)
+	}
+	if e-a < t.nodes[x].n {
+		t.split(x, e-a)
+	}
+	t.setTiers(x, s, t.maskOf(x, s)&^tb)
+	t.tryMerge(x)
+	t.tryMerge(t.nodes[x].parent)
 }
 
 // sweep deletes slot s's table entries for blocks it no longer holds.
@@ -580,6 +727,9 @@ func (t *Tree) Match(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 	if len(hashes) == 0 || t.nodes == nil {
 		return dst
 	}
+	if t.tiers != nil {
+		return t.matchTiered(dst, hashes)
+	}
 	c := t.child(rootID, hashes[0])
 	depth := 0
 	for c != 0 {
@@ -607,6 +757,93 @@ func (t *Tree) Match(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 		}
 	}
 	return dst
+}
+
+// matchTiered is Match in a tree with tier sets. It appends one Overlap per
+// worker key holding the first block (in slot order) and follows three
+// levels down the path, each a set of still-matching slots: on the device,
+// on the device or host, in any tier. A slot leaving a level at a node
+// records the depth before it in its Overlap (found by its rank in the
+// first node's set); the fields hold absolute depths until the end.
+func (t *Tree) matchTiered(dst []Overlap, hashes []wire.BlockHash) []Overlap {
+	c := t.child(rootID, hashes[0])
+	if c == 0 {
+		return dst
+	}
+	w := t.w
+	first := t.setOf(c)
+	act := t.act[: 3*w : 3*w]
+	base := len(dst)
+	for i, word := range first {
+		act[i], act[w+i], act[2*w+i] = word, word, word
+		for word != 0 {
+			sl := &t.slots[i*64+bits.TrailingZeros64(word)]
+			word &= word - 1
+			dst = append(dst, Overlap{Worker: sl.key, TreeSize: sl.eng.count})
+		}
+	}
+	out := dst[base:]
+	depth := 0
+	for {
+		loc, _ := t.runOf(c)
+		before := depth
+		m := matchLen(loc, hashes[depth:])
+		depth += m
+		t.leaveLevels(out, first, act, c, before)
+		if m < len(loc) || depth == len(hashes) {
+			break
+		}
+		if c = t.child(c, hashes[depth]); c == 0 {
+			break
+		}
+	}
+	pre := 0
+	for i, word := range first {
+		for l := range 3 {
+			for a := act[l*w+i]; a != 0; a &= a - 1 {
+				b := uint64(1) << bits.TrailingZeros64(a)
+				setLevel(&out[pre+bits.OnesCount64(word&(b-1))], l, depth)
+			}
+		}
+		pre += bits.OnesCount64(word)
+	}
+	for i := range out {
+		o := &out[i]
+		o.Disk -= o.Host
+		o.Host -= o.Blocks
+	}
+	return dst
+}
+
+// leaveLevels drops from each level the slots that do not hold node x in
+// that level's tiers, recording depth for them.
+func (t *Tree) leaveLevels(out []Overlap, first, act []uint64, x uint32, depth int) {
+	w := t.w
+	dev, host, all := t.tierSet(x, int(wire.TierDevice)), t.tierSet(x, int(wire.TierHost)), t.setOf(x)
+	pre := 0
+	for i, word := range first {
+		held := [3]uint64{dev[i], dev[i] | host[i], all[i]}
+		for l := range 3 {
+			gone := act[l*w+i] &^ held[l]
+			act[l*w+i] &^= gone
+			for ; gone != 0; gone &= gone - 1 {
+				b := uint64(1) << bits.TrailingZeros64(gone)
+				setLevel(&out[pre+bits.OnesCount64(word&(b-1))], l, depth)
+			}
+		}
+		pre += bits.OnesCount64(word)
+	}
+}
+
+func setLevel(o *Overlap, level, depth int) {
+	switch level {
+	case 0:
+		o.Blocks = uint32(depth)
+	case 1:
+		o.Host = uint32(depth)
+	default:
+		o.Disk = uint32(depth)
+	}
 }
 
 // matchLen returns the length of the common prefix of a and b.
@@ -681,6 +918,7 @@ func (t *Tree) bytes() int64 {
 		b += t.slots[i].eng.bytes()
 	}
 	b += int64(len(t.slotOf)) * slotMapEntryBytes
-	b += int64(cap(t.ids)+cap(t.stack)+cap(t.doomed)+cap(t.survivors)) * 4
+	b += int64(cap(t.ids)+cap(t.stack)+cap(t.doomed)+cap(t.survivors)+4*cap(t.rmKeys)) * 4
+	b += int64(cap(t.tiers)+cap(t.act)) * 8
 	return b
 }

@@ -14,18 +14,29 @@ import (
 //	runs        the Tree as shipped (canonical runs of blocks)
 //	block       the same Tree capped at one block per node (maxRun 1): the
 //	            simple one-block-per-node arena doc.go compares against
+//	tiered      the shipped Tree with a host tier (workload.tieredTree):
+//	            tier sets on every node, per-tier Match and removals
 //	flatmap     the naive baseline: map[sequence hash]worker bitmask, given
 //	            precomputed sequence hashes (which a real caller would have to
 //	            compute: ≈5 ns a block, not counted)
 
 var bench struct {
-	once   sync.Once
-	wl     *workload
-	runs   *Tree
-	block  *Tree
-	flat   *flatIndex
-	sched  *schedule
-	layout []string
+	once       sync.Once
+	wl         *workload
+	runs       *Tree
+	block      *Tree
+	tiered     *Tree
+	tieredOnce sync.Once
+	flat       *flatIndex
+	sched      *schedule
+	layout     []string
+}
+
+// tieredSetup builds bench.tiered apart, so the other layouts' numbers are
+// measured with the same heap as before tiers existed.
+func tieredSetup(b *testing.B) {
+	benchSetup(b)
+	bench.tieredOnce.Do(func() { bench.tiered = bench.wl.tieredTree(b) })
 }
 
 func benchSetup(b *testing.B) {
@@ -123,10 +134,15 @@ func BenchmarkMatch(b *testing.B) {
 		}
 	}
 	for _, layout := range []struct {
-		name string
-		tr   *Tree
-	}{{"runs", bench.runs}, {"block", bench.block}} {
+		name   string
+		tr     *Tree
+		tiered bool
+	}{{"runs", bench.runs, false}, {"block", bench.block, false}, {"tiered", nil, true}} {
 		b.Run(layout.name, func(b *testing.B) {
+			if layout.tiered {
+				tieredSetup(b)
+				layout.tr = bench.tiered
+			}
 			dst := make([]Overlap, 0, 64)
 			i := 0
 			b.ReportAllocs()
@@ -158,9 +174,13 @@ func BenchmarkApply(b *testing.B) {
 	for _, layout := range []struct {
 		name   string
 		maxRun int
-	}{{"runs", 0}, {"block", 1}} {
+		tiered bool
+	}{{"runs", 0, false}, {"block", 1, false}, {"tiered", 0, true}} {
 		b.Run(layout.name, func(b *testing.B) {
 			tr := bench.wl.tree(b, layout.maxRun) // fresh: the schedule mutates it
+			if layout.tiered {
+				tr = bench.wl.tieredTree(b)
+			}
 			for i := range sc.warm {
 				if _, err := tr.Apply(&sc.warm[i]); err != nil {
 					b.Fatal(err)
@@ -222,13 +242,20 @@ func BenchmarkBuild(b *testing.B) {
 	for _, layout := range []struct {
 		name   string
 		maxRun int
-	}{{"runs", 0}, {"block", 1}} {
+		tiered bool
+	}{{"runs", 0, false}, {"block", 1, false}, {"tiered", 0, true}} {
 		b.Run(layout.name, func(b *testing.B) {
-			heap, tr := heapGrowth(func() *Tree { return wl.tree(b, layout.maxRun) })
+			build := func() *Tree {
+				if layout.tiered {
+					return wl.tieredTree(b)
+				}
+				return wl.tree(b, layout.maxRun)
+			}
+			heap, tr := heapGrowth(build)
 			st := tr.Stats()
 			b.ReportAllocs()
 			for b.Loop() {
-				wl.tree(b, layout.maxRun)
+				build()
 			}
 			b.ReportMetric(float64(wl.blocks)*float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
 			b.ReportMetric(float64(st.Bytes)/float64(st.Entries), "B/entry")

@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -173,6 +174,37 @@ func (wl *workload) tree(tb testing.TB, maxRun int) *Tree {
 	for i := range wl.build {
 		if _, err := tr.Apply(&wl.build[i]); err != nil {
 			tb.Fatalf("build event %d: %v", i, err)
+		}
+	}
+	return tr
+}
+
+// tieredTree builds the tree with a host tier behind the device: every third
+// build event is offloaded (the same blocks stored with tier host), then the
+// device evicts the last half of them, as an engine that offloads before it
+// evicts does. About a sixth of the entries end up on the host only and a
+// sixth on both.
+func (wl *workload) tieredTree(tb testing.TB) *Tree {
+	tr := wl.tree(tb, 0)
+	for i := range wl.build {
+		if i%3 != 0 {
+			continue
+		}
+		ev := wl.build[i]
+		ev.Tier = wire.TierHost
+		res, err := tr.Apply(&ev)
+		if errors.Is(err, ErrParentMissing) {
+			continue // its parent was evicted (an earlier offload's tail) and not offloaded
+		}
+		if err != nil || res.Stored != len(ev.Blocks) {
+			tb.Fatalf("offload of build event %d: %+v %v", i, res, err)
+		}
+		rm := wire.Event{Worker: ev.Worker, Kind: wire.KindRemoved}
+		for j := len(ev.Blocks) - 1; j >= len(ev.Blocks)/2; j-- {
+			rm.Blocks = append(rm.Blocks, wire.Block{Engine: ev.Blocks[j].Engine})
+		}
+		if _, err := tr.Apply(&rm); err != nil {
+			tb.Fatalf("eviction of build event %d: %v", i, err)
 		}
 	}
 	return tr

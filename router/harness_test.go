@@ -47,6 +47,7 @@ type envOptions struct {
 	approx    bool
 	heartbeat time.Duration
 	kvBlocks  int
+	hostKV    int // the fleet's host tier per worker (mock.Config.HostKVBlocks)
 	maxBatch  int
 	grace     time.Duration
 	pprof     bool
@@ -151,7 +152,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		transport = plane.TransportNone
 	}
 	e.fleet, err = mock.Start(mock.Config{
-		Workers: o.workers, Port: 0, BlockSize: testBlockSize, KVBlocks: o.kvBlocks, Speedup: 20,
+		Workers: o.workers, Port: 0, BlockSize: testBlockSize, KVBlocks: o.kvBlocks, HostKVBlocks: o.hostKV, Speedup: 20,
 		MaxBatchedTokens: o.maxBatch, Model: o.model, ChatTemplate: o.chatTemplate,
 		Namespace: "test", Component: "backend", Transport: transport, Heartbeat: o.heartbeat,
 		LoadInterval: 10 * time.Millisecond, Logger: quietLogger(), Tokenizer: o.fleetTokenizer,

@@ -441,7 +441,7 @@ func (r *Router) decide(batch []*pending) {
 		p.ovs = p.ovs[:0]
 		p.best = 0
 		for _, o := range p.over {
-			p.ovs = append(p.ovs, sched.Overlap{Worker: o.Worker, Device: o.Blocks, TreeSize: o.TreeSize})
+			p.ovs = append(p.ovs, sched.Overlap{Worker: o.Worker, Device: o.Blocks, Host: o.Host, Disk: o.Disk, TreeSize: o.TreeSize})
 			if o.Blocks > p.best {
 				p.best = o.Blocks
 			}

@@ -107,8 +107,11 @@ type Config struct {
 	CreditCost       bool
 	PrefillLoadScale float64 // default 1
 	OverlapCredit    float64 // default 1
-	HostHitWeight    float64 // default 0.75
-	DiskHitWeight    float64 // default 0.25
+	// HostHitWeight and DiskHitWeight weigh the host- and disk-tier blocks
+	// beyond the device prefix in both forms (the default form's cached
+	// blocks = device + HostHitWeight × host + DiskHitWeight × disk).
+	HostHitWeight float64 // default 0.75
+	DiskHitWeight float64 // default 0.25
 
 	// AssumeKVReuse (--router-assume-kv-reuse, default true) counts a block
 	// shared by several active requests on one rank once. When false, every

@@ -264,10 +264,15 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 
 	i := uint32(chosen)
 	var overlap uint32
+	cachedTok := int64(0)
 	if s.hot[i].ovGen == gen {
 		overlap = s.hot[i].ovDev
+		cachedTok = int64(overlap) * s.bs
+		if sl := &s.slots[i]; sl.ovHost != 0 || sl.ovDisk != 0 {
+			cachedTok = int64(math.Round(s.tieredBlocks(int64(overlap), sl) * float64(s.bs)))
+		}
 	}
-	eff := min(max(0, p.in.isl-int64(overlap)*s.bs), math.MaxUint32)
+	eff := min(max(0, p.in.isl-cachedTok), math.MaxUint32)
 	hint := PrefillLoadHint{InitialEffectiveTokens: uint32(eff), ExpectedDuration: r.ExpectedPrefill}
 	s.book(r.ID, i, r.Blocks, r.ISL, overlap, hint, now, cached)
 	s.slots[i].decisions++
@@ -384,8 +389,19 @@ func (s *Scheduler) terms(i int, pf int64, in *costInput, credit bool) (prefill,
 	var ov int64
 	if h.ovGen == in.gen {
 		ov = int64(h.ovDev)
+		if sl := &s.slots[i]; sl.ovHost != 0 || sl.ovDisk != 0 {
+			return (float64(pf) + max(0, float64(in.isl)-s.tieredBlocks(ov, sl)*float64(s.bs))) * s.invBS, decode
+		}
 	}
 	return float64(pf+max(0, in.isl-ov*s.bs)) * s.invBS, decode
+}
+
+// tieredBlocks is the default cost's cached blocks of a rank whose prefix
+// extends beyond its device: device + HostHitWeight × host + DiskHitWeight
+// × disk (the credit form's weights: an onload from host memory or disk is
+// cheaper than recomputing, dearer than a device hit).
+func (s *Scheduler) tieredBlocks(dev int64, sl *slotState) float64 {
+	return float64(dev) + s.cfg.HostHitWeight*float64(sl.ovHost) + s.cfg.DiskHitWeight*float64(sl.ovDisk)
 }
 
 func (s *Scheduler) cost(i int, pf int64, in *costInput) float64 {

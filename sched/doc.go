@@ -18,7 +18,7 @@
 // once per rank however many active requests share them (reference counting
 // by hash), and its effective prefill tokens join the rank's prefill load
 // until MarkPrefillCompleted. The caller of AddRequest supplies the
-// PrefillLoadHint (effective tokens = ISL − overlap × block size, and an
+// PrefillLoadHint (effective tokens = ISL − cached blocks × block size, and an
 // optional expected duration); Decide computes it the same way for the rank
 // it chooses. With Config.AssumeKVReuse off, a booking's blocks get fresh
 // random hashes (from the seeded RNG), so nothing is shared. The prefill load
@@ -32,12 +32,19 @@
 //
 // For each candidate rank, with B the block size:
 //
-//	prefill_blocks = (active prefill tokens + max(0, ISL − overlap × B)) / B
+//	cached         = device + HostHitWeight × host + DiskHitWeight × disk
+//	prefill_blocks = (active prefill tokens + max(0, ISL − cached × B)) / B
 //	decode_blocks  = active blocks + blocks of the request not active there
 //	cost           = w × prefill_blocks + decode_blocks
 //
-// where overlap is the device-tier overlap from the index and w is
-// Config.Weight (or the request's override). With Config.CreditCost:
+// where device is the device-tier overlap from the index, host and disk the
+// blocks by which host memory and disk (or an external store) extend that
+// prefix (radix.Overlap; an onload is cheaper than recomputing and dearer
+// than a device hit, hence the weights, default 0.75 and 0.25), and w is
+// Config.Weight (or the request's override). A fleet without tiers has
+// host = disk = 0: cached = device. The booked prefill tokens
+// (PrefillLoadHint) are ISL − cached × B in both forms. With
+// Config.CreditCost:
 //
 //	raw_prefill_blocks = (active prefill tokens + ISL) / B
 //	credit = OverlapCredit × device + HostHitWeight × host + DiskHitWeight × disk

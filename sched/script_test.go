@@ -397,7 +397,11 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			fmt.Fprintln(&b, h.decision(dec))
 			slices.SortFunc(cands, func(x, y Candidate) int { return cmpKey(x.Worker, y.Worker) })
 			for _, c := range cands {
-				fmt.Fprintf(&b, "  %s overlap=%d new=%d prefill=%.3f decode=%.3f cost=%.3f", keyString(c.Worker), c.Overlap, c.NewBlocks, c.PrefillBlocks, c.DecodeBlocks, c.Cost)
+				fmt.Fprintf(&b, "  %s overlap=%d", keyString(c.Worker), c.Overlap)
+				if c.Host != 0 || c.Disk != 0 {
+					fmt.Fprintf(&b, " host=%d disk=%d", c.Host, c.Disk)
+				}
+				fmt.Fprintf(&b, " new=%d prefill=%.3f decode=%.3f cost=%.3f", c.NewBlocks, c.PrefillBlocks, c.DecodeBlocks, c.Cost)
 				if c.Busy {
 					b.WriteString(" busy")
 				}

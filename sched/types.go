@@ -17,7 +17,8 @@ type Overlap struct {
 	// tier: the overlap of the default cost.
 	Device uint32
 	// Host and Disk are the blocks matched beyond the device prefix in the
-	// host and disk tiers. Only the credit form of the cost uses them.
+	// host tier, then in the disk and external tiers (radix.Overlap). Both
+	// forms of the cost weigh them (Config.HostHitWeight, DiskHitWeight).
 	Host, Disk uint32
 	// TreeSize is the number of blocks the worker holds in the index; ties
 	// in cost go to the smaller tree.

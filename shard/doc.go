@@ -70,13 +70,15 @@
 // Index unchanged. streamSeq is opaque here: the JetStream consumer passes the
 // last sequence it applied, calling Capture from its Apply goroutine.
 //
-// Format (version 1, snapshot.go): an 80-byte uncompressed header (magic
+// Format (version 2, snapshot.go; version 1 is version 2 without storage
+// tiers and still restores): an 80-byte uncompressed header (magic
 // "KVRSNAP\x00", version, block size, shards, stream sequence, totals of
 // nodes, blocks, entries, workers and approximate-mode entries, xxh3 of the
 // header), then one zstd stream with a section per shard: shard id, the tree
 // (radix.Tree.WriteContent: preorder runs with worker sets, then each
 // worker's engine hashes in block order, written as "the sequence hashes" or
-// "the node's first worker's" when they are), the approximate-mode entries
+// "the node's first worker's" when they are, each run with its tier mask),
+// the approximate-mode entries
 // in expiry order with the TTL they have left, and an xxh3 of the section.
 // Bad magic, another version, a header or section checksum mismatch,
 // truncation, trailing data, or content that does not rebuild a canonical

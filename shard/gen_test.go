@@ -16,6 +16,7 @@ type eventGen struct {
 	workers []wire.WorkerKey
 	known   map[wire.WorkerKey][]genBlock // blocks stored per worker (may be stale)
 	branch  uint64                        // children per local-hash node
+	tierPct int                           // percent of Stored and Removed events in the host tier
 }
 
 type genBlock struct {
@@ -97,6 +98,9 @@ func (g *eventGen) event(dst []wire.Event) []wire.Event {
 				delete(g.known, w)
 			}
 		}
+	}
+	if ev.Kind != wire.KindCleared && g.rng.IntN(100) < g.tierPct {
+		ev.Tier = wire.TierHost
 	}
 	return append(dst, ev)
 }

@@ -31,8 +31,13 @@ import (
 //	  rank); entries M, M × (worker index, sequence hash u64, TTL left in
 //	  ns, depth) in expiry order (uvarints unless marked)
 const (
-	snapMagic     = "KVRSNAP\x00"
-	SnapVersion   = 1 // the snapshot format version written and read
+	snapMagic = "KVRSNAP\x00"
+	// SnapVersion is the snapshot format version written. Version 2 adds
+	// storage tiers (the tier mask in the high bits of radix's per-run mode
+	// byte); version 1 content is version 2 content without tiers, so both
+	// are read.
+	SnapVersion   = 2
+	snapVersionV1 = 1
 	snapHeaderLen = 80
 )
 
@@ -82,8 +87,8 @@ func ReadSnapshotHeader(r io.Reader) (SnapshotHeader, error) {
 		return h, snapErr("not a kvroute snapshot (magic %q)", b[:8])
 	}
 	h.Version = binary.LittleEndian.Uint16(b[8:])
-	if h.Version != SnapVersion {
-		return h, snapErr("format version %d, this build reads version %d", h.Version, SnapVersion)
+	if h.Version != SnapVersion && h.Version != snapVersionV1 {
+		return h, snapErr("format version %d, this build reads versions %d and %d", h.Version, snapVersionV1, SnapVersion)
 	}
 	if got, want := xxh3.Hash(b[:72]), binary.LittleEndian.Uint64(b[72:]); got != want {
 		return h, snapErr("header checksum mismatch (%016x, header says %016x)", got, want)

@@ -2,17 +2,20 @@ package shard
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/zeebo/xxh3"
 	"golang.org/x/sys/unix"
 
 	"github.com/kvroute/kvroute/radix"
@@ -25,7 +28,7 @@ import (
 func eventStrings(evs []wire.Event) []string {
 	var out []string
 	for _, ev := range evs {
-		s := fmt.Sprintf("%d/%d p=%v:%x", ev.Worker.Worker, ev.Worker.Dp, ev.HasParent, ev.Parent)
+		s := fmt.Sprintf("%d/%d %v p=%v:%x", ev.Worker.Worker, ev.Worker.Dp, ev.Tier, ev.HasParent, ev.Parent)
 		for _, b := range ev.Blocks {
 			s += fmt.Sprintf(" %x:%x", b.Engine, b.Local)
 		}
@@ -53,6 +56,7 @@ func feed(t testing.TB, seed uint64, n int, ixs ...*Index) {
 		keys = append(keys, wire.WorkerKey{Worker: w}, wire.WorkerKey{Worker: w, Dp: 1})
 	}
 	g := newEventGen(seed, keys)
+	g.tierPct = 25 // snapshots carry storage tiers
 	var evs []wire.Event
 	for range n {
 		evs = g.event(evs[:0])
@@ -115,6 +119,9 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			want := indexDump(t, ix)
 			if got := indexDump(t, re); !slices.Equal(got, want) || len(want) == 0 {
 				t.Fatalf("restored dump differs (%d vs %d events)", len(got), len(want))
+			}
+			if !slices.ContainsFunc(want, func(s string) bool { return strings.Contains(s, " host ") }) {
+				t.Fatal("no host-tier blocks in the snapshot: tiers not exercised")
 			}
 			for w := uint64(1); w <= 102; w++ {
 				a, aok := ix.ShardOf(w)
@@ -551,4 +558,36 @@ func evsHashes(ev wire.Event) []wire.BlockHash {
 		h = append(h, b.Local)
 	}
 	return h
+}
+
+// TestRestoreVersion1: a version-1 snapshot (before storage tiers; its
+// content is version-2 content without tier masks) still restores.
+func TestRestoreVersion1(t *testing.T) {
+	ix := newTestIndex(t, Config{Shards: 2, BlockSize: 16})
+	keys := []wire.WorkerKey{{Worker: 1}, {Worker: 2}}
+	g := newEventGen(11, keys)
+	var evs []wire.Event
+	for range 200 {
+		evs = g.event(evs[:0])
+		if err := ix.Apply(evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ix.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := ix.Snapshot(&buf, 7); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Clone(buf.Bytes())
+	binary.LittleEndian.PutUint16(data[8:], 1)
+	binary.LittleEndian.PutUint64(data[72:], xxh3.Hash(data[:72]))
+	re := newTestIndex(t, Config{Shards: 2, BlockSize: 16})
+	if _, err := re.Restore(bytes.NewReader(data)); err != nil {
+		t.Fatalf("version 1: %v", err)
+	}
+	if want := indexDump(t, ix); !slices.Equal(indexDump(t, re), want) || len(want) == 0 {
+		t.Fatal("version-1 restore differs")
+	}
 }

@@ -16,4 +16,10 @@
 // (its partial tail and the generated tokens) are named by the caller
 // (Request.Output) when it knows the output, so identical requests store the
 // same blocks; otherwise by the request id.
+//
+// With Config.HostCapacity the engine has a host tier behind the device
+// (kvcache's offload on eviction): a prompt's blocks found there after its
+// device prefix count as cached (Effect.HostTokens) and cost
+// Config.HostBlockTime each in the step that onloads them (HostBlockTime
+// gives it from a bandwidth and KVBytesPerToken) instead of their prefill.
 package engine

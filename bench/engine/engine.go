@@ -28,6 +28,13 @@ type Config struct {
 	Speedup          float64 // step times are divided by it; default 1
 	Perf             Perf    // default DefaultPerf
 	Salt             uint64  // engine hash salt (kvcache.Config.Salt)
+	// HostCapacity > 0 adds a host tier of that many blocks behind the
+	// device (kvcache.Config.HostCapacity): blocks the device evicts are
+	// offloaded there, and a prompt's blocks found there after its device
+	// prefix are onloaded instead of recomputed, each adding HostBlockTime
+	// to its step (before Speedup).
+	HostCapacity  int
+	HostBlockTime time.Duration
 }
 
 // Request is a request to the engine. Submit copies what it keeps, so the
@@ -75,7 +82,8 @@ type Effect struct {
 	Kind         EffectKind
 	Request      uint64
 	At           time.Duration
-	CachedTokens int // prompt tokens found in the prefix cache when first scheduled
+	CachedTokens int // prompt tokens found in the prefix cache when first scheduled (device and host)
+	HostTokens   int // of CachedTokens, those onloaded from the host tier
 	OutputTokens int // output tokens generated so far
 }
 
@@ -85,6 +93,7 @@ type Stats struct {
 	Busy          time.Duration // sum of step durations
 	PrefillTokens uint64        // tokens computed in prefill (including recomputation)
 	CachedTokens  uint64        // prompt tokens served by the prefix cache at first scheduling
+	HostTokens    uint64        // of CachedTokens, those onloaded from the host tier
 	// RecomputeCachedTokens: tokens of preempted requests found still cached
 	// when they were scheduled again (not recomputed).
 	RecomputeCachedTokens uint64
@@ -115,6 +124,7 @@ type req struct {
 	output    int // generated tokens
 	computed  int // tokens whose KV is computed (or scheduled this step)
 	cached    int // CachedTokens; -1 until first scheduled
+	host      int // HostTokens
 	first     bool
 	arrival   time.Duration
 }
@@ -166,7 +176,7 @@ func New(cfg Config) *Engine {
 	}
 	return &Engine{
 		cfg:   cfg,
-		kv:    kvcache.New(kvcache.Config{Capacity: cfg.Capacity, BlockSize: cfg.BlockSize, Worker: cfg.Worker, Salt: cfg.Salt}),
+		kv:    kvcache.New(kvcache.Config{Capacity: cfg.Capacity, BlockSize: cfg.BlockSize, Worker: cfg.Worker, Salt: cfg.Salt, HostCapacity: cfg.HostCapacity}),
 		index: make(map[uint64]int32),
 	}
 }
@@ -260,6 +270,7 @@ func (e *Engine) Step(now time.Duration) time.Duration {
 	bs := e.cfg.BlockSize
 	budget := e.cfg.MaxBatchedTokens
 	e.sched = e.sched[:0]
+	onload := 0 // blocks copied from the host tier this step
 	preempted := false
 
 	for i := 0; i < len(e.running) && budget > 0; i++ {
@@ -296,17 +307,21 @@ func (e *Engine) Step(now time.Duration) time.Duration {
 		q := &e.reqs[slot]
 		total := q.tokens()
 		q.cover(total / bs)
-		computed := e.kv.Match(q.local[:(total-1)/bs]) * bs
+		dev, host := e.kv.MatchTiers(q.local[:(total-1)/bs])
+		computed := (dev + host) * bs
 		n := min(total-computed, budget)
+		e.kv.Onload(q.local, dev, dev+host)
 		if _, err := e.kv.Allocate(q.id, q.local, computed+n); err != nil {
 			if !errors.Is(err, kvcache.ErrNoSpace) {
 				panic(fmt.Sprintf("engine: allocate request %d: %v", q.id, err))
 			}
 			break
 		}
+		onload += host
 		if q.cached < 0 {
-			q.cached = computed
+			q.cached, q.host = computed, host*bs
 			e.stats.CachedTokens += uint64(computed)
+			e.stats.HostTokens += uint64(host * bs)
 		} else {
 			e.stats.RecomputeCachedTokens += uint64(computed)
 		}
@@ -342,6 +357,7 @@ func (e *Engine) Step(now time.Duration) time.Duration {
 	if decode > 0 {
 		d += e.cfg.Perf.Decode(u)
 	}
+	d += time.Duration(onload) * e.cfg.HostBlockTime
 	d = time.Duration(float64(d) / e.cfg.Speedup)
 	e.last = StepInfo{At: now, Duration: d, Scheduled: len(e.sched), PrefillTokens: prefill, DecodeTokens: decode, Usage: u}
 	end := now + d
@@ -356,10 +372,10 @@ func (e *Engine) Step(now time.Duration) time.Duration {
 		q.output++
 		if !q.first {
 			q.first = true
-			e.effects = append(e.effects, Effect{Kind: FirstToken, Request: q.id, At: end, CachedTokens: q.cached, OutputTokens: q.output})
+			e.effects = append(e.effects, Effect{Kind: FirstToken, Request: q.id, At: end, CachedTokens: q.cached, HostTokens: q.host, OutputTokens: q.output})
 		}
 		if q.output >= q.maxTokens {
-			e.effects = append(e.effects, Effect{Kind: Finished, Request: q.id, At: end, CachedTokens: q.cached, OutputTokens: q.output})
+			e.effects = append(e.effects, Effect{Kind: Finished, Request: q.id, At: end, CachedTokens: q.cached, HostTokens: q.host, OutputTokens: q.output})
 			e.kv.Free(q.id)
 			e.stats.Finished++
 			finished = true
@@ -389,7 +405,7 @@ func (e *Engine) preempt(slot int32, now time.Duration) {
 	e.kv.Preempt(q.id)
 	q.computed = 0
 	e.stats.Preemptions++
-	e.effects = append(e.effects, Effect{Kind: Preempted, Request: q.id, At: now, CachedTokens: q.cached, OutputTokens: q.output})
+	e.effects = append(e.effects, Effect{Kind: Preempted, Request: q.id, At: now, CachedTokens: q.cached, HostTokens: q.host, OutputTokens: q.output})
 	// Prepend: vLLM puts preempted requests first in line.
 	if e.whead > 0 {
 		e.whead--

@@ -494,3 +494,62 @@ func TestOutputHashes(t *testing.T) {
 		t.Fatalf("short Output: %v", err)
 	}
 }
+
+// TestHostTierOnload: with a host tier, a prompt evicted from the device is
+// onloaded from the host on its return (HostTokens, an onload time per
+// block in its step) instead of recomputed; without one it is recomputed.
+// Every event applies cleanly to a radix tree, whose host overlap for the
+// prompt before its return equals what the engine onloads.
+func TestHostTierOnload(t *testing.T) {
+	const bs, n = 16, 30
+	run := func(hostBlocks int) (Effect, StepInfo, radix.Overlap) {
+		e := New(Config{Capacity: 40, BlockSize: bs, HostCapacity: hostBlocks, HostBlockTime: time.Millisecond})
+		tree := radix.New()
+		now := time.Duration(0)
+		var first Effect
+		var firstStep StepInfo
+		var before radix.Overlap
+		for i, id := range []uint64{1, 2, 3, 4} {
+			fam := id
+			if id == 4 {
+				fam = 1 // the first prompt again
+				for _, o := range tree.Match(nil, prompt(1, 1, n, n)) {
+					before = o
+				}
+			}
+			if err := e.Submit(Request{ID: id, Prompt: prompt(fam, id, n, n), PromptTokens: n*bs + 1, MaxTokens: 2}, now); err != nil {
+				t.Fatal(err)
+			}
+			for !e.Idle() {
+				d := e.Step(now)
+				for _, ev := range e.Events() {
+					if res, err := tree.Apply(&ev); err != nil || res.Unknown != 0 || res.Conflicts != 0 {
+						t.Fatalf("request %d: radix apply %v %v: %+v %v", i, ev.Tier, ev.Kind, res, err)
+					}
+				}
+				for _, ef := range e.Effects() {
+					if ef.Kind == FirstToken && ef.Request == 4 {
+						first, firstStep = ef, e.LastStep()
+					}
+				}
+				e.Reset()
+				now += d
+			}
+		}
+		return first, firstStep, before
+	}
+	ef, st, ov := run(200)
+	if ef.HostTokens < (n-2)*bs || ef.CachedTokens != ef.HostTokens {
+		t.Errorf("with a host tier: cached %d tokens, %d from the host; want ≥ %d, all from the host", ef.CachedTokens, ef.HostTokens, (n-2)*bs)
+	}
+	if int(ov.Host)*bs != ef.HostTokens || ov.Blocks != 0 {
+		t.Errorf("index before the return: %+v, engine onloaded %d tokens", ov, ef.HostTokens)
+	}
+	if want := PrefillPoly(n*bs+1-ef.CachedTokens) + time.Duration(ef.HostTokens/bs)*time.Millisecond; st.Duration != want {
+		t.Errorf("onload step took %v, want prefill + 1 ms per onloaded block = %v", st.Duration, want)
+	}
+	ef, _, ov = run(0)
+	if ef.CachedTokens != 0 || ef.HostTokens != 0 || ov.Host != 0 {
+		t.Errorf("without a host tier: cached %d, host %d, index %+v; want 0", ef.CachedTokens, ef.HostTokens, ov)
+	}
+}

@@ -35,3 +35,22 @@ func DecodePoly(u float64) time.Duration {
 }
 
 func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// KVBytesPerToken is the KV cache size of one token that host-tier onload
+// times assume: Llama-3-8B in bf16 (32 layers × 8 KV heads × 128 dims × K
+// and V × 2 bytes = 128 KiB), the model class DefaultPerf's polynomials were
+// fitted on.
+const KVBytesPerToken = 128 << 10
+
+// DefaultHostGBps is the default host-to-device bandwidth for onloads, in
+// GB/s: PCIe 5.0 x16's 64 GB/s halved for what offload stacks reach.
+const DefaultHostGBps = 32
+
+// HostBlockTime is the time to copy one block of blockSize tokens from
+// host memory at gbps GB/s (Config.HostBlockTime).
+func HostBlockTime(blockSize int, gbps float64) time.Duration {
+	if gbps <= 0 {
+		return 0
+	}
+	return time.Duration(float64(blockSize*KVBytesPerToken) / (gbps * 1e9) * float64(time.Second))
+}

@@ -6,5 +6,8 @@
 //
 // The events a Manager emits, applied in order to an empty index, describe
 // exactly the set of blocks it holds: the package's tests check this against
-// an event-replay model and against radix.Tree.
+// an event-replay model and against radix.Tree. With Config.HostCapacity a
+// host tier (host.go) takes the blocks the device evicts, announced with
+// Tier host before the device's Removed; the union of both tiers is what an
+// index holds (TestHostTierRebuildsRadix).
 package kvcache

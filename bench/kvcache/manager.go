@@ -33,6 +33,10 @@ type Config struct {
 	// the same prefix has different engine hashes on different workers and a
 	// router must resolve engine hashes per worker.
 	Salt uint64
+	// HostCapacity > 0 adds a host tier of that many blocks behind the
+	// device (see host.go): evicted blocks are offloaded to it and
+	// announced with Tier host.
+	HostCapacity int
 }
 
 // Stats are a Manager's cumulative counters (plain data).
@@ -120,11 +124,13 @@ type Manager struct {
 	spare  []uint32 // indices of unused seqs entries
 	plan   []plan
 
-	events []wire.Event
-	spans  []span // Blocks of events[i] is arena[spans[i]]
-	arena  []wire.Block
-	nextID uint64
-	open   int // index of the event being built, -1 if none
+	events    []wire.Event
+	spans     []span // Blocks of events[i] is arena[spans[i]]
+	arena     []wire.Block
+	nextID    uint64
+	open      int   // index of the event being built, -1 if none
+	host      *host // nil without a host tier
+	hostStats HostStats
 
 	stats Stats
 }
@@ -153,9 +159,16 @@ func New(cfg Config) *Manager {
 		nextID: 1,
 		open:   -1,
 	}
+	if cfg.HostCapacity > 0 {
+		m.host = newHost(cfg.HostCapacity)
+		m.host.ents[0].next, m.host.ents[0].prev = 0, 0
+	}
 	m.resetBlocks()
 	return m
 }
+
+// HostStats returns the host tier's counters.
+func (m *Manager) HostStats() HostStats { return m.hostStats }
 
 // resetBlocks empties every block and queues them all, in index order.
 func (m *Manager) resetBlocks() {
@@ -394,6 +407,9 @@ func (m *Manager) pop() uint32 {
 	m.free--
 	blk := &m.blocks[b]
 	if blk.hashed {
+		if m.host != nil {
+			m.offload(blk) // copied before the device copy goes
+		}
 		m.cache.del(blk.engine)
 		m.appendBlock(wire.KindRemoved, false, 0, wire.Block{Engine: wire.EngineHash(blk.engine)})
 		m.stats.RemovedBlocks++
@@ -506,6 +522,9 @@ func (m *Manager) Clear() {
 	}
 	m.seqIdx.clear()
 	m.resetBlocks()
+	if m.host != nil {
+		m.host.reset()
+	}
 	m.openEvent(wire.KindCleared, false, 0)
 	m.closeEvent()
 	m.stats.Clears++
@@ -549,8 +568,12 @@ func (m *Manager) Reset() {
 func (m *Manager) NextEventID() uint64 { return m.nextID }
 
 func (m *Manager) openEvent(kind wire.Kind, hasParent bool, parent uint64) {
+	m.openEventTier(kind, wire.TierDevice, hasParent, parent)
+}
+
+func (m *Manager) openEventTier(kind wire.Kind, tier wire.Tier, hasParent bool, parent uint64) {
 	m.events = append(m.events, wire.Event{
-		Worker: m.cfg.Worker, ID: m.nextID, Kind: kind, Tier: wire.TierDevice,
+		Worker: m.cfg.Worker, ID: m.nextID, Kind: kind, Tier: tier,
 		HasParent: hasParent, Parent: wire.EngineHash(parent),
 	})
 	m.spans = append(m.spans, span{off: len(m.arena)})
@@ -561,7 +584,7 @@ func (m *Manager) openEvent(kind wire.Kind, hasParent bool, parent uint64) {
 // appendBlock adds a block to the open event, first opening a new one when
 // none is open or the open one is of another kind.
 func (m *Manager) appendBlock(kind wire.Kind, hasParent bool, parent uint64, b wire.Block) {
-	if m.open < 0 || m.events[m.open].Kind != kind {
+	if m.open < 0 || m.events[m.open].Kind != kind || m.events[m.open].Tier != wire.TierDevice {
 		m.closeEvent()
 		m.openEvent(kind, hasParent, parent)
 	}

@@ -115,3 +115,80 @@ func TestRandomEventsRebuildRadix(t *testing.T) {
 		checkTree(t, tree, m, "at the end")
 	}
 }
+
+// TestHostTierRebuildsRadix: managers with a host tier (offload on eviction)
+// publish into one radix.Tree. After every step the tree holds, per worker,
+// the union of the device and host copies; no event fails, names an unknown
+// block or conflicts; and for random prompts the tree's device overlap and
+// host extension equal the manager's MatchTiers.
+func TestHostTierRebuildsRadix(t *testing.T) {
+	seed := testSeed(t)
+	tree := radix.New()
+	mgrs := []*Manager{
+		New(Config{Capacity: 12, BlockSize: 1, Worker: wire.WorkerKey{Worker: 1}, HostCapacity: 30}),
+		New(Config{Capacity: 40, BlockSize: 4, Worker: wire.WorkerKey{Worker: 2, Dp: 1}, HostCapacity: 7}),
+		New(Config{Capacity: 100, BlockSize: 2, Worker: wire.WorkerKey{Worker: 3}, HostCapacity: 60}),
+	}
+	probeRng := rand.New(rand.NewPCG(seed, 99))
+	probe := make([]wire.BlockHash, 6)
+	var ov []radix.Overlap
+	hostHits := 0
+	const steps = 1500
+	for i, m := range mgrs {
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		randomOps(t, rng, m, steps, func(step int) {
+			for _, ev := range m.Events() {
+				res, err := tree.Apply(&ev)
+				if err != nil || res.Unknown != 0 || res.Conflicts != 0 {
+					t.Fatalf("manager %d step %d: apply %v %v event %d: %+v, %v", i, step, ev.Tier, ev.Kind, ev.ID, res, err)
+				}
+			}
+			m.Reset()
+			if err := tree.CheckInvariants(); err != nil {
+				t.Fatalf("manager %d step %d: tree: %v", i, step, err)
+			}
+			union := map[wire.EngineHash]bool{}
+			for _, b := range m.Held(nil) {
+				union[b.Engine] = true
+			}
+			for _, b := range m.HostHeld(nil) {
+				union[b.Engine] = true
+			}
+			if got := tree.TreeSize(m.Config().Worker); int(got) != len(union) {
+				t.Fatalf("manager %d step %d: tree size %d, device ∪ host %d", i, step, got, len(union))
+			}
+			for j := range probe {
+				probe[j] = wire.BlockHash(probeRng.IntN(3)*7919 + 1)
+			}
+			ov = tree.Match(ov[:0], probe)
+			for _, o := range mgrs[:i+1] {
+				dev, host := o.MatchTiers(probe)
+				var got radix.Overlap
+				for _, x := range ov {
+					if x.Worker == o.Config().Worker {
+						got = x
+					}
+				}
+				if int(got.Blocks) != dev || int(got.Host) != host || got.Disk != 0 {
+					t.Fatalf("manager %d step %d: tree overlap of %v is %+v, its manager's device %d host %d",
+						i, step, o.Config().Worker, got, dev, host)
+				}
+				hostHits += host
+			}
+		})
+	}
+	evicted := uint64(0)
+	for _, m := range mgrs {
+		st := m.HostStats()
+		if st.Offloaded == 0 {
+			t.Errorf("%v: nothing offloaded: %+v", m.Config().Worker, st)
+		}
+		evicted += st.Evicted // Clear empties the host, so a big one may never fill
+	}
+	if evicted == 0 {
+		t.Error("no host copy was ever evicted")
+	}
+	if hostHits == 0 {
+		t.Error("no probe matched a host block")
+	}
+}

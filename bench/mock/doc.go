@@ -7,6 +7,12 @@
 // real fleet: cache hits shorten prefill, load lengthens decode, full caches
 // evict. A Fleet runs N workers in one process over one NATS connection.
 //
+// With HostKVBlocks a worker has a host tier behind its GPU cache
+// (engine.Config.HostCapacity): evictions are offloaded there and announced
+// with storage tier host (vLLM medium "CPU", carrying the blocks' tokens,
+// which the worker keeps for every cached block while a host tier is on),
+// and prompts onload what the host holds at HostGBps.
+//
 // # Live mode
 //
 // Each worker has one goroutine that steps its engine: Step(now) schedules a

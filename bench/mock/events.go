@@ -1,6 +1,7 @@
 package mock
 
 import (
+	"maps"
 	"time"
 
 	"github.com/kvroute/kvroute/wire"
@@ -51,9 +52,69 @@ func (o *outbox) encode(w *Worker, evs []wire.Event) {
 	}
 }
 
+// keptBlock is a cached block's tokens and the tiers holding it, so that
+// a host-tier Stored event (an offload, long after the request that filled
+// the block ended) can carry the block's tokens as vLLM events must.
+type keptBlock struct {
+	tokens []uint32
+	tiers  uint8
+}
+
+// keep tracks the tokens of cached blocks across tiers (ZMQ with a host
+// tier only): a Stored event records them, a Removed of the last tier drops
+// them. Host copies the engine drops silently (below an evicted ancestor)
+// are pruned when the map outgrows both tiers twice over.
+func (w *Worker) keep(evs []wire.Event) {
+	if w.mu.kept == nil {
+		w.mu.kept = make(map[wire.EngineHash]keptBlock)
+	}
+	for i := range evs {
+		ev := &evs[i]
+		bit := uint8(1) << ev.Tier
+		switch ev.Kind {
+		case wire.KindStored:
+			for _, b := range ev.Blocks {
+				k := w.mu.kept[b.Engine]
+				if k.tokens == nil {
+					if e := w.mu.toks[b.Local]; e != nil {
+						k.tokens = e.tokens
+					} else {
+						k.tokens = appendSynthetic(nil, b.Local, w.cfg.BlockSize)
+					}
+				}
+				k.tiers |= bit
+				w.mu.kept[b.Engine] = k
+			}
+		case wire.KindRemoved:
+			for _, b := range ev.Blocks {
+				if k, ok := w.mu.kept[b.Engine]; ok {
+					if k.tiers &^= bit; k.tiers == 0 {
+						delete(w.mu.kept, b.Engine)
+					} else {
+						w.mu.kept[b.Engine] = k
+					}
+				}
+			}
+		case wire.KindCleared:
+			clear(w.mu.kept)
+		}
+	}
+	if len(w.mu.kept) > 2*(w.cfg.KVBlocks+w.cfg.HostKVBlocks) {
+		live := map[wire.EngineHash]bool{}
+		kv := w.mu.eng.KV()
+		for _, b := range kv.HostHeld(kv.Held(nil)) {
+			live[b.Engine] = true
+		}
+		maps.DeleteFunc(w.mu.kept, func(e wire.EngineHash, _ keptBlock) bool { return !live[e] })
+	}
+}
+
 // encodeVLLM encodes evs as one vLLM batch (dp rank 0).
 func (o *outbox) encodeVLLM(w *Worker, evs []wire.Event) {
 	bs := w.cfg.BlockSize
+	if w.cfg.HostKVBlocks > 0 {
+		w.keep(evs)
+	}
 	o.toks, o.offs = o.toks[:0], o.offs[:0]
 	for i := range evs {
 		o.offs = append(o.offs, len(o.toks))
@@ -61,7 +122,9 @@ func (o *outbox) encodeVLLM(w *Worker, evs []wire.Event) {
 			continue
 		}
 		for _, b := range evs[i].Blocks {
-			if e := w.mu.toks[b.Local]; e != nil {
+			if k, ok := w.mu.kept[b.Engine]; ok {
+				o.toks = append(o.toks, k.tokens...)
+			} else if e := w.mu.toks[b.Local]; e != nil {
 				o.toks = append(o.toks, e.tokens...)
 			} else {
 				o.toks = appendSynthetic(o.toks, b.Local, bs)
@@ -80,7 +143,7 @@ func (o *outbox) encodeVLLM(w *Worker, evs []wire.Event) {
 	at := 0
 	for i := range evs {
 		ev := &evs[i]
-		ve := wire.VLLMEvent{Kind: ev.Kind, Medium: "GPU"}
+		ve := wire.VLLMEvent{Kind: ev.Kind, Medium: vllmMedium[ev.Tier]}
 		if ev.Kind != wire.KindCleared {
 			ve.BlockHashes = o.hs[at : at+len(ev.Blocks)]
 		}
@@ -95,6 +158,10 @@ func (o *outbox) encodeVLLM(w *Worker, evs []wire.Event) {
 	o.msgs = append(o.msgs, span{0, len(o.buf)})
 	clear(o.vb.Events)
 }
+
+// vllmMedium is vLLM's medium string of each tier ("GPU"; its offloading
+// connector's "CPU"; "DISK" as LMCache-style connectors write it).
+var vllmMedium = [...]string{wire.TierDevice: "GPU", wire.TierHost: "CPU", wire.TierDisk: "DISK", wire.TierExternal: "EXTERNAL"}
 
 // appendSynthetic appends stand-in token ids for a stored block whose
 // tokens the worker no longer knows. It is not expected: a block is stored

@@ -22,6 +22,8 @@ type Config struct {
 	Port             int      // worker i listens on Port+i; 0: random ports
 	BlockSize        int      // default 16
 	KVBlocks         int      // per worker; default 16384
+	HostKVBlocks     int      // per worker: host tier behind the device (WorkerConfig.HostKVBlocks); 0: none
+	HostGBps         float64  // host tier onload bandwidth; default engine.DefaultHostGBps
 	MaxNumSeqs       int      // default 256
 	MaxBatchedTokens int      // default 8192
 	Speedup          float64  // default 1
@@ -66,7 +68,10 @@ func (c *Config) Validate() error {
 	if c.ZMQPort < 0 || c.ZMQPort+2*c.Workers > 65536 {
 		errs = append(errs, fmt.Errorf("--zmq-port %d: ports out of range for %d workers", c.ZMQPort, c.Workers))
 	}
-	for name, v := range map[string]int{"block-size": c.BlockSize, "kv-blocks": c.KVBlocks, "max-num-seqs": c.MaxNumSeqs, "max-batched-tokens": c.MaxBatchedTokens} {
+	if c.HostGBps < 0 {
+		errs = append(errs, fmt.Errorf("--host-gbps must be > 0 (got %g)", c.HostGBps))
+	}
+	for name, v := range map[string]int{"block-size": c.BlockSize, "kv-blocks": c.KVBlocks, "host-kv-blocks": c.HostKVBlocks, "max-num-seqs": c.MaxNumSeqs, "max-batched-tokens": c.MaxBatchedTokens} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("--%s must be > 0 (got %d)", name, v))
 		}
@@ -132,7 +137,7 @@ func Start(cfg Config, nc *nats.Conn) (*Fleet, error) {
 			id = cfg.WorkerIDs[i]
 		}
 		wc := WorkerConfig{
-			ID: id, Host: cfg.Host, BlockSize: cfg.BlockSize, KVBlocks: cfg.KVBlocks,
+			ID: id, Host: cfg.Host, BlockSize: cfg.BlockSize, KVBlocks: cfg.KVBlocks, HostKVBlocks: cfg.HostKVBlocks, HostGBps: cfg.HostGBps,
 			MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, Speedup: cfg.Speedup, Perf: cfg.Perf,
 			Model: cfg.Model, ChatTemplate: cfg.ChatTemplate, Transport: cfg.Transport, Subjects: subj, Heartbeat: cfg.Heartbeat, LoadInterval: cfg.LoadInterval,
 			DropFraction: cfg.DropFraction, DupFraction: cfg.DupFraction, Seed: cfg.Seed, RecoveryRing: cfg.RecoveryRing, Logger: cfg.Logger,

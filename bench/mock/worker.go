@@ -34,13 +34,19 @@ var (
 // WorkerConfig configures one Worker (plain data, copied by StartWorker).
 // Zero fields take the defaults noted.
 type WorkerConfig struct {
-	ID               uint64 // worker id (> 0)
-	Host             string // listen host; default 127.0.0.1
-	Port             int    // HTTP port; 0 picks a free one
-	BlockSize        int    // tokens per KV block; default 16
-	KVBlocks         int    // KV cache blocks; default 16384
-	MaxNumSeqs       int    // default 256
-	MaxBatchedTokens int    // default 8192
+	ID        uint64 // worker id (> 0)
+	Host      string // listen host; default 127.0.0.1
+	Port      int    // HTTP port; 0 picks a free one
+	BlockSize int    // tokens per KV block; default 16
+	KVBlocks  int    // KV cache blocks; default 16384
+	// HostKVBlocks > 0 adds a host tier of that many blocks behind the
+	// device (engine.Config.HostCapacity): evicted blocks are offloaded
+	// and announced with medium CPU / storage tier host; prompts onload
+	// them at HostGBps (default engine.DefaultHostGBps).
+	HostKVBlocks     int
+	HostGBps         float64
+	MaxNumSeqs       int // default 256
+	MaxBatchedTokens int // default 8192
 	Speedup          float64
 	Perf             engine.Perf // default engine.DefaultPerf
 	Model            string      // default "mock"
@@ -77,6 +83,9 @@ func (c *WorkerConfig) defaults() {
 	}
 	if c.KVBlocks <= 0 {
 		c.KVBlocks = 16384
+	}
+	if c.HostGBps <= 0 {
+		c.HostGBps = engine.DefaultHostGBps
 	}
 	if c.MaxNumSeqs <= 0 {
 		c.MaxNumSeqs = 256
@@ -168,6 +177,7 @@ type Worker struct {
 		calls     map[uint64]*call
 		aborts    []*call // calls whose client went away, for the engine loop
 		toks      map[wire.BlockHash]*tokEntry
+		kept      map[wire.EngineHash]keptBlock // ZMQ with a host tier: tokens of every cached block
 		nextID    uint64
 		paused    bool
 		restart   bool
@@ -305,6 +315,7 @@ func (w *Worker) newEngine() *engine.Engine {
 	return engine.New(engine.Config{
 		Worker: wire.WorkerKey{Worker: w.cfg.ID}, Capacity: w.cfg.KVBlocks, BlockSize: w.cfg.BlockSize,
 		MaxNumSeqs: w.cfg.MaxNumSeqs, MaxBatchedTokens: w.cfg.MaxBatchedTokens, Speedup: w.cfg.Speedup, Perf: w.cfg.Perf,
+		HostCapacity: w.cfg.HostKVBlocks, HostBlockTime: engine.HostBlockTime(w.cfg.BlockSize, w.cfg.HostGBps),
 	})
 }
 
@@ -702,6 +713,7 @@ func (w *Worker) restartLocked() {
 	w.mu.restarted = w.mu.restarted[:0]
 	w.failAllLocked(ErrRestarted)
 	clear(w.mu.toks)
+	clear(w.mu.kept)
 	w.mu.eng = w.newEngine()
 	w.mu.eng.KV().Clear()
 	w.resetRingLocked()

@@ -69,9 +69,15 @@ func ParsePolicies(list string) ([]Policy, error) {
 // Fleet is the simulated fleet's shape, matching `kvroute mock`'s flags.
 // A plain value; zero fields take the defaults noted.
 type Fleet struct {
-	Workers          int     // default 8
-	DPRanks          int     // dp ranks per worker, each an engine with its own cache; default 1
-	KVBlocks         int     // KV cache blocks per rank; default 16384
+	Workers  int // default 8
+	DPRanks  int // dp ranks per worker, each an engine with its own cache; default 1
+	KVBlocks int // KV cache blocks per rank; default 16384
+	// HostKVBlocks > 0 gives every rank a host tier of that many blocks
+	// behind its device (engine.Config.HostCapacity; `kvroute mock
+	// --host-kv-blocks`), onloading at HostGBps (default
+	// engine.DefaultHostGBps).
+	HostKVBlocks     int
+	HostGBps         float64
 	BlockSize        int     // engine block size in tokens; default 16
 	MaxNumSeqs       int     // default 256
 	MaxBatchedTokens int     // default 8192
@@ -100,6 +106,9 @@ func (f Fleet) withDefaults() Fleet {
 	if f.EngineSpeedup == 0 {
 		f.EngineSpeedup = 1
 	}
+	if f.HostGBps == 0 {
+		f.HostGBps = engine.DefaultHostGBps
+	}
 	if f.PrefillPoly == (Poly{}) {
 		f.PrefillPoly = DefaultPrefillPoly
 	}
@@ -116,13 +125,16 @@ func (f Fleet) Validate() error {
 		name string
 		v    int
 	}{{"workers", f.Workers}, {"dp-ranks", f.DPRanks}, {"kv-blocks", f.KVBlocks}, {"block-size", f.BlockSize},
-		{"max-num-seqs", f.MaxNumSeqs}, {"max-batched-tokens", f.MaxBatchedTokens}} {
+		{"max-num-seqs", f.MaxNumSeqs}, {"max-batched-tokens", f.MaxBatchedTokens}, {"host-kv-blocks", f.HostKVBlocks}} {
 		if c.v < 0 {
 			return fmt.Errorf("%w: %s must be > 0 (got %d)", ErrConfig, c.name, c.v)
 		}
 	}
 	if f.DPRanks > 1<<16 {
 		return fmt.Errorf("%w: dp-ranks %d exceeds %d", ErrConfig, f.DPRanks, 1<<16)
+	}
+	if f.HostGBps < 0 {
+		return fmt.Errorf("%w: host-gbps must be > 0 (got %g)", ErrConfig, f.HostGBps)
 	}
 	if f.EngineSpeedup < 0 {
 		return fmt.Errorf("%w: engine-speedup must be > 0 (got %g)", ErrConfig, f.EngineSpeedup)

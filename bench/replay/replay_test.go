@@ -530,3 +530,41 @@ func TestPolyPerf(t *testing.T) {
 		}
 	}
 }
+
+// TestFamiliesHostTier: round-robin keeps evicting each worker's other
+// family prefix from the GPU; with a host tier behind it the evicted prefix
+// is onloaded instead of recomputed, so its hit ratio reaches kv's, the
+// hits showing up as host hits, and the request's onload is cheaper than
+// its prefill. The fleet-size LRU reference counts the host blocks.
+func TestFamiliesHostTier(t *testing.T) {
+	w := families(t)
+	rr := runSim(t, w, familyConfig(), mustPolicy(t, "round-robin")).result()
+	cfg := familyConfig()
+	cfg.Fleet.HostKVBlocks = 400
+	rrHost := runSim(t, w, cfg, mustPolicy(t, "round-robin")).result()
+	if rrHost.HostCachedTokens == 0 || rrHost.HitRatio <= rr.HitRatio {
+		t.Fatalf("round-robin with a host tier: hit %v (host %d tokens), without %v", rrHost.HitRatio, rrHost.HostCachedTokens, rr.HitRatio)
+	}
+	// Every request hits its prefix but a family's first on each worker.
+	if want := float64((famRequests-4)*famPrefixIDs) / float64(famRequests*(famPrefixIDs+1)); math.Abs(rrHost.HitRatio-want) > 1e-12 {
+		t.Errorf("round-robin with a host tier: hit %v, want %v", rrHost.HitRatio, want)
+	}
+	if rrHost.TTFTMeanMs >= rr.TTFTMeanMs {
+		t.Errorf("onloading did not beat recomputing: TTFT %v vs %v ms", rrHost.TTFTMeanMs, rr.TTFTMeanMs)
+	}
+	kv := runSim(t, w, cfg, mustPolicy(t, "kv")).result()
+	if kv.HostCachedTokens != 0 || math.Abs(kv.HitRatio-w.Achievable()) > 1e-12 {
+		t.Errorf("kv with a host tier: hit %v, host %d tokens; want the achievable from the GPU", kv.HitRatio, kv.HostCachedTokens)
+	}
+	sw := Sweep{Policies: []Policy{mustPolicy(t, "kv"), mustPolicy(t, "round-robin")}, Speedups: []float64{1}}
+	rep, err := Run(w, cfg, sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if big, _ := w.PooledLRU(2 * 600); rep.HostKVBlocks != 400 || rep.FleetCacheHitRatio != big {
+		t.Errorf("fleet LRU reference %v (host %d), want %v for device + host", rep.FleetCacheHitRatio, rep.HostKVBlocks, big)
+	}
+	if kvr := rep.Result("kv", 1); kvr == nil || kvr.HitOfFleetCache != kvr.HitRatio/rep.FleetCacheHitRatio {
+		t.Errorf("kv's hit of the fleet cache: %+v", kvr)
+	}
+}

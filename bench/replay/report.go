@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,15 +14,17 @@ import (
 // per (speedup, policy). JSON field names are part of `kvroute replay
 // --json`. A plain value.
 type Report struct {
-	Trace     string  `json:"trace"`
-	Mode      string  `json:"mode"` // "offline" or "online"
-	URL       string  `json:"url,omitempty"`
-	Requests  int     `json:"requests"`
-	SpanS     float64 `json:"trace_span_s"` // arrival span at speedup 1
-	Workers   int     `json:"workers"`
-	DPRanks   int     `json:"dp_ranks,omitempty"`
-	KVBlocks  int     `json:"kv_blocks,omitempty"`
-	BlockSize int     `json:"block_size"`
+	Trace    string  `json:"trace"`
+	Mode     string  `json:"mode"` // "offline" or "online"
+	URL      string  `json:"url,omitempty"`
+	Requests int     `json:"requests"`
+	SpanS    float64 `json:"trace_span_s"` // arrival span at speedup 1
+	Workers  int     `json:"workers"`
+	DPRanks  int     `json:"dp_ranks,omitempty"`
+	KVBlocks int     `json:"kv_blocks,omitempty"`
+	// HostKVBlocks is each rank's host tier (offline; 0: none).
+	HostKVBlocks int `json:"host_kv_blocks,omitempty"`
+	BlockSize    int `json:"block_size"`
 	// EngineSpeedup divides the simulated engines' step times (offline).
 	EngineSpeedup float64 `json:"engine_speedup,omitempty"`
 	// Timing is the engines' step timing model (offline).
@@ -32,8 +35,8 @@ type Report struct {
 	// AchievableHitRatio: an infinite prefix cache shared by all workers
 	// (Workload.Achievable).
 	AchievableHitRatio float64 `json:"achievable_hit_ratio"`
-	// FleetCacheHitRatio: one LRU cache as large as the whole fleet's
-	// (Workload.PooledLRU), offline only.
+	// FleetCacheHitRatio: one LRU cache as large as the whole fleet's,
+	// device plus host blocks (Workload.PooledLRU), offline only.
 	FleetCacheHitRatio float64   `json:"fleet_cache_hit_ratio,omitempty"`
 	FleetCacheOverTime []float64 `json:"fleet_cache_over_time,omitempty"`
 	// AchievableOverTime is AchievableHitRatio per time slot.
@@ -169,6 +172,39 @@ func (r *Report) evaluate() {
 		Check{Name: "kv mean TTFT lowest at every speedup", Value: b2f(meanOK), Goal: "1", Met: meanOK, Detail: strings.Join(meanFail, "; ")},
 		Check{Name: "kv p99 TTFT lowest at every speedup", Value: b2f(p99OK), Goal: "1", Met: p99OK, Detail: strings.Join(p99Fail, "; ")},
 	)
+	// Issue 13: kv's hit ratio against one LRU cache of the fleet's whole
+	// size (device + host), at every speedup below saturation; and at
+	// round-robin's saturation speedup, kv keeps up with a mean TTFT ≥ 3×
+	// lower.
+	if r.FleetCacheHitRatio > 0 {
+		worst, worstAt := math.Inf(1), 0.0
+		for _, s := range r.Speedups {
+			if s > t.SaturationSpeedup {
+				break
+			}
+			if kv := r.Result("kv", s); kv != nil && kv.HitOfFleetCache < worst {
+				worst, worstAt = kv.HitOfFleetCache, s
+			}
+		}
+		if worstAt > 0 {
+			t.Checks = append(t.Checks, Check{Name: "kv hit ratio / fleet-size LRU (worst below saturation)", Value: worst, Goal: "≥ 0.90", Met: worst >= 0.9,
+				Detail: fmt.Sprintf("at %gx; the LRU holds %d blocks per rank", worstAt, r.KVBlocks+r.HostKVBlocks)})
+		}
+	}
+	for _, s := range r.Speedups {
+		rr := r.Result("round-robin", s)
+		if rr == nil || !rr.Saturated {
+			continue
+		}
+		if kv := r.Result("kv", s); kv != nil && kv.TTFTMeanMs > 0 {
+			ratio := rr.TTFTMeanMs / kv.TTFTMeanMs
+			t.Checks = append(t.Checks, Check{
+				Name: "at round-robin's saturation speedup: kv not saturated, rr / kv mean TTFT", Value: ratio, Goal: "≥ 3, kv not saturated",
+				Met: ratio >= 3 && !kv.Saturated, Detail: fmt.Sprintf("at %gx: %.0f / %.0f ms, kv saturated %v", s, rr.TTFTMeanMs, kv.TTFTMeanMs, kv.Saturated),
+			})
+		}
+		break
+	}
 	kv, rr := r.Result("kv", t.SaturationSpeedup), r.Result("round-robin", t.SaturationSpeedup)
 	if rr != nil && kv.TTFTMeanMs > 0 {
 		ratio := rr.TTFTMeanMs / kv.TTFTMeanMs
@@ -210,6 +246,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Mode == "offline" {
 		fmt.Fprintf(&b, "fleet: %d workers × %d dp, %d KV blocks of %d tokens each, engine speedup %g\n",
 			r.Workers, r.DPRanks, r.KVBlocks, r.BlockSize, r.EngineSpeedup)
+		if r.HostKVBlocks > 0 {
+			fmt.Fprintf(&b, "host tier: %d KV blocks per rank behind the GPU's (offload on eviction, onload instead of recompute)\n", r.HostKVBlocks)
+		}
 		fmt.Fprintf(&b, "timing: %s\n", r.Timing)
 	} else {
 		fmt.Fprintf(&b, "endpoint %s: %d workers seen, block size %d (for the achievable ratio)", r.URL, r.Workers, r.BlockSize)
@@ -224,23 +263,23 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	b.WriteString("\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "speedup\tpolicy\treqs\tdone\trej\treq/s\ttok/s\tTTFT mean\tp50\tp90\tp99\tITL mean\tp50\tp90\tp99\tE2E mean\tp50\tp90\tp99\thit\t/achv\tmax share\tqueued\tsat\t")
+	fmt.Fprintln(tw, "speedup\tpolicy\treqs\tdone\trej\treq/s\ttok/s\tTTFT mean\tp50\tp90\tp99\tITL mean\tp50\tp90\tp99\tE2E mean\tp50\tp90\tp99\thit\thost\t/achv\t/lru\tmax share\tqueued\tsat\t")
 	for _, p := range r.Policies {
 		sat := ""
 		if p.Saturated {
 			sat = "yes"
 		}
-		fmt.Fprintf(tw, "%gx\t%s\t%d\t%d\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.2f\t%.2f\t%d\t%s\t\n",
+		fmt.Fprintf(tw, "%gx\t%s\t%d\t%d\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.2f\t%.2f\t%.2f\t%d\t%s\t\n",
 			p.Speedup, p.Policy, p.Requests, p.Completed, p.Rejected, p.ReqPerS, p.TokensPerS,
 			fms(p.TTFTMeanMs), fms(p.TTFTP50Ms), fms(p.TTFTP90Ms), fms(p.TTFTP99Ms),
 			fms(p.ITLMeanMs), fms(p.ITLP50Ms), fms(p.ITLP90Ms), fms(p.ITLP99Ms),
 			fms(p.E2EMeanMs), fms(p.E2EP50Ms), fms(p.E2EP90Ms), fms(p.E2EP99Ms),
-			p.HitRatio, p.HitOfAchievable, p.MaxWorkerShare, p.Queued, sat)
+			p.HitRatio, p.HostHitRatio, p.HitOfAchievable, p.HitOfFleetCache, p.MaxWorkerShare, p.Queued, sat)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	b.WriteString("(latencies in ms; hit = cached prompt tokens / prompt tokens; /achv = hit / achievable; max share = max over workers of requests / mean)\n")
+	b.WriteString("(latencies in ms; hit = cached prompt tokens / prompt tokens, device and host; host = of it, onloaded from host tiers; /achv = hit / achievable; /lru = hit / one LRU of the fleet's size; max share = max over workers of requests / mean)\n")
 	b.WriteString("\nworker shares of requests (of prompt tokens):\n")
 	for _, p := range r.Policies {
 		fmt.Fprintf(&b, "  %-6s %-13s", strconv.FormatFloat(p.Speedup, 'g', -1, 64)+"x", p.Policy)

@@ -44,6 +44,13 @@ type Result struct {
 	PromptTokens int64   `json:"prompt_tokens"` // of the requests that got a first token
 	CachedTokens int64   `json:"cached_tokens"`
 	HitRatio     float64 `json:"hit_ratio"` // CachedTokens / PromptTokens
+	// HostCachedTokens are the CachedTokens onloaded from host tiers
+	// (Fleet.HostKVBlocks); HostHitRatio is their share of PromptTokens
+	// (so the device's is HitRatio − HostHitRatio).
+	HostCachedTokens int64   `json:"host_cached_tokens,omitempty"`
+	HostHitRatio     float64 `json:"host_hit_ratio,omitempty"`
+	// HitOfFleetCache is HitRatio / Report.FleetCacheHitRatio (offline).
+	HitOfFleetCache float64 `json:"hit_of_fleet_cache,omitempty"`
 	// HitOfAchievable is HitRatio / Report.AchievableHitRatio.
 	HitOfAchievable float64 `json:"hit_of_achievable"`
 
@@ -108,7 +115,7 @@ type record struct {
 	tooLong               bool
 	queued                bool
 	queueWait             time.Duration
-	prompt, cached        int
+	prompt, cached, host  int
 	output                int
 	worker                int // index into the worker labels, -1 if none
 	bucket                int
@@ -159,6 +166,7 @@ func summarize(recs []record, workers []string, span time.Duration, achievable f
 		if c.hasFirst {
 			r.PromptTokens += int64(c.prompt)
 			r.CachedTokens += int64(c.cached)
+			r.HostCachedTokens += int64(c.host)
 			b := &buckets[c.bucket]
 			b.prompt += int64(c.prompt)
 			b.cached += int64(c.cached)
@@ -178,6 +186,7 @@ func summarize(recs []record, workers []string, span time.Duration, achievable f
 	}
 	if r.PromptTokens > 0 {
 		r.HitRatio = float64(r.CachedTokens) / float64(r.PromptTokens)
+		r.HostHitRatio = float64(r.HostCachedTokens) / float64(r.PromptTokens)
 	}
 	if achievable > 0 {
 		r.HitOfAchievable = r.HitRatio / achievable

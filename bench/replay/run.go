@@ -89,7 +89,16 @@ func Run(w *Workload, cfg Config, sw Sweep) (*Report, error) {
 			rep.Policies = append(rep.Policies, done[runKey{s, p.Name}])
 		}
 	}
-	rep.FleetCacheHitRatio, rep.FleetCacheOverTime = w.PooledLRU(cfg.Fleet.Ranks() * cfg.Fleet.KVBlocks)
+	// The reference cache holds what the whole fleet holds: every rank's
+	// device and host blocks.
+	f := cfg.Fleet.withDefaults()
+	rep.HostKVBlocks = f.HostKVBlocks
+	rep.FleetCacheHitRatio, rep.FleetCacheOverTime = w.PooledLRU(f.Ranks() * (f.KVBlocks + f.HostKVBlocks))
+	for i := range rep.Policies {
+		if rep.FleetCacheHitRatio > 0 {
+			rep.Policies[i].HitOfFleetCache = rep.Policies[i].HitRatio / rep.FleetCacheHitRatio
+		}
+	}
 	rep.evaluate()
 	return rep, nil
 }

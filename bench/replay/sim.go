@@ -153,6 +153,7 @@ type sim struct {
 	first    []time.Duration
 	finish   []time.Duration
 	cached   []int32
+	hostTok  []int32 // of cached, onloaded from the host tier
 	output   []int32
 	rank     []int32
 	queued   []bool
@@ -188,6 +189,7 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 		first:    make([]time.Duration, n),
 		finish:   make([]time.Duration, n),
 		cached:   make([]int32, n),
+		hostTok:  make([]int32, n),
 		output:   make([]int32, n),
 		rank:     make([]int32, n),
 		queued:   make([]bool, n),
@@ -207,6 +209,7 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 			s.engines = append(s.engines, engine.New(engine.Config{
 				Worker: k, Capacity: f.KVBlocks, BlockSize: f.BlockSize, MaxNumSeqs: f.MaxNumSeqs,
 				MaxBatchedTokens: f.MaxBatchedTokens, Speedup: f.EngineSpeedup, Perf: perf,
+				HostCapacity: f.HostKVBlocks, HostBlockTime: engine.HostBlockTime(f.BlockSize, f.HostGBps),
 			}))
 			sch.AddWorker(k, sched.Capacity{TotalBlocks: uint64(f.KVBlocks), MaxBatchedTokens: uint64(f.MaxBatchedTokens)})
 		}
@@ -312,7 +315,7 @@ func (s *sim) arrival(i int32) error {
 		s.radixOv = s.core.Match(s.radixOv[:0], w.Local(int(i)))
 		o := s.ovBatch[0][:0]
 		for _, r := range s.radixOv {
-			o = append(o, sched.Overlap{Worker: r.Worker, Device: r.Blocks, TreeSize: r.TreeSize})
+			o = append(o, sched.Overlap{Worker: r.Worker, Device: r.Blocks, Host: r.Host, Disk: r.Disk, TreeSize: r.TreeSize})
 		}
 		s.ovBatch[0] = o
 		ov = s.ovBatch[:]
@@ -467,7 +470,7 @@ func (s *sim) stepEnd(r int32) error {
 		switch ef.Kind {
 		case engine.FirstToken:
 			s.first[i] = ef.At
-			s.cached[i] = int32(ef.CachedTokens)
+			s.cached[i], s.hostTok[i] = int32(ef.CachedTokens), int32(ef.HostTokens)
 			s.sch.MarkPrefillCompleted(ef.Request, int64(now))
 		case engine.Finished:
 			s.finish[i] = ef.At
@@ -539,7 +542,7 @@ func (s *sim) result() Result {
 		case stDone:
 			c.done, c.hasFirst = true, true
 			c.first, c.finish = s.first[i], s.finish[i]
-			c.cached, c.output = int(s.cached[i]), int(s.output[i])
+			c.cached, c.host, c.output = int(s.cached[i]), int(s.hostTok[i]), int(s.output[i])
 		case stRejected:
 			c.rejected, c.tooLong = true, s.tooLong[i]
 		}

@@ -123,8 +123,8 @@ func addSchedFlags(fs *flag.FlagSet) *schedFlags {
 		credit:     fs.Bool("router-credit-cost", false, "use the credit form of the cost (overlap credited against raw prefill)"),
 		prefScale:  fs.Float64("prefill-load-scale", def.PrefillLoadScale, "credit cost: scale of the prefill term"),
 		ovCredit:   fs.Float64("overlap-credit", def.OverlapCredit, "credit cost: credit per device-tier cached block"),
-		hostW:      fs.Float64("host-hit-weight", def.HostHitWeight, "credit cost: credit per host-tier cached block"),
-		diskW:      fs.Float64("disk-hit-weight", def.DiskHitWeight, "credit cost: credit per disk-tier cached block"),
+		hostW:      fs.Float64("host-hit-weight", def.HostHitWeight, "cached blocks credited per host-tier block beyond the device prefix (both cost forms)"),
+		diskW:      fs.Float64("disk-hit-weight", def.DiskHitWeight, "cached blocks credited per disk- or external-tier block beyond the host prefix (both cost forms)"),
 		busyDecode: fs.Float64("busy-decode-frac", def.BusyDecodeFrac, "a rank is busy above this fraction of its KV blocks in use (<= 0: off)"),
 		busyPTok:   fs.Int64("busy-prefill-tokens", def.BusyPrefillTokens, "a rank is busy above this many active prefill tokens (0: off)"),
 		busyPFrac:  fs.Float64("busy-prefill-frac", def.BusyPrefillFrac, "a rank is busy above this multiple of its max batched tokens in prefill (0: off)"),
@@ -154,8 +154,8 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	if *f.rejWindow < 0 {
 		return fmt.Errorf("--rejection-window must be >= 0 (got %v)", *f.rejWindow)
 	}
-	if !*f.credit && (*f.prefScale != def.PrefillLoadScale || *f.ovCredit != def.OverlapCredit || *f.hostW != def.HostHitWeight || *f.diskW != def.DiskHitWeight) {
-		return errors.New("--prefill-load-scale, --overlap-credit, --host-hit-weight and --disk-hit-weight need --router-credit-cost")
+	if !*f.credit && (*f.prefScale != def.PrefillLoadScale || *f.ovCredit != def.OverlapCredit) {
+		return errors.New("--prefill-load-scale and --overlap-credit need --router-credit-cost")
 	}
 	sc.Weight, sc.Temperature, sc.AssumeKVReuse = *f.weight, *f.temp, *f.reuse
 	sc.CreditCost, sc.PrefillLoadScale, sc.OverlapCredit, sc.HostHitWeight, sc.DiskHitWeight = *f.credit, *f.prefScale, *f.ovCredit, *f.hostW, *f.diskW

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvroute/kvroute/bench/engine"
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/natsembed"
 	"github.com/kvroute/kvroute/wire/chattmpl"
@@ -32,6 +33,8 @@ func runMock(args []string) error {
 		dataDir   = fs.String("data-dir", "", "JetStream store of the embedded nats-server (default: a temporary directory)")
 		blockSize = fs.Int("block-size", 16, "engine KV block size in tokens")
 		kvBlocks  = fs.Int("kv-blocks", 16384, "KV cache blocks per worker")
+		hostKV    = fs.Int("host-kv-blocks", 0, "host-memory KV blocks per worker behind the GPU's (0: no host tier): evicted blocks are offloaded there (events with medium CPU / storage tier host) and onloaded instead of recomputed")
+		hostGBps  = fs.Float64("host-gbps", engine.DefaultHostGBps, "host tier onload bandwidth in GB/s (a block costs block-size × 128 KiB / bandwidth)")
 		maxSeqs   = fs.Int("max-num-seqs", 256, "running requests per worker at most (vLLM max_num_seqs)")
 		maxBatch  = fs.Int("max-batched-tokens", 8192, "tokens per engine step at most (vLLM max_num_batched_tokens)")
 		speedup   = fs.Float64("speedup", 1, "divide every step time by this factor")
@@ -54,7 +57,7 @@ func runMock(args []string) error {
 		return err
 	}
 	cfg := mock.Config{
-		Workers: *workers, Host: *host, Port: *port, BlockSize: *blockSize, KVBlocks: *kvBlocks,
+		Workers: *workers, Host: *host, Port: *port, BlockSize: *blockSize, KVBlocks: *kvBlocks, HostKVBlocks: *hostKV, HostGBps: *hostGBps,
 		MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *maxBatch, Speedup: *speedup, Namespace: *ns, Component: *comp,
 		Transport: *transport, ZMQPort: *zmqPort, Model: *model, Heartbeat: *heartbeat, LoadInterval: *loadIvl,
 		DropFraction: *drop, DupFraction: *dup, Seed: *seed, RecoveryRing: *ring,
@@ -94,6 +97,12 @@ func runMock(args []string) error {
 	}
 	if *natsPort < 0 || *natsPort > 65535 {
 		return fmt.Errorf("--nats-port %d out of range", *natsPort)
+	}
+	if *hostKV < 0 {
+		return fmt.Errorf("--host-kv-blocks must be >= 0 (got %d)", *hostKV)
+	}
+	if *hostGBps <= 0 {
+		return fmt.Errorf("--host-gbps must be > 0 (got %g)", *hostGBps)
 	}
 	for name, v := range map[string]int{"block-size": *blockSize, "kv-blocks": *kvBlocks, "max-num-seqs": *maxSeqs, "max-batched-tokens": *maxBatch} {
 		if v <= 0 {

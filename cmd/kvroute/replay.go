@@ -73,6 +73,8 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		workers    = fs.Int("workers", 8, "offline: simulated workers")
 		dpRanks    = fs.Int("dp-ranks", 1, "offline: dp ranks per worker (each an engine with its own cache)")
 		kvBlocks   = fs.Int("kv-blocks", 16384, "offline: KV cache blocks per rank (kvroute mock's --kv-blocks)")
+		hostKV     = fs.Int("host-kv-blocks", 0, "offline: host-memory KV blocks per rank behind the GPU's (kvroute mock's --host-kv-blocks; 0: none)")
+		hostGBps   = fs.Float64("host-gbps", 32, "offline: host tier onload bandwidth in GB/s (kvroute mock's --host-gbps)")
 		blockSize  = fs.Int("block-size", 16, "engine KV block size in tokens (online: for the achievable hit ratio)")
 		maxSeqs    = fs.Int("max-num-seqs", 256, "offline: running requests per rank at most (vLLM max_num_seqs)")
 		maxBatch   = fs.Int("max-batched-tokens", 8192, "offline: tokens per engine step at most (vLLM max_num_batched_tokens)")
@@ -222,12 +224,15 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 	if *evDelay < 0 || *loadIvl < 0 {
 		return nil, fmt.Errorf("--event-delay and --load-interval must be ≥ 0 (got %v, %v)", *evDelay, *loadIvl)
 	}
+	if *hostKV < 0 || *hostGBps <= 0 {
+		return nil, fmt.Errorf("--host-kv-blocks must be >= 0 and --host-gbps > 0 (got %d, %g)", *hostKV, *hostGBps)
+	}
 	if *approxTTL <= 0 || *approxMax <= 0 {
 		return nil, fmt.Errorf("--approx-ttl and --approx-max-blocks must be > 0 (got %v, %d)", *approxTTL, *approxMax)
 	}
 	o.offline = replay.Config{
 		Fleet: replay.Fleet{
-			Workers: *workers, DPRanks: *dpRanks, KVBlocks: *kvBlocks, BlockSize: *blockSize,
+			Workers: *workers, DPRanks: *dpRanks, KVBlocks: *kvBlocks, HostKVBlocks: *hostKV, HostGBps: *hostGBps, BlockSize: *blockSize,
 			MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *maxBatch, EngineSpeedup: *engSpeed,
 			PrefillPoly: pp, DecodePoly: dp,
 		},

@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: tokenizers golden replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz run clean
+.PHONY: tokenizers golden replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run clean
 
 all: build
 
@@ -80,9 +80,14 @@ MARGIN    ?= 0.05
 bench-gate:
 	BENCHTIME='$(BENCHTIME)' COUNT='$(COUNT)' perf/bench-gate.sh '$(BASE)' '$(MARGIN)'
 
-# Every fuzz target for $(FUZZTIME).
+# Every fuzz target for $(FUZZTIME), then a summary line per target.
 fuzz:
 	perf/fuzz-all.sh '$(FUZZTIME)'
+
+# Every fuzz target for 10 minutes (27 targets: about 4.5 hours on this
+# machine); not part of make test.
+fuzz-long:
+	perf/fuzz-all.sh 10m
 
 # wire/tokenizer's golden ids, made again with the reference (HF tokenizers,
 # Rust, as the Node binding @anush008/tokenizers, installed into out/tokref),

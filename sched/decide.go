@@ -227,9 +227,12 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 		costs:      s.costs[:0],
 		deferred:   s.deferred[:0],
 	}
-	if !restricted {
+	switch {
+	case !restricted && s.heapUsable(&p):
+		s.heapPlain(&p)
+	case !restricted:
 		s.scanPlain(&p)
-	} else {
+	default:
 		for i := range s.hot {
 			if s.hot[i].live {
 				s.consider(&p, i)

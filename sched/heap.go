@@ -23,9 +23,10 @@ import (
 // real value, so every plain rank whose cost can equal or beat the best one
 // has a key within 1e-6 (relative) of the smallest untouched key: the heap
 // path computes the exact cost, with the scan's arithmetic, for every plain
-// rank in that band and keeps the same best cost and ties. Ties are then
-// sorted by rank so the tie break (tree size, then the seeded RNG over the
-// tie list) sees the list the scan builds.
+// rank in that band and keeps the same best cost and ties. The tie break
+// (tree size, then the seeded RNG's position in the tie list) then picks the
+// tie at that position of the list the scan builds, in rank order, by
+// selection (breakTie).
 //
 // The heap path serves unrestricted argmin decisions whose weight is the
 // configured one: PolicyKV at temperature ≤ 0 and PolicyLeastLoaded.
@@ -254,8 +255,8 @@ func (s *Scheduler) heapPlain(p *pass) {
 	}
 	h.stack = st
 	p.eligible = len(s.slotOf)
-	// The scan lists ties, and busy ranks to reconsider, in rank order.
-	slices.Sort(p.ties)
+	// The scan reconsiders busy ranks in rank order (route orders the ties
+	// when it breaks them).
 	slices.Sort(p.deferred)
 }
 

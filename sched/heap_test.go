@@ -3,6 +3,7 @@ package sched
 import (
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -184,5 +185,21 @@ func TestHeapMatchesScan(t *testing.T) {
 	t.Logf("%d decisions, %d took the heap path", decisions, heapUsed)
 	if heapUsed < decisions/4 {
 		t.Fatalf("only %d of %d decisions took the heap path", heapUsed, decisions)
+	}
+}
+
+func TestSelectKth(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		a := make([]uint32, 1+rng.IntN(40))
+		for i := range a {
+			a[i] = uint32(rng.IntN(30))
+		}
+		sorted := slices.Clone(a)
+		slices.Sort(sorted)
+		k := rng.IntN(len(a))
+		if got := selectKth(a, k); got != sorted[k] {
+			t.Fatalf("selectKth(%v, %d) = %d, want %d", a, k, got, sorted[k])
+		}
 	}
 }

@@ -258,5 +258,5 @@ func (s *Scheduler) CheckInvariants() error {
 			return fmt.Errorf("queue out of %v order at %d", s.q.policy, k)
 		}
 	}
-	return nil
+	return s.checkHeap()
 }

@@ -227,9 +227,13 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 		costs:      s.costs[:0],
 		deferred:   s.deferred[:0],
 	}
-	if !restricted {
+	byHeap := !restricted && s.heapUsable(&p)
+	switch {
+	case byHeap:
+		s.heapPlain(&p)
+	case !restricted:
 		s.scanPlain(&p)
-	} else {
+	default:
 		for i := range s.hot {
 			if s.hot[i].live {
 				s.consider(&p, i)
@@ -237,17 +241,27 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 		}
 	}
 	// A busy rank stays a candidate while another rank of its worker is not.
+	// The heap path leaves its ties unordered: main counts those found before
+	// the deferred ranks (the scan lists them in rank order, then the
+	// deferred ones at the same cost in rank order).
+	main, best := len(p.ties), p.best
 	for _, i := range p.deferred {
 		if s.workers[s.hot[i].worker].okGen == gen {
 			p.add(i, s.cost(int(i), s.prefillAt(int(i), now), &p.in))
 		}
+	}
+	if p.best < best {
+		main = 0
+	}
+	if !byHeap {
+		main = -1 // in scan order already
 	}
 	s.ties, s.cands, s.costs, s.deferred = p.ties, p.cands, p.costs, p.deferred
 
 	chosen, cost := -1, 0.0
 	switch {
 	case p.argmin && len(p.ties) > 0:
-		chosen, cost = s.breakTie(p.ties, s.cfg.Policy == PolicyKV, gen), p.best
+		chosen, cost = s.breakTie(p.ties, main, s.cfg.Policy == PolicyKV, gen), p.best
 	case !p.argmin && len(p.cands) > 0:
 		k := s.choose(r, p.cands, p.costs)
 		chosen, cost = int(p.cands[k]), p.costs[k]
@@ -424,26 +438,69 @@ func (s *Scheduler) cost(i int, pf int64, in *costInput) float64 {
 }
 
 // breakTie picks among ranks of equal lowest cost: the smallest tree
-// (byTree), then a seeded random one.
-func (s *Scheduler) breakTie(ties []uint32, byTree bool, gen uint32) int {
+// (byTree), then a seeded random one. main < 0: ties are in the scan's order;
+// otherwise ties[:main] and ties[main:] are each unordered, and the tie picked
+// is the one the scan's list (each part in rank order) holds at the drawn
+// position, found by selection rather than by sorting.
+func (s *Scheduler) breakTie(ties []uint32, main int, byTree bool, gen uint32) int {
 	if len(ties) > 1 && byTree {
 		minTree := uint32(math.MaxUint32)
 		for _, i := range ties {
 			minTree = min(minTree, s.treeOf(i, gen))
 		}
-		n := 0
-		for _, i := range ties {
+		n, m := 0, main
+		for k, i := range ties {
 			if s.treeOf(i, gen) == minTree {
 				ties[n] = i
 				n++
+			} else if k < main {
+				m--
 			}
 		}
-		ties = ties[:n]
+		ties, main = ties[:n], m
 	}
 	if len(ties) == 1 {
 		return int(ties[0])
 	}
-	return int(ties[s.rng.IntN(len(ties))])
+	k := s.rng.IntN(len(ties))
+	if main < 0 {
+		return int(ties[k])
+	}
+	if k < main {
+		return int(selectKth(ties[:main], k))
+	}
+	return int(selectKth(ties[main:], k-main))
+}
+
+// selectKth returns the k-th smallest of a (0-based), reordering a.
+func selectKth(a []uint32, k int) uint32 {
+	lo, hi := 0, len(a)-1
+	for lo < hi {
+		pivot := a[lo+(hi-lo)/2]
+		i, j := lo, hi
+		for i <= j {
+			for a[i] < pivot {
+				i++
+			}
+			for a[j] > pivot {
+				j--
+			}
+			if i <= j {
+				a[i], a[j] = a[j], a[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return a[k]
+		}
+	}
+	return a[k]
 }
 
 // choose returns the index in cands of the rank chosen by round-robin,

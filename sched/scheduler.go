@@ -67,6 +67,10 @@ type Scheduler struct {
 	weights  []float64 // softmax
 	vecCache []uint32  // block vectors found by countHeld, by block position
 	vecN     int       // how many of vecCache are valid for the current decision
+
+	ph        plainHeap // plain ranks by load (heap.go)
+	forceScan bool      // tests: decide by the scan even where the heap applies
+	heapUsed  uint64    // decisions that took the heap path (tests)
 }
 
 // slotScan mirrors the little of a dp rank that the common decision reads
@@ -173,6 +177,7 @@ func New(cfg Config, seed uint64) (*Scheduler, error) {
 	}
 	s.blocks.init()
 	s.q.init(cfg.QueuePolicy)
+	s.initHeap()
 	return s, nil
 }
 
@@ -245,6 +250,7 @@ func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 		s.ties = make([]uint32, 0, 2*n)
 		s.touched = make([]uint32, 0, 2*n)
 		s.weights = make([]float64, 0, 2*n)
+		s.ph.stack = make([]int32, 0, 2*n)
 	}
 	s.drain(s.now)
 	s.checkInvariants()
@@ -259,7 +265,11 @@ func (s *Scheduler) setMulti(ws *workerState) {
 }
 
 // sync refreshes rank i's slotScan after its load, limits or flags changed.
-func (s *Scheduler) sync(i uint32) { s.scan[i] = s.scanOf(i) }
+// It keeps the plain-rank heap in step.
+func (s *Scheduler) sync(i uint32) {
+	s.scan[i] = s.scanOf(i)
+	s.place(i)
+}
 
 func (s *Scheduler) scanOf(i uint32) slotScan {
 	h := &s.hot[i]
@@ -364,7 +374,7 @@ func (s *Scheduler) RemoveRank(key wire.WorkerKey, now int64) bool {
 		s.fastSlot.del(mixKey(key))
 	}
 	s.hot[i] = slotHot{}
-	s.scan[i] = slotScan{}
+	s.sync(i) // not live: an empty mirror, out of the heap
 	s.slots[i] = slotState{}
 	s.freeSlots = append(s.freeSlots, i)
 	if s.rrLast == int(i) {

@@ -1,0 +1,205 @@
+package sched
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// TestHeapMatchesScan drives two schedulers with the same seed through the
+// same random histories (workers added and removed, some with several ranks;
+// load reports; batches with random overlaps, pins, allowed lists, weight
+// and temperature overrides; bookings, prefill completions, frees, expiry
+// ticks, tree sizes), one deciding through the plain-rank heap where it
+// applies and one always by the scan, and requires identical decisions,
+// effects and stats at every step. Loads are small integers so equal costs
+// (and the tie break by tree size and seeded RNG) are frequent.
+func TestHeapMatchesScan(t *testing.T) {
+	rounds, steps := 60, 1500
+	if testing.Short() {
+		rounds = 15
+	}
+	var heapUsed, decisions uint64
+	for round := range rounds {
+		seed := uint64(round)*0x9e3779b97f4a7c15 + 1
+		rng := rand.New(rand.NewPCG(seed, 7))
+		cfg := DefaultConfig()
+		cfg.BlockSize = 4
+		switch rng.IntN(8) {
+		case 0:
+			cfg.Policy = PolicyLeastLoaded
+		case 1:
+			cfg.Policy = Policy(rng.IntN(4))
+		default:
+			cfg.Policy = PolicyKV
+		}
+		cfg.CreditCost = rng.IntN(3) == 0
+		cfg.Weight = []float64{1, 0.5, 2, 0, 1.7}[rng.IntN(5)]
+		cfg.PrefillLoadScale = []float64{1, 0.25, 3}[rng.IntN(3)]
+		cfg.AssumeKVReuse = rng.IntN(2) == 0
+		cfg.QueueDepth = rng.IntN(4)
+		cfg.QueuePolicy = QueuePolicy(rng.IntN(3))
+		cfg.Expiry = time.Duration(5+rng.IntN(30)) * time.Second
+		if rng.IntN(3) == 0 {
+			cfg.Temperature = 0.5
+		}
+		if rng.IntN(2) == 0 {
+			cfg.BusyPrefillTokens = int64(8 + rng.IntN(40))
+		}
+		if rng.IntN(2) == 0 {
+			cfg.BusyDecodeFrac = 0.8
+		}
+		hs, err := New(cfg, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss, _ := New(cfg, seed)
+		ss.forceScan = true
+		both := func(f func(s *Scheduler)) { f(hs); f(ss) }
+
+		nWorkers := 2 + rng.IntN(40)
+		multi := rng.IntN(3) == 0
+		key := func() wire.WorkerKey {
+			k := wire.WorkerKey{Worker: uint64(rng.IntN(nWorkers)) + 1}
+			if multi && rng.IntN(3) == 0 {
+				k.Dp = uint32(rng.IntN(2))
+			}
+			return k
+		}
+		chain := func(n int) []wire.SeqHash {
+			fam := uint64(rng.IntN(5))
+			hs := make([]wire.SeqHash, n)
+			for i := range hs {
+				hs[i] = wire.SeqHash(fam<<32 | uint64(i+1))
+			}
+			return hs
+		}
+		for range nWorkers {
+			k, c := key(), Capacity{TotalBlocks: uint64(10 + rng.IntN(30)), MaxBatchedTokens: uint64(rng.IntN(64))}
+			both(func(s *Scheduler) { s.AddWorker(k, c) })
+		}
+		var now int64
+		nextID := uint64(1)
+		id := func() uint64 { return uint64(rng.Int64N(int64(nextID))) + 1 }
+		var hd, sd []Decision
+		var he, se []Effect
+		for step := range steps {
+			now += int64(rng.IntN(3)) * int64(time.Second/2)
+			switch op := rng.IntN(20); {
+			case op < 1:
+				k, c := key(), Capacity{TotalBlocks: uint64(10 + rng.IntN(30)), MaxBatchedTokens: uint64(rng.IntN(64))}
+				both(func(s *Scheduler) { s.AddWorker(k, c) })
+			case op < 2 && rng.IntN(3) == 0:
+				if rng.IntN(2) == 0 {
+					k := key()
+					both(func(s *Scheduler) { s.RemoveRank(k, now) })
+				} else {
+					w := uint64(rng.IntN(nWorkers)) + 1
+					both(func(s *Scheduler) { s.RemoveWorker(w, now) })
+				}
+			case op < 3:
+				k, l := key(), Load{UsedBlocks: uint64(rng.IntN(40)), Waiting: uint64(rng.IntN(3))}
+				both(func(s *Scheduler) { _ = s.ReportLoad(k, l, now) })
+			case op < 4:
+				k, ts := key(), uint32(rng.IntN(3))
+				both(func(s *Scheduler) { _ = s.SetTreeSize(k, ts) })
+			case op < 12:
+				batch := make([]Request, 1+rng.IntN(3))
+				ovs := make([][]Overlap, len(batch))
+				for j := range batch {
+					nb := rng.IntN(4)
+					r := Request{ID: nextID, ISL: uint32(4*nb + rng.IntN(2)*rng.IntN(4)), Blocks: chain(nb)}
+					nextID++
+					if rng.IntN(4) == 0 {
+						r.ExpectedPrefill = time.Duration(1+rng.IntN(3)) * time.Second
+					}
+					switch rng.IntN(12) {
+					case 0:
+						r.Override.Pinned, r.Override.PinnedSet = key(), true
+					case 1:
+						r.Override.Allowed = []wire.WorkerKey{key(), key()}
+					case 2:
+						r.Override.Weight, r.Override.WeightSet = float64(rng.IntN(3)), true
+					case 3:
+						r.Override.Weight, r.Override.WeightSet = cfg.Weight, true
+					case 4:
+						r.Override.Temperature, r.Override.TemperatureSet = float64(rng.IntN(2)), true
+					}
+					batch[j] = r
+					for range rng.IntN(4) {
+						ovs[j] = append(ovs[j], Overlap{Worker: key(), Device: uint32(rng.IntN(3)), Host: uint32(rng.IntN(2)), Disk: uint32(rng.IntN(2)), TreeSize: uint32(rng.IntN(3))})
+					}
+				}
+				if rng.IntN(10) == 0 {
+					var hc, sc []Candidate
+					var a, b Decision
+					a, hc = hs.DecideExplained(nil, &batch[0], ovs[0], now)
+					b, sc = ss.DecideExplained(nil, &batch[0], ovs[0], now)
+					if a != b || !reflect.DeepEqual(hc, sc) {
+						t.Fatalf("round %d step %d: explained decision %+v, scan %+v", round, step, a, b)
+					}
+					break
+				}
+				if rng.IntN(4) == 0 {
+					ovs = nil
+				}
+				hd = hs.Decide(hd[:0], batch, ovs, now)
+				sd = ss.Decide(sd[:0], batch, ovs, now)
+				if !reflect.DeepEqual(hd, sd) {
+					t.Fatalf("round %d step %d (%+v): heap decided\n%+v\nscan decided\n%+v", round, step, cfg, hd, sd)
+				}
+				decisions += uint64(len(hd))
+			case op < 14:
+				i, k := id(), key()
+				nb := rng.IntN(4)
+				blocks, hint := chain(nb), PrefillLoadHint{InitialEffectiveTokens: uint32(rng.IntN(12)), ExpectedDuration: time.Duration(rng.IntN(2)) * time.Second}
+				both(func(s *Scheduler) { _ = s.AddRequest(i+1000000, k, blocks, uint32(4*nb), 0, hint, now) })
+			case op < 16:
+				i := id()
+				both(func(s *Scheduler) { s.MarkPrefillCompleted(i, now) })
+			case op < 19:
+				i := id()
+				both(func(s *Scheduler) { s.Free(i, now) })
+			default:
+				both(func(s *Scheduler) { s.Tick(now) })
+			}
+			he, se = hs.Drain(he[:0]), ss.Drain(se[:0])
+			if !reflect.DeepEqual(he, se) || hs.Stats() != ss.Stats() {
+				t.Fatalf("round %d step %d: effects or stats differ:\n%+v %+v\n%+v %+v", round, step, he, hs.Stats(), se, ss.Stats())
+			}
+			if step%50 == 0 {
+				if err := hs.CheckInvariants(); err != nil {
+					t.Fatalf("round %d step %d: %v", round, step, err)
+				}
+			}
+		}
+		if ss.heapUsed != 0 {
+			t.Fatalf("forced scan took the heap %d times", ss.heapUsed)
+		}
+		heapUsed += hs.heapUsed
+	}
+	t.Logf("%d decisions, %d took the heap path", decisions, heapUsed)
+	if heapUsed < decisions/4 {
+		t.Fatalf("only %d of %d decisions took the heap path", heapUsed, decisions)
+	}
+}
+
+func TestSelectKth(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		a := make([]uint32, 1+rng.IntN(40))
+		for i := range a {
+			a[i] = uint32(rng.IntN(30))
+		}
+		sorted := slices.Clone(a)
+		slices.Sort(sorted)
+		k := rng.IntN(len(a))
+		if got := selectKth(a, k); got != sorted[k] {
+			t.Fatalf("selectKth(%v, %d) = %d, want %d", a, k, got, sorted[k])
+		}
+	}
+}

@@ -330,6 +330,10 @@ func (r *Router) fail(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrQueueTimeout):
 		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
 		ctx.Response.Header.Set("Retry-After", "1")
+	case errors.Is(err, ErrNoWorkers) && r.nworkers.Load() == 0 && len(r.table.Load().ids) > 0:
+		// The last workers went down (ejected) between admit and the
+		// decision: say so, as admit does.
+		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf("no workers: all %d are down (unreachable)", len(r.table.Load().ids)))
 	default:
 		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
 	}

@@ -238,7 +238,16 @@ func TestReadyFollowsWorkerHealth(t *testing.T) {
 	if code, _, body := e.try(1); code != 502 {
 		t.Fatalf("request to the only, dead worker: %d %s", code, body)
 	}
-	code, body, _ := e.do("GET", "/ready", "")
+	// The 502 ejects the worker on the batcher, after the response: wait
+	// for /ready to see it rather than racing it.
+	var (
+		code int
+		body []byte
+	)
+	waitFor(t, "/ready to see the worker down", func() bool {
+		code, body, _ = e.do("GET", "/ready", "")
+		return code != 200
+	})
 	if code != 503 || !strings.Contains(string(body), "down") {
 		t.Errorf("/ready with the only worker down: %d %s", code, body)
 	}

@@ -20,10 +20,11 @@ import (
 // that each replica sees the load the others put on the workers.
 //
 // The batcher appends items to a plane.SyncWriter (under a mutex it holds
-// for the append only; no allocation once the buffer has grown); a flusher
-// goroutine swaps the writer out and publishes it every SyncInterval, at
-// once when SyncBatchItems items are waiting, and at least every
-// SyncExpiry/4 (an empty message: the heartbeat). A replica drops all the
+// for the append only; no allocation once the buffer has grown) and wakes
+// a flusher goroutine, which swaps the writer out and publishes it: at once
+// when it was idle, then at most once per SyncInterval (what is appended
+// meanwhile goes out in one message), and at least every SyncExpiry/4 (an
+// empty message then: the heartbeat). A replica drops all the
 // bookings of another when it has heard nothing from it for SyncExpiry (it
 // crashed or was cut off), when the other restarts (new instance), and
 // when the other says it is leaving (graceful Close). A new replica starts
@@ -33,10 +34,8 @@ import (
 
 // Defaults of the replica-sync settings.
 const (
-	DefaultSyncInterval = 5 * time.Millisecond
+	DefaultSyncInterval = time.Millisecond
 	DefaultSyncExpiry   = 5 * time.Second
-	// SyncBatchItems items waiting make the flusher publish at once.
-	SyncBatchItems = 256
 	// MaxSyncReplicas bounds the other replicas one replica tracks; a
 	// message from a replica beyond it is ignored and counted.
 	MaxSyncReplicas = 64
@@ -54,7 +53,7 @@ type syncer struct {
 	kick     chan struct{}
 	nc       *nats.Conn
 	subject  string
-	interval time.Duration
+	interval time.Duration // between messages, at least
 	beat     time.Duration
 	hdr      plane.SyncHeader // flusher only (Seq)
 	spare    plane.SyncWriter // flusher only
@@ -118,21 +117,15 @@ func (r *Router) startSync(nc *nats.Conn) error {
 func (sy *syncer) book(id uint64, k wire.WorkerKey, isl, overlap, pf uint32, blocks []wire.SeqHash) {
 	sy.mu.Lock()
 	sy.w.Book(id, k, isl, overlap, pf, blocks)
-	n := sy.w.Items()
 	sy.mu.Unlock()
-	if n >= SyncBatchItems {
-		sy.wake()
-	}
+	sy.wake()
 }
 
 func (sy *syncer) op(kind plane.SyncKind, id uint64) {
 	sy.mu.Lock()
 	sy.w.Op(kind, id)
-	n := sy.w.Items()
 	sy.mu.Unlock()
-	if n >= SyncBatchItems {
-		sy.wake()
-	}
+	sy.wake()
 }
 
 func (sy *syncer) wake() {
@@ -144,21 +137,30 @@ func (sy *syncer) wake() {
 
 func (sy *syncer) run() {
 	defer close(sy.done)
-	t := time.NewTicker(sy.interval)
-	defer t.Stop()
-	last := time.Now()
+	beat := time.NewTicker(sy.beat)
+	defer beat.Stop()
+	pause := time.NewTimer(0)
+	defer pause.Stop()
 	for {
 		select {
 		case <-sy.stop:
 			sy.flush(true)
 			_ = sy.nc.FlushTimeout(time.Second)
 			return
-		case <-t.C:
+		case <-beat.C:
+			sy.flush(true) // the heartbeat, with whatever is waiting
+			continue
 		case <-sy.kick:
 		}
-		now := time.Now()
-		if sy.flush(now.Sub(last) >= sy.beat) {
-			last = now
+		if !sy.flush(false) {
+			continue
+		}
+		// At most one message per interval: what the batcher appends
+		// meanwhile goes out together.
+		pause.Reset(sy.interval)
+		select {
+		case <-pause.C:
+		case <-sy.stop:
 		}
 	}
 }

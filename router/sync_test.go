@@ -201,9 +201,10 @@ type syncQuality struct {
 func measureReplicas(t *testing.T, routers []*env, workers int) syncQuality {
 	const (
 		bursts   = 12
-		perBurst = 24
-		families = 6
+		perBurst = 16
+		families = 2
 		prefix   = 8 * testBlockSize
+		gap      = 2 * time.Millisecond // between arrivals in a burst
 	)
 	var maxMean float64
 	var cached, prompt int
@@ -214,10 +215,11 @@ func measureReplicas(t *testing.T, routers []*env, workers int) syncQuality {
 		var wg sync.WaitGroup
 		for i := range perBurst {
 			wg.Add(1)
+			time.Sleep(gap) // the workload's arrival process, not synchronization
 			go func() {
 				defer wg.Done()
 				toks := tokens((burst*perBurst+i)%families+1, n+burst*perBurst+i, prefix, 24)
-				w, c := routers[i%len(routers)].complete(toks, 16)
+				w, c := routers[i%len(routers)].complete(toks, 64)
 				mu.Lock()
 				counts[w]++
 				cached += c
@@ -265,7 +267,7 @@ func TestReplicaSyncRoutingQuality(t *testing.T) {
 	one := setup(1, false, "one")
 	noSync := setup(3, false, "nosync")
 	synced := setup(3, true, "sync")
-	t.Logf("8 workers, 12 bursts of 24 requests (6 prefix families):")
+	t.Logf("8 workers, 12 bursts of 16 requests 2 ms apart (2 prefix families, 8-block prefix):")
 	t.Logf("  1 router            max/mean %.3f  hit ratio %.3f", one.maxMean, one.hit)
 	t.Logf("  3 replicas, no sync max/mean %.3f  hit ratio %.3f", noSync.maxMean, noSync.hit)
 	t.Logf("  3 replicas, sync    max/mean %.3f  hit ratio %.3f", synced.maxMean, synced.hit)

@@ -111,7 +111,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		adminAddr  = fs.String("admin-addr", "127.0.0.1:6060", "admin listener (with --pprof)")
 		routerID   = fs.String("router-id", "", "this replica's name in all-workers-busy and replica-sync messages; unique per replica (default: kvroute-<pid>-<random>)")
 		syncOn     = fs.Bool("router-replica-sync", false, "share active load with the other router replicas: publish this router's bookings on NATS and book theirs (README: More than one router process)")
-		syncIvl    = fs.Duration("router-sync-interval", router.DefaultSyncInterval, "with --router-replica-sync: bookings are published in batches this often (or at once past 256 waiting)")
+		syncIvl    = fs.Duration("router-sync-interval", router.DefaultSyncInterval, "with --router-replica-sync: at most one message of bookings per interval (an idle replica publishes a booking at once; the ones made meanwhile are batched)")
 		syncExp    = fs.Duration("router-sync-expiry", router.DefaultSyncExpiry, "with --router-replica-sync: a replica silent this long has its bookings dropped (heartbeats go out every expiry/4)")
 		staticKV   = fs.Int("worker-kv-blocks", 0, "KV blocks per rank of --worker engines, for busy detection (0: unknown)")
 		staticMBT  = fs.Int("worker-max-batched-tokens", 0, "max batched tokens of --worker engines, for --busy-prefill-frac (0: unknown)")

@@ -316,10 +316,8 @@ func (r *Router) writeSamples(w io.Writer) {
 		loads = r.s.AppendLoads(nil, nil, r.now())
 		replicas, bookings = r.syncState()
 	}, 2*time.Second); err == nil {
-		if r.cfg.Sync {
-			metrics.WriteGaugeUint64(w, "kvroute_sync_replicas", uint64(replicas))
-			metrics.WriteGaugeUint64(w, "kvroute_sync_remote_requests", uint64(bookings))
-		}
+		metrics.WriteGaugeUint64(w, "kvroute_sync_replicas", uint64(replicas))
+		metrics.WriteGaugeUint64(w, "kvroute_sync_remote_requests", uint64(bookings))
 		metrics.WriteGaugeUint64(w, "kvroute_queue_depth", uint64(st.QueueDepth))
 		metrics.WriteGaugeUint64(w, "kvroute_active_requests", uint64(st.Active))
 		metrics.WriteCounterUint64(w, "kvroute_sched_decisions_total", st.Decisions)

@@ -184,8 +184,11 @@ func TestReplicaWithoutSyncSeesNoRemoteLoad(t *testing.T) {
 		t.Fatalf("a replica-sync message was published without --router-replica-sync: %d bytes", len(m.Data))
 	default:
 	}
-	if v := b.metric("kvroute_sync_remote_requests"); v != -1 {
-		t.Fatalf("kvroute_sync_remote_requests exposed without sync: %v", v)
+	if v := a.metric("kvroute_sync_messages_sent_total"); v != 0 {
+		t.Fatalf("A: kvroute_sync_messages_sent_total = %v without sync, want 0", v)
+	}
+	if v := b.metric("kvroute_sync_remote_requests"); v != 0 {
+		t.Fatalf("B: kvroute_sync_remote_requests = %v without sync, want 0", v)
 	}
 }
 

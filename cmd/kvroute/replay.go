@@ -183,6 +183,9 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		return nil, fmt.Errorf("--block-size must be > 0 (got %d)", *blockSize)
 	}
 	if online {
+		if *routers != 1 {
+			return nil, errors.New("--routers simulates router replicas offline; online, run the replicas and give each one's --url")
+		}
 		if len(o.speedups) != 1 {
 			return nil, fmt.Errorf("--speedup: online mode takes one speedup (got %d)", len(o.speedups))
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/sched"
+	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -274,4 +275,43 @@ func TestReplicaSyncRoutingQuality(t *testing.T) {
 	t.Logf("  1 router            max/mean %.3f  hit ratio %.3f", one.maxMean, one.hit)
 	t.Logf("  3 replicas, no sync max/mean %.3f  hit ratio %.3f", noSync.maxMean, noSync.hit)
 	t.Logf("  3 replicas, sync    max/mean %.3f  hit ratio %.3f", synced.maxMean, synced.hit)
+}
+
+// A replica that restarts under the same --router-id (a new instance) has
+// its old bookings dropped; a message claiming this router's own id from
+// another instance, and a malformed one, are counted and ignored.
+func TestReplicaSyncRestartAndForgedMessages(t *testing.T) {
+	b := startEnv(t, envOptions{workers: 2, routerID: "b", sync: true})
+	w := b.workers().Workers[0].WorkerID
+	subject := plane.SyncSubject(b.subj)
+	send := func(h plane.SyncHeader, book bool) {
+		t.Helper()
+		var sw plane.SyncWriter
+		if book {
+			sw.Book(5, wire.WorkerKey{Worker: w}, 40, 0, 40, []wire.SeqHash{11, 12})
+		}
+		if err := b.nc.Publish(subject, sw.AppendMessage(nil, h)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(plane.SyncHeader{Router: "x", Instance: 1, Seq: 1}, true)
+	waitFor(t, "x's booking", func() bool { l := b.load(w); return l.requests == 1 && l.blocks == 2 && l.tokns == 40 })
+	send(plane.SyncHeader{Router: "x", Instance: 1, Seq: 3}, true) // the same id again, and message 2 lost
+	waitFor(t, "the lost message counted", func() bool { return b.metric("kvroute_sync_messages_missed_total") == 1 })
+	if v := b.metric("kvroute_sync_items_ignored_total"); v != 1 || b.load(w).requests != 1 {
+		t.Fatalf("a duplicate booking: ignored %v, requests %d; want 1 and 1", v, b.load(w).requests)
+	}
+	send(plane.SyncHeader{Router: "x", Instance: 2, Seq: 1}, false) // x restarted: a heartbeat of its new instance
+	waitFor(t, "x's old booking dropped", b.idle)
+
+	send(plane.SyncHeader{Router: "b", Instance: 7, Seq: 1}, true) // not this process, but its id
+	waitFor(t, "own id from another instance refused", func() bool { return b.metric("kvroute_sync_messages_refused_total") == 1 })
+	before := b.metric("kvroute_control_messages_invalid_total")
+	if err := b.nc.Publish(subject, []byte{plane.SyncVersion, 0, 200}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "malformed message counted", func() bool { return b.metric("kvroute_control_messages_invalid_total") == before+1 })
+	if !b.idle() {
+		t.Fatal("a refused or malformed message booked load")
+	}
 }

@@ -165,7 +165,8 @@
 // instance) has all its bookings freed. With Config.Peers set only the listed
 // replicas are applied. A new replica converges as the older requests end.
 // TestReplicaSyncSharesLoad, TestReplicaSyncExpiresDeadReplica,
-// TestReplicaWithoutSyncSeesNoRemoteLoad and TestReplicaSyncRoutingQuality
+// TestReplicaWithoutSyncSeesNoRemoteLoad, TestReplicaSyncRestartAndForgedMessages
+// and TestReplicaSyncRoutingQuality
 // (the measure of README "Replicas sharing load") run real replicas on one
 // NATS in front of the simulated fleet.
 //

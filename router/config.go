@@ -93,6 +93,19 @@ type Config struct {
 	// ignored (kvroute_refused_total{reason="busy_unknown_router"}).
 	Peers []string
 
+	// Sync shares active load with the other replicas
+	// (--router-replica-sync): this router publishes its bookings on
+	// plane.SyncSubject and books theirs in its scheduler (see sync.go).
+	// With Peers set, only the listed replicas' bookings are applied.
+	Sync bool
+	// SyncInterval is how often waiting bookings are published
+	// (--router-sync-interval). Default DefaultSyncInterval.
+	SyncInterval time.Duration
+	// SyncExpiry is how long another replica may stay silent before its
+	// bookings are dropped (--router-sync-expiry); this router sends a
+	// heartbeat every SyncExpiry/4. Default DefaultSyncExpiry.
+	SyncExpiry time.Duration
+
 	// MaxWorkers bounds the registered workers (--max-workers); a new
 	// worker beyond it is refused and counted. Default DefaultMaxWorkers.
 	MaxWorkers int
@@ -221,6 +234,12 @@ func (c *Config) fill() {
 	if c.ForgetAfter <= 0 {
 		c.ForgetAfter = 5 * time.Minute
 	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = DefaultSyncInterval
+	}
+	if c.SyncExpiry == 0 {
+		c.SyncExpiry = DefaultSyncExpiry
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -261,6 +280,15 @@ func (c *Config) Validate() error {
 		if p == "" {
 			return errors.New("--router-peers: empty router id")
 		}
+	}
+	if c.SyncInterval < 0 {
+		return fmt.Errorf("--router-sync-interval %v must be positive", c.SyncInterval)
+	}
+	if c.SyncExpiry < 0 {
+		return fmt.Errorf("--router-sync-expiry %v must be positive", c.SyncExpiry)
+	}
+	if c.SyncInterval > 0 && c.SyncExpiry > 0 && 4*c.SyncInterval > c.SyncExpiry {
+		return fmt.Errorf("--router-sync-interval %v must be at most a quarter of --router-sync-expiry %v (a heartbeat goes out every expiry/4)", c.SyncInterval, c.SyncExpiry)
 	}
 	if c.Subjects.Heartbeat == "" {
 		return errors.New("router: Subjects not set (use plane.SubjectsFor with --namespace and --component)")

@@ -155,6 +155,21 @@
 // index at once. A worker registering a ZMQ endpoint gets its events
 // subscribed (Hooks.WorkerJoined).
 //
+// Replica sync (sync.go, Config.Sync, --router-replica-sync): routed
+// requests, prefill completions and frees are appended by the batcher to a
+// plane.SyncWriter and published by a flusher goroutine (at once when idle,
+// then at most once per Config.SyncInterval, a heartbeat every
+// SyncExpiry/4); the other replicas' are posted to the batcher and booked
+// with sched.Scheduler.AddRequest under ids with the top bit set (remoteBit).
+// A replica silent for Config.SyncExpiry, leaving, or restarted (new
+// instance) has all its bookings freed. With Config.Peers set only the listed
+// replicas are applied. A new replica converges as the older requests end.
+// TestReplicaSyncSharesLoad, TestReplicaSyncExpiresDeadReplica,
+// TestReplicaWithoutSyncSeesNoRemoteLoad, TestReplicaSyncRestartAndForgedMessages
+// and TestReplicaSyncRoutingQuality
+// (the measure of README "Replicas sharing load") run real replicas on one
+// NATS in front of the simulated fleet.
+//
 // Another replica's AllWorkersBusy opens the rejection window only when its
 // router id is in Config.Peers (--router-peers), for at most this router's
 // window counted from the message's time. Bounds of the HTTP side: prompts
@@ -193,7 +208,9 @@
 // kvroute_proxy_{ttft,duration}_seconds (histograms), kvroute_proxy_{errors,client_gone,worker_gone,worker_left}_total,
 // kvroute_proxy_retries_total, kvroute_proxy_first_byte_timeouts_total,
 // kvroute_worker_{ejections,recoveries}_total,
-// and at scrape time kvroute_queue_depth, kvroute_active_requests,
+// kvroute_sync_{messages_sent,messages_received,items_applied,items_ignored,
+// messages_missed,replicas_expired,messages_refused,publish_errors}_total,
+// and at scrape time kvroute_sync_{replicas,remote_requests}, kvroute_queue_depth, kvroute_active_requests,
 // kvroute_sched_{decisions,rejections,expirations,dropped}_total,
 // kvroute_batcher_queue_depth, kvroute_throttled, kvroute_workers,
 // kvroute_worker_up{worker},

@@ -76,6 +76,11 @@ type envOptions struct {
 	modelTokenizers map[string]openai.Tokenizer
 	forwardIDs      bool
 	fleetTokenizer  openai.Tokenizer
+	// routerID, sync and syncExpiry are --router-id,
+	// --router-replica-sync and --router-sync-expiry (sync_test.go).
+	routerID   string
+	sync       bool
+	syncExpiry time.Duration
 }
 
 func quietLogger() *slog.Logger {
@@ -115,7 +120,8 @@ func startEnv(t *testing.T, o envOptions) *env {
 	cfg := ServiceConfig{
 		Router: Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second,
 			Workers: o.static, Proxy: o.proxy, MaxBodyBytes: o.maxBody, ChatTemplate: o.chatTemplate,
-			Tokenizer: o.tokenizer, ModelTokenizers: o.modelTokenizers, ForwardTokenIDs: o.forwardIDs},
+			Tokenizer: o.tokenizer, ModelTokenizers: o.modelTokenizers, ForwardTokenIDs: o.forwardIDs,
+			ID: o.routerID, Sync: o.sync, SyncExpiry: o.syncExpiry},
 		HTTPAddr:           "127.0.0.1:0",
 		ShutdownGrace:      o.grace,
 		ShutdownReadyDelay: o.readyDelay,

@@ -98,6 +98,17 @@ var routerFamilies = []promtext.Family{
 	{Name: "kvroute_http_inflight_body_bytes", Type: promtext.Gauge, Help: "Declared bytes of the request bodies being read or handled (at most --max-inflight-body-bytes)"},
 	{Name: "kvroute_batcher_queue_depth", Type: promtext.Gauge, Help: "Requests waiting for the batcher"},
 	{Name: "kvroute_throttled", Type: promtext.Gauge, Help: "1 while the all-workers-busy window is open (requests get 429)"},
+	// Replica sync (--router-replica-sync).
+	{Name: "kvroute_sync_messages_sent_total", Type: promtext.Counter, Help: "Replica-sync messages published (batches of bookings, and heartbeats)"},
+	{Name: "kvroute_sync_messages_received_total", Type: promtext.Counter, Help: "Replica-sync messages received from other router replicas"},
+	{Name: "kvroute_sync_items_applied_total", Type: promtext.Counter, Help: "Other replicas' bookings, prefill completions and frees applied to this scheduler"},
+	{Name: "kvroute_sync_items_ignored_total", Type: promtext.Counter, Help: "Other replicas' items not applied (a worker this router does not know, an unknown or duplicate request id)"},
+	{Name: "kvroute_sync_messages_missed_total", Type: promtext.Counter, Help: "Replica-sync messages lost in transit (gaps in a replica's message numbers)"},
+	{Name: "kvroute_sync_replicas_expired_total", Type: promtext.Counter, Help: "Replicas silent for --router-sync-expiry whose bookings were dropped"},
+	{Name: "kvroute_sync_messages_refused_total", Type: promtext.Counter, Help: "Replica-sync messages ignored: sender not in --router-peers, another process using this --router-id, or too many replicas"},
+	{Name: "kvroute_sync_publish_errors_total", Type: promtext.Counter, Help: "Replica-sync messages that could not be published"},
+	{Name: "kvroute_sync_replicas", Type: promtext.Gauge, Help: "Other router replicas whose bookings this router holds"},
+	{Name: "kvroute_sync_remote_requests", Type: promtext.Gauge, Help: "Requests booked by other router replicas, held in this router's scheduler"},
 }
 
 // registry is everything Router.WritePrometheus exposes: the router's
@@ -146,6 +157,8 @@ type metricSet struct {
 
 	refused [numRefusals]*metrics.Counter
 	logs    rateLog
+
+	sync *syncMetrics
 }
 
 // refusal is a reason in kvroute_refused_total (declared with node's
@@ -241,6 +254,7 @@ func newMetricSet(r *Router) *metricSet {
 	m.firstByteTimeouts = s.NewCounter("kvroute_proxy_first_byte_timeouts_total")
 	m.ejections = s.NewCounter("kvroute_worker_ejections_total")
 	m.recoveries = s.NewCounter("kvroute_worker_recoveries_total")
+	m.sync = newSyncMetrics(s)
 	for i := range m.refused {
 		m.refused[i] = s.NewCounter(fmt.Sprintf(`kvroute_refused_total{reason=%q}`, refusalNames[i]))
 	}
@@ -293,13 +307,17 @@ func (r *Router) WritePrometheus(w io.Writer) {
 func (r *Router) writeSamples(w io.Writer) {
 	r.m.set.WritePrometheus(w)
 	var (
-		st    sched.Stats
-		loads []sched.WorkerLoad
+		st                 sched.Stats
+		loads              []sched.WorkerLoad
+		replicas, bookings int
 	)
 	if err := r.call(func() {
 		st = r.s.Stats()
 		loads = r.s.AppendLoads(nil, nil, r.now())
+		replicas, bookings = r.syncState()
 	}, 2*time.Second); err == nil {
+		metrics.WriteGaugeUint64(w, "kvroute_sync_replicas", uint64(replicas))
+		metrics.WriteGaugeUint64(w, "kvroute_sync_remote_requests", uint64(bookings))
 		metrics.WriteGaugeUint64(w, "kvroute_queue_depth", uint64(st.QueueDepth))
 		metrics.WriteGaugeUint64(w, "kvroute_active_requests", uint64(st.Active))
 		metrics.WriteCounterUint64(w, "kvroute_sched_decisions_total", st.Decisions)

@@ -105,6 +105,8 @@ type Router struct {
 	routeIDs  *xsync.Map[string, uint64]      // /route request id → scheduler id
 	srv       atomic.Pointer[fasthttp.Server] // the last Server(), for its connection counts
 	budget    bodyBudget
+	// syncInstance is this run's instance in replica-sync messages.
+	syncInstance atomic.Uint64
 
 	pool sync.Pool // *pending
 
@@ -127,6 +129,8 @@ type batcherState struct {
 	workers  map[uint64]*workerInfo   // mutable table; snapshots are published
 	down     map[uint64]*workerHealth // ejected workers, being probed
 	treeBuf  []radix.Overlap
+	sync     *syncer              // replica sync (Config.Sync), once started
+	peers    map[string]*syncPeer // the other replicas' bookings
 }
 
 // op is a request lifecycle notification from a handler or a stream.
@@ -214,6 +218,7 @@ func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
 	r.b.registry.MaxWorkers = cfg.MaxWorkers
 	r.b.workers = map[uint64]*workerInfo{}
 	r.b.down = map[uint64]*workerHealth{}
+	r.b.peers = map[string]*syncPeer{}
 	for _, w := range cfg.Workers {
 		r.addStatic(w)
 	}
@@ -243,6 +248,9 @@ func (r *Router) Close() error {
 	}
 	close(r.stop)
 	<-r.done
+	if r.b.sync != nil { // the batcher has stopped: its state is ours
+		r.b.sync.close()
+	}
 	return nil
 }
 
@@ -398,8 +406,10 @@ func (r *Router) applyOp(o op) {
 	switch o.kind {
 	case opPrefillDone:
 		r.s.MarkPrefillCompleted(o.id, now)
+		r.syncOp(plane.SyncPrefillDone, o.id)
 	case opFree:
 		r.s.Free(o.id, now)
+		r.syncOp(plane.SyncFree, o.id)
 		if rid, ok := r.b.routeOf[o.id]; ok {
 			delete(r.b.routeOf, o.id)
 			r.forgetRoute(rid, o.id)
@@ -519,6 +529,7 @@ func (r *Router) routed(p *pending, d sched.Decision) {
 		}
 	}
 	r.m.decided(p, d, r.now())
+	r.syncBooked(p, d)
 	p.done <- struct{}{}
 }
 
@@ -559,6 +570,7 @@ func (r *Router) effect(e sched.Effect) {
 		}
 	case sched.EffectExpired:
 		r.m.expired.Inc()
+		r.syncOp(plane.SyncFree, e.ID)
 		if rid, ok := r.b.routeOf[e.ID]; ok {
 			delete(r.b.routeOf, e.ID)
 			r.forgetRoute(rid, e.ID)
@@ -589,6 +601,9 @@ func (r *Router) tick() {
 		_, _ = r.ix.Tick(wall)
 	}
 	r.refreshTreeSizes()
+	if len(r.b.peers) > 0 {
+		r.expirePeers(now)
+	}
 }
 
 // refreshTreeSizes copies the index's per-worker tree sizes into the

@@ -225,6 +225,11 @@ func (r *Router) SubscribeNATS(nc *nats.Conn) error {
 			return fmt.Errorf("subscribe %s: %w", s.subject, err)
 		}
 	}
+	if r.cfg.Sync {
+		if err := r.startSync(nc); err != nil {
+			return fmt.Errorf("--router-replica-sync: %w", err)
+		}
+	}
 	return nc.Flush()
 }
 

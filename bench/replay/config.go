@@ -221,6 +221,15 @@ type Config struct {
 	// TickInterval is how often (in simulated time) the scheduler's and the
 	// approximate index's Tick run. Default 1 s.
 	TickInterval time.Duration
+	// Routers is the number of router replicas (`kvroute replay --routers`):
+	// each has its own scheduler, and request i arrives at replica i mod
+	// Routers. Default 1.
+	Routers int
+	// SyncDelay is how long a replica's bookings, prefill completions and
+	// frees take to reach the other replicas' schedulers (replica sync,
+	// `--sync-delay`); negative: never (replicas without sync). All
+	// replicas share the index and see every worker's load reports.
+	SyncDelay time.Duration
 	// Seed seeds the scheduler's RNG (random policy, tie breaks).
 	Seed uint64
 	// Progress, when set, is called with the number of requests that just
@@ -259,6 +268,9 @@ func (c Config) withDefaults() Config {
 	if c.TickInterval == 0 {
 		c.TickInterval = time.Second
 	}
+	if c.Routers == 0 {
+		c.Routers = 1
+	}
 	return c
 }
 
@@ -273,6 +285,9 @@ func (c Config) Validate() error {
 	}
 	if c.EventDelay < 0 || c.LoadInterval < 0 || c.TickInterval < 0 {
 		return fmt.Errorf("%w: event delay, load interval and tick interval must be ≥ 0", ErrConfig)
+	}
+	if c.Routers < 1 || c.Routers > 64 {
+		return fmt.Errorf("%w: routers must be in [1, 64] (got %d)", ErrConfig, c.Routers)
 	}
 	if err := c.Sched.Validate(); err != nil {
 		return fmt.Errorf("%w: scheduler: %v", ErrConfig, err)

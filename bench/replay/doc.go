@@ -74,6 +74,15 @@
 // the highest speedup of the sweep at which kv is not saturated; the
 // automatic sweep doubles the speedup until kv saturates and bisects to 15%.
 //
+// Router replicas (Config.Routers, --routers): one scheduler per replica,
+// request i decided by replica i mod N; all share the index, the workers'
+// load reports and tree sizes. With Config.SyncDelay ≥ 0 (--sync-delay) a
+// replica's bookings, prefill completions and frees reach the others'
+// schedulers as evSync events that much later (sched.Scheduler.AddRequest,
+// MarkPrefillCompleted, Free), as `serve --router-replica-sync` does over
+// NATS; negative: never. TestReplicasSyncDelay measures the effect against
+// the delay.
+//
 // # Cost
 //
 // On the 2-vCPU development VM the shared Mooncake trace (3,993 requests,

@@ -44,6 +44,7 @@ func Simulate(w *Workload, cfg Config, p Policy) (Result, error) {
 // Event kinds, in the order simultaneous events are processed.
 const (
 	evStepEnd uint8 = iota + 1
+	evSync
 	evArrival
 )
 
@@ -51,7 +52,7 @@ type event struct {
 	at   time.Duration
 	seq  uint64
 	kind uint8
-	idx  int32 // rank (evStepEnd) or request (evArrival)
+	idx  int32 // rank (evStepEnd), request (evArrival) or sync op (evSync)
 }
 
 func (a *event) less(b *event) bool {
@@ -104,6 +105,20 @@ func (h *eventHeap) pop() event {
 	return top
 }
 
+// syncOp is one replica's booking, prefill completion or free on its way
+// to the other replicas' schedulers.
+type syncOp struct {
+	kind uint8 // syncBook, syncPrefill, syncFree
+	req  int32
+	d    sched.Decision
+}
+
+const (
+	syncBook uint8 = iota + 1
+	syncPrefill
+	syncFree
+)
+
 // delivery is one engine step's KV events on their way to the index.
 type delivery struct {
 	at     time.Duration
@@ -126,9 +141,11 @@ type sim struct {
 	cfg Config
 	pol Policy
 
-	sch     *sched.Scheduler
-	core    *shard.Core // nil unless the policy uses an index
-	events  bool        // KV events feed the index
+	sch     *sched.Scheduler   // replica 0's, the only one by default
+	schs    []*sched.Scheduler // one per router replica (Config.Routers)
+	syncs   []syncOp           // replica-sync ops on their way (evSync's idx)
+	core    *shard.Core        // nil unless the policy uses an index
+	events  bool               // KV events feed the index
 	engines []*engine.Engine
 	keys    []wire.WorkerKey
 	rankOf  map[wire.WorkerKey]int32
@@ -174,14 +191,19 @@ type sim struct {
 func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 	sc := cfg.Sched
 	sc.Policy = p.Sched
-	sch, err := sched.New(sc, cfg.Seed)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	var schs []*sched.Scheduler
+	for r := range max(cfg.Routers, 1) {
+		sch, err := sched.New(sc, cfg.Seed+uint64(r))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		schs = append(schs, sch)
 	}
+	sch := schs[0]
 	f := cfg.Fleet
 	n := w.Len()
 	s := &sim{
-		w: w, cfg: cfg, pol: p, sch: sch,
+		w: w, cfg: cfg, pol: p, sch: sch, schs: schs,
 		rankOf:   make(map[wire.WorkerKey]int32, f.Ranks()),
 		state:    make([]uint8, n),
 		arrive:   make([]time.Duration, n),
@@ -211,7 +233,9 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 				MaxBatchedTokens: f.MaxBatchedTokens, Speedup: f.EngineSpeedup, Perf: perf,
 				HostCapacity: f.HostKVBlocks, HostBlockTime: engine.HostBlockTime(f.BlockSize, f.HostGBps),
 			}))
-			sch.AddWorker(k, sched.Capacity{TotalBlocks: uint64(f.KVBlocks), MaxBatchedTokens: uint64(f.MaxBatchedTokens)})
+			for _, sch := range schs {
+				sch.AddWorker(k, sched.Capacity{TotalBlocks: uint64(f.KVBlocks), MaxBatchedTokens: uint64(f.MaxBatchedTokens)})
+			}
 		}
 	}
 	r := f.Ranks()
@@ -275,6 +299,8 @@ func (s *sim) run() error {
 			err = s.stepEnd(ev.idx)
 		case evArrival:
 			err = s.arrival(ev.idx)
+		case evSync:
+			err = s.applySync(ev.idx)
 		}
 		if err != nil {
 			return err
@@ -291,7 +317,9 @@ func (s *sim) advance(t time.Duration) error {
 		return nil
 	}
 	s.nextTic = t + s.cfg.TickInterval
-	s.sch.Tick(int64(t))
+	for _, sch := range s.schs {
+		sch.Tick(int64(t))
+	}
 	if s.pol.Approx {
 		s.core.Tick(t)
 	}
@@ -320,7 +348,7 @@ func (s *sim) arrival(i int32) error {
 		s.ovBatch[0] = o
 		ov = s.ovBatch[:]
 	}
-	s.decs = s.sch.Decide(s.decs[:0], s.batch[:], ov, int64(s.now))
+	s.decs = s.owner(i).Decide(s.decs[:0], s.batch[:], ov, int64(s.now))
 	d := s.decs[0]
 	// Requests admitted from the queue by this Decide came first.
 	if err := s.drain(); err != nil {
@@ -329,7 +357,7 @@ func (s *sim) arrival(i int32) error {
 	switch d.Outcome {
 	case sched.Routed:
 		s.admitted[i] = s.now
-		if err := s.route(i, d.Worker); err != nil {
+		if err := s.route(i, d); err != nil {
 			return err
 		}
 	case sched.Queued:
@@ -341,30 +369,79 @@ func (s *sim) arrival(i int32) error {
 	return s.drain()
 }
 
-// drain acts on the scheduler's outbox until it is empty.
+// drain acts on the schedulers' outboxes until they are empty.
 func (s *sim) drain() error {
-	for s.sch.Pending() > 0 {
-		s.effects = s.sch.Drain(s.effects[:0])
-		for _, e := range s.effects {
-			switch e.Kind {
-			case sched.EffectAdmitted:
-				i := int32(e.ID - 1)
-				s.admitted[i] = s.now
-				if err := s.route(i, e.Decision.Worker); err != nil {
-					return err
+	for again := true; again; {
+		again = false
+		for r, sch := range s.schs {
+			for sch.Pending() > 0 {
+				again = true
+				s.effects = sch.Drain(s.effects[:0])
+				for _, e := range s.effects {
+					i := int32(e.ID - 1)
+					if r != s.ownerIndex(i) {
+						continue // another replica's booking expired here
+					}
+					switch e.Kind {
+					case sched.EffectAdmitted:
+						s.admitted[i] = s.now
+						if err := s.route(i, e.Decision); err != nil {
+							return err
+						}
+					case sched.EffectRejected:
+						s.reject(i)
+					case sched.EffectExpired:
+						s.expired++
+					}
 				}
-			case sched.EffectRejected:
-				s.reject(int32(e.ID - 1))
-			case sched.EffectExpired:
-				s.expired++
 			}
 		}
 	}
 	return nil
 }
 
-// route submits request i to the engine of worker key k.
-func (s *sim) route(i int32, k wire.WorkerKey) error {
+// ownerIndex is the replica request i arrives at; owner its scheduler.
+func (s *sim) ownerIndex(i int32) int { return int(i) % len(s.schs) }
+
+func (s *sim) owner(i int32) *sched.Scheduler { return s.schs[s.ownerIndex(i)] }
+
+// publish sends a booking, prefill completion or free of request i to the
+// other replicas, SyncDelay from now (nothing with one replica or no sync).
+func (s *sim) publish(kind uint8, i int32, d sched.Decision) {
+	if len(s.schs) < 2 || s.cfg.SyncDelay < 0 {
+		return
+	}
+	s.syncs = append(s.syncs, syncOp{kind: kind, req: i, d: d})
+	s.push(s.now+s.cfg.SyncDelay, evSync, int32(len(s.syncs)-1))
+}
+
+// applySync applies a sync op to every replica but its owner.
+func (s *sim) applySync(k int32) error {
+	op := s.syncs[k]
+	i := op.req
+	id := uint64(i) + 1
+	now := int64(s.now)
+	for r, sch := range s.schs {
+		if r == s.ownerIndex(i) {
+			continue
+		}
+		switch op.kind {
+		case syncBook:
+			req := &s.w.Trace.Requests[i]
+			hint := sched.PrefillLoadHint{InitialEffectiveTokens: op.d.PrefillTokens}
+			_ = sch.AddRequest(id, op.d.Worker, s.w.Seq(int(i)), uint32(req.InputLength), op.d.Overlap, hint, now)
+		case syncPrefill:
+			sch.MarkPrefillCompleted(id, now)
+		case syncFree:
+			sch.Free(id, now)
+		}
+	}
+	return s.drain()
+}
+
+// route submits request i to the engine of the worker key d chose.
+func (s *sim) route(i int32, d sched.Decision) error {
+	k := d.Worker
 	r, ok := s.rankOf[k]
 	if !ok {
 		return fmt.Errorf("replay: scheduler chose unknown worker %v", k)
@@ -375,8 +452,10 @@ func (s *sim) route(i int32, k wire.WorkerKey) error {
 		if err := s.core.RecordDecision(k, w.Local(int(i)), w.Seq(int(i)), s.now); err != nil {
 			return err
 		}
-		if err := s.sch.SetTreeSize(k, s.core.TreeSize(k)); err != nil {
-			return err
+		for _, sch := range s.schs {
+			if err := sch.SetTreeSize(k, s.core.TreeSize(k)); err != nil {
+				return err
+			}
 		}
 	}
 	s.rank[i] = r
@@ -384,7 +463,7 @@ func (s *sim) route(i int32, k wire.WorkerKey) error {
 		ID: uint64(i) + 1, Prompt: w.Local(int(i)), PromptTokens: req.InputLength, MaxTokens: max(req.OutputLength, 1),
 	}, s.now)
 	if errors.Is(err, engine.ErrTooLong) {
-		s.sch.Free(uint64(i)+1, int64(s.now))
+		s.owner(i).Free(uint64(i)+1, int64(s.now))
 		s.tooLong[i] = true
 		s.reject(i)
 		return nil
@@ -393,6 +472,7 @@ func (s *sim) route(i int32, k wire.WorkerKey) error {
 		return fmt.Errorf("replay: request %d: %w", i, err)
 	}
 	s.state[i] = stRouted
+	s.publish(syncBook, i, d)
 	if !s.stepping[r] {
 		return s.startStep(r)
 	}
@@ -471,12 +551,14 @@ func (s *sim) stepEnd(r int32) error {
 		case engine.FirstToken:
 			s.first[i] = ef.At
 			s.cached[i], s.hostTok[i] = int32(ef.CachedTokens), int32(ef.HostTokens)
-			s.sch.MarkPrefillCompleted(ef.Request, int64(now))
+			s.owner(i).MarkPrefillCompleted(ef.Request, int64(now))
+			s.publish(syncPrefill, i, sched.Decision{})
 		case engine.Finished:
 			s.finish[i] = ef.At
 			s.output[i] = int32(ef.OutputTokens)
 			s.state[i] = stDone
-			s.sch.Free(ef.Request, int64(now))
+			s.owner(i).Free(ef.Request, int64(now))
+			s.publish(syncFree, i, sched.Decision{})
 			s.ended++
 			s.followUp(i)
 		}
@@ -492,8 +574,10 @@ func (s *sim) stepEnd(r int32) error {
 		s.loaded[r], s.lastLoad[r] = true, now
 		used, _ := e.KV().Usage()
 		wt, _ := e.Load()
-		if err := s.sch.ReportLoad(s.keys[r], sched.Load{UsedBlocks: uint64(used), Waiting: uint64(wt)}, int64(now)); err != nil {
-			return err
+		for _, sch := range s.schs {
+			if err := sch.ReportLoad(s.keys[r], sched.Load{UsedBlocks: uint64(used), Waiting: uint64(wt)}, int64(now)); err != nil {
+				return err
+			}
 		}
 	}
 	s.progress(false)
@@ -511,8 +595,10 @@ func (s *sim) stepEnd(r int32) error {
 func (s *sim) deliver(d *delivery) {
 	s.core.Apply(d.events)
 	k := s.keys[d.rank]
-	if err := s.sch.SetTreeSize(k, s.core.TreeSize(k)); err != nil {
-		panic(err) // every rank is in the scheduler's table
+	for _, sch := range s.schs {
+		if err := sch.SetTreeSize(k, s.core.TreeSize(k)); err != nil {
+			panic(err) // every rank is in the scheduler's table
+		}
 	}
 	s.spare = append(s.spare, d)
 }

@@ -83,6 +83,8 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		decPoly    = fs.String("decode-poly", replay.DefaultDecodePoly.String(), "offline timing model: decode_ms = a·u² + b·u + c of the KV usage u in [0,1], as a,b,c")
 		evDelay    = fs.Duration("event-delay", time.Millisecond, "offline: KV events reach the index this long after the step that produced them")
 		loadIvl    = fs.Duration("load-interval", 50*time.Millisecond, "offline: minimum gap between an engine's load reports")
+		routers    = fs.Int("routers", 1, "offline: router replicas, each with its own scheduler; request i arrives at replica i mod N")
+		syncDelay  = fs.Duration("sync-delay", -1, "offline, with --routers > 1: a replica's bookings reach the others this long after it made them (serve --router-replica-sync); negative: never (replicas without sync)")
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "kv-approx: how long a routed prefix is assumed cached (refreshed on reuse)")
 		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "kv-approx: blocks recorded before the oldest are pruned")
 		parallel   = fs.Int("parallel", 0, "offline: simulations run at once (0: GOMAXPROCS); results do not depend on it")
@@ -181,6 +183,9 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		return nil, fmt.Errorf("--block-size must be > 0 (got %d)", *blockSize)
 	}
 	if online {
+		if *routers != 1 {
+			return nil, errors.New("--routers simulates router replicas offline; online, run the replicas and give each one's --url")
+		}
 		if len(o.speedups) != 1 {
 			return nil, fmt.Errorf("--speedup: online mode takes one speedup (got %d)", len(o.speedups))
 		}
@@ -224,6 +229,18 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 	if *evDelay < 0 || *loadIvl < 0 {
 		return nil, fmt.Errorf("--event-delay and --load-interval must be ≥ 0 (got %v, %v)", *evDelay, *loadIvl)
 	}
+	if *routers < 1 || *routers > 64 {
+		return nil, fmt.Errorf("--routers must be in [1, 64] (got %d)", *routers)
+	}
+	var syncErr error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "sync-delay" && *routers < 2 {
+			syncErr = errors.New("--sync-delay needs --routers > 1")
+		}
+	})
+	if syncErr != nil {
+		return nil, syncErr
+	}
 	if *hostKV < 0 || *hostGBps <= 0 {
 		return nil, fmt.Errorf("--host-kv-blocks must be >= 0 and --host-gbps > 0 (got %d, %g)", *hostKV, *hostGBps)
 	}
@@ -242,6 +259,8 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		EventDelay:   *evDelay,
 		LoadInterval: *loadIvl,
 		TickInterval: time.Second,
+		Routers:      *routers,
+		SyncDelay:    *syncDelay,
 		Seed:         *sf.seed,
 	}
 	if err := o.offline.Validate(); err != nil {

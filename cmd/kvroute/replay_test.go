@@ -40,9 +40,13 @@ func TestReplayFlagsValues(t *testing.T) {
 	t.Setenv("KVROUTE_SPEEDUP", "1,2.5")
 	t.Setenv("KVROUTE_KV_BLOCKS", "4096")
 	o, err := parseReplayFlags([]string{"--workers", "4", "--dp-ranks", "2", "--compare", "kv-approx,random", "--engine-speedup", "3",
-		"--kv-overlap-score-weight", "2", "--queue-policy", "wspt", "--event-delay", "5ms", "--prefill-poly", "0,0.02,10"}, io.Discard)
+		"--kv-overlap-score-weight", "2", "--queue-policy", "wspt", "--event-delay", "5ms", "--prefill-poly", "0,0.02,10",
+		"--routers", "3", "--sync-delay", "2ms"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.offline.Routers != 3 || o.offline.SyncDelay != 2*time.Millisecond {
+		t.Fatalf("replicas: routers %d sync delay %v", o.offline.Routers, o.offline.SyncDelay)
 	}
 	if o.auto || len(o.speedups) != 2 || o.speedups[1] != 2.5 || o.offline.Fleet.KVBlocks != 4096 {
 		t.Fatalf("env not applied: auto %v speedups %v kv-blocks %d", o.auto, o.speedups, o.offline.Fleet.KVBlocks)
@@ -90,6 +94,9 @@ func TestReplayFlagErrors(t *testing.T) {
 		{[]string{"--block-size", "0"}, "--block-size"},
 		{[]string{"--engine-speedup", "0"}, "--engine-speedup"},
 		{[]string{"--event-delay", "-1ms"}, "--event-delay"},
+		{[]string{"--routers", "0"}, "--routers"},
+		{[]string{"--sync-delay", "1ms"}, "--sync-delay needs --routers"},
+		{[]string{"--url", "http://x", "--routers", "3"}, "--routers"},
 		{[]string{"--prefill-poly", "1,2"}, "--prefill-poly"},
 		{[]string{"--decode-poly", "1,x,3"}, "--decode-poly"},
 		{[]string{"--queue-policy", "random"}, "--queue-policy"},

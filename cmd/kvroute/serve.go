@@ -109,7 +109,10 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		probeMax   = fs.Duration("worker-probe-max-interval", 30*time.Second, "longest wait between health probes of a down worker")
 		pprofOn    = fs.Bool("pprof", false, "serve /debug/pprof/* and /metrics on --admin-addr")
 		adminAddr  = fs.String("admin-addr", "127.0.0.1:6060", "admin listener (with --pprof)")
-		routerID   = fs.String("router-id", "", "this replica's name in all-workers-busy messages (default: kvroute-<pid>-<random>)")
+		routerID   = fs.String("router-id", "", "this replica's name in all-workers-busy and replica-sync messages; unique per replica (default: kvroute-<pid>-<random>)")
+		syncOn     = fs.Bool("router-replica-sync", false, "share active load with the other router replicas: publish this router's bookings on NATS and book theirs (README: More than one router process)")
+		syncIvl    = fs.Duration("router-sync-interval", router.DefaultSyncInterval, "with --router-replica-sync: at most one message of bookings per interval (an idle replica publishes a booking at once; the ones made meanwhile are batched)")
+		syncExp    = fs.Duration("router-sync-expiry", router.DefaultSyncExpiry, "with --router-replica-sync: a replica silent this long has its bookings dropped (heartbeats go out every expiry/4)")
 		staticKV   = fs.Int("worker-kv-blocks", 0, "KV blocks per rank of --worker engines, for busy detection (0: unknown)")
 		staticMBT  = fs.Int("worker-max-batched-tokens", 0, "max batched tokens of --worker engines, for --busy-prefill-frac (0: unknown)")
 		serveIdx   = fs.Bool("serve-indexer", false, "answer index queries from routers started with --use-remote-indexer (NATS request/reply)")
@@ -324,6 +327,21 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	if remoteErr != nil {
 		return cfg, o, remoteErr
 	}
+	if *syncIvl <= 0 {
+		return cfg, o, fmt.Errorf("--router-sync-interval must be > 0 (got %v)", *syncIvl)
+	}
+	if *syncExp <= 0 {
+		return cfg, o, fmt.Errorf("--router-sync-expiry must be > 0 (got %v)", *syncExp)
+	}
+	var syncErr error
+	fs.Visit(func(f *flag.Flag) {
+		if (f.Name == "router-sync-interval" || f.Name == "router-sync-expiry") && !*syncOn {
+			syncErr = fmt.Errorf("--%s needs --router-replica-sync", f.Name)
+		}
+	})
+	if syncErr != nil {
+		return cfg, o, syncErr
+	}
 	if *useRemote && (len(zmqWorkers) > 0 || *evJS) {
 		return cfg, o, errors.New("--use-remote-indexer keeps no index: --zmq-worker and --events-jetstream belong to the serving indexer")
 	}
@@ -332,7 +350,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		ForwardTokenIDs: *forwardIDs, Subjects: subjects, ID: *routerID,
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
 		MaxConns: *maxConns, MaxInflightBodyBytes: int64(inflight), MaxWorkers: *maxWorkers, MaxDpRanks: *maxRanks,
-		MaxPromptTokens: *maxPrompt, Peers: peerIDs,
+		MaxPromptTokens: *maxPrompt, Peers: peerIDs, Sync: *syncOn, SyncInterval: *syncIvl, SyncExpiry: *syncExp,
 		Proxy:      proxy.Config{FirstByteTimeout: *fbTimeout},
 		EjectAfter: *ejectAfter, ProbeInterval: *probeIvl, ProbeMaxInterval: *probeMax,
 		ChatTemplate: chatDefault, ModelChatTemplates: chatByModel}

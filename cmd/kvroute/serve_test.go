@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/sched"
 )
 
@@ -70,6 +71,9 @@ func TestServeConfigRejects(t *testing.T) {
 		{[]string{"--unknown-worker-grace", "0s"}, "--unknown-worker-grace"},
 		{[]string{"--index-cap-factor", "0"}, "--index-cap-factor"},
 		{[]string{"--router-peers", "a,,b"}, "--router-peers"},
+		{[]string{"--router-sync-expiry", "2s"}, "--router-sync-expiry needs --router-replica-sync"},
+		{[]string{"--router-replica-sync", "--router-sync-interval", "0s"}, "--router-sync-interval"},
+		{[]string{"--router-replica-sync", "--router-sync-expiry", "-1s"}, "--router-sync-expiry"},
 		{[]string{"--nats-auth"}, "--nats-auth-file"},
 		{[]string{"--nats-auth", "--nats", "nats://x:4222"}, "--nats-auth"},
 		{[]string{"--nats-auth-file", "/tmp/x"}, "--nats-auth-file needs --nats-auth"},
@@ -87,13 +91,17 @@ func TestServeConfigRejects(t *testing.T) {
 func TestServeConfigMapsBounds(t *testing.T) {
 	t.Setenv("KVROUTE_MAX_WORKERS", "77")
 	t.Setenv("KVROUTE_MAX_EVENT_BYTES", "2MiB")
+	t.Setenv("KVROUTE_ROUTER_REPLICA_SYNC", "true")
 	cfg, _, err := serveConfig([]string{"--max-dp-ranks", "8", "--max-prompt-tokens", "4096", "--router-peers", "r1, r2",
 		"--max-conns", "99", "--max-inflight-body-bytes", "64MiB", "--unknown-worker-grace", "3s", "--index-cap-factor", "2",
-		"--nats-auth", "--data-dir", "/tmp/kv"})
+		"--nats-auth", "--data-dir", "/tmp/kv", "--router-sync-expiry", "2s"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r, n := cfg.Router, cfg.Node
+	if !r.Sync || r.SyncExpiry != 2*time.Second || r.SyncInterval != router.DefaultSyncInterval {
+		t.Fatalf("replica sync: %v %v %v", r.Sync, r.SyncExpiry, r.SyncInterval)
+	}
 	if r.MaxWorkers != 77 || r.MaxDpRanks != 8 || r.MaxPromptTokens != 4096 || strings.Join(r.Peers, "|") != "r1|r2" ||
 		r.MaxConns != 99 || r.MaxInflightBodyBytes != 64<<20 || n.MaxEventBytes != 2<<20 || n.Fleet.Grace != 3*time.Second ||
 		n.Fleet.CapFactor != 2 || !n.NATSAuth || n.NATSAuthFile != "/tmp/kv/nats-worker.url" {

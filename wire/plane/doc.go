@@ -12,6 +12,7 @@
 //	namespace.{ns}.component.{comp}.workers.heartbeat Registration (JSON), at start and every heartbeat interval
 //	namespace.{ns}.component.{comp}.workers.leave     Registration (JSON), once at shutdown
 //	namespace.{ns}.component.{comp}.all-workers-busy  AllWorkersBusy (JSON), from routers
+//	namespace.{ns}.component.{comp}.router.sync       replica-sync batches (binary, sync.go), from routers
 //	namespace.{ns}.component.{comp}.kv-recover.{id}   KV recovery requests to worker id (binary, request/reply)
 //
 // # KV recovery (version 1)
@@ -38,6 +39,16 @@
 // worker key, or an error. Requests and replies start with a version byte
 // and a flags field reserved for per-tier overlaps; unknown versions and
 // flags are errors. FuzzDecodeQuery fuzzes the request decoder.
+//
+// Replica sync (sync.go): routers started with --router-replica-sync
+// publish batches of bookings (SyncBook with worker, prompt length,
+// overlap, prefill tokens and sequence hashes; SyncPrefillDone; SyncFree)
+// on SyncSubject, written with a SyncWriter (no allocation once grown) and
+// read with DecodeSync. The header names the router, its instance (drawn at
+// start), a message number (gaps are lost messages) and a leaving flag; a
+// message without items is a heartbeat. Lengths are checked against the
+// bytes left before anything is allocated; FuzzDecodeSync fuzzes the
+// decoder (decode, re-encode, decode again: the same message).
 //
 // A worker that has not sent a heartbeat for ExpiryFactor heartbeat intervals
 // (default 3) is considered gone.

@@ -278,10 +278,13 @@ func TestMultimodalAndSaltedChat(t *testing.T) {
 	}
 	// 17 + 40 + 9 ("<|media|>") + 60 + 11 + 22 = 159 tokens: 9 full blocks.
 	const full, beforeImage = 9, 3
-	w, _ := chat("http://img/cat.png", "")
+	// The repeats may land on the other worker before the first one's
+	// events are indexed, so either worker can hold the text: what must hold
+	// is that another image reuses exactly the blocks before it.
+	chat("http://img/cat.png", "")
 	waitFor(t, "the first chat indexed", func() bool { _, c := chat("http://img/cat.png", ""); return c == full })
-	if w2, c := chat("http://img/dog.png", ""); c != beforeImage || w2 != w {
-		t.Errorf("another image: worker %d cached %d, want worker %d and %d (the text before the image)", w2, c, w, beforeImage)
+	if w2, c := chat("http://img/dog.png", ""); c != beforeImage {
+		t.Errorf("another image: worker %d cached %d, want %d (the text before the image)", w2, c, beforeImage)
 	}
 	if _, c := chat("http://img/cat.png", "tenant-x"); c != 0 {
 		t.Errorf("salted request: cached %d, want 0 (the blocks are not the tenant's)", c)

@@ -67,6 +67,22 @@ func SnapshotObjectName(seq uint64) string { return fmt.Sprintf("%s%020d", Snaps
 // with the snapshot at stream sequence seq.
 func TrackingObjectName(seq uint64) string { return fmt.Sprintf("%s%020d", TrackingPrefix, seq) }
 
+// TrackingObjectFor is the name of the tracking object stored beside the
+// snapshot object named snapshot.
+func TrackingObjectFor(snapshot string) string {
+	return TrackingPrefix + strings.TrimPrefix(snapshot, SnapshotPrefix)
+}
+
+// ReadTracking reads and verifies the event-id tracking stored beside the
+// snapshot object named snapshot (ingest.DecodeTracking).
+func ReadTracking(ctx context.Context, obs jetstream.ObjectStore, snapshot string) ([]ingest.SourceKey, error) {
+	b, err := obs.GetBytes(ctx, TrackingObjectFor(snapshot))
+	if err != nil {
+		return nil, err
+	}
+	return ingest.DecodeTracking(b)
+}
+
 // OpenSnapshotBucket binds the snapshot bucket, creating it (file storage,
 // replicas) if it is missing and create is true.
 func OpenSnapshotBucket(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, create bool) (jetstream.ObjectStore, error) {
@@ -185,11 +201,7 @@ func (s *snapshotter) restore(ctx context.Context) (seq uint64, ok bool) {
 // seq; nil if it is missing or unusable (logged: every worker key seen in
 // the replay is then a first sighting, answered by a dump).
 func (s *snapshotter) restoreTracking(ctx context.Context, seq uint64) []ingest.SourceKey {
-	b, err := s.obs.GetBytes(ctx, TrackingObjectName(seq))
-	var keys []ingest.SourceKey
-	if err == nil {
-		keys, err = ingest.DecodeTracking(b)
-	}
+	keys, err := ReadTracking(ctx, s.store(), SnapshotObjectName(seq))
 	if err != nil {
 		s.log.Warn("no usable event-id tracking beside the index snapshot: the workers seen in the replay will be asked for dumps",
 			"bucket", s.cfg.Bucket, "object", TrackingObjectName(seq), "err", err)
@@ -325,7 +337,7 @@ func (s *snapshotter) prune(obs jetstream.ObjectStore, current string) {
 		if err := obs.Delete(s.ctx, names[i]); err != nil {
 			s.log.Warn("cannot delete an old index snapshot", "object", names[i], "err", err)
 		}
-		_ = obs.Delete(s.ctx, TrackingPrefix+strings.TrimPrefix(names[i], SnapshotPrefix))
+		_ = obs.Delete(s.ctx, TrackingObjectFor(names[i]))
 	}
 }
 

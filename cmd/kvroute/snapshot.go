@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/shard"
-	"github.com/kvroute/kvroute/wire/ingest"
 )
 
 const snapshotUsage = "usage: kvroute snapshot inspect FILE | kvroute snapshot inspect --bucket NAME [--nats URL] [--nats-creds FILE]"
@@ -95,12 +93,8 @@ func inspectBucket(w io.Writer, url, creds, bucket string) error {
 	if err := printSnapshot(w, fmt.Sprintf("object           %s/%s (stored %s)", bucket, oi.Name, oi.ModTime.UTC().Format(time.RFC3339)), r); err != nil {
 		return err
 	}
-	tname := node.TrackingPrefix + strings.TrimPrefix(oi.Name, node.SnapshotPrefix)
-	b, err := obs.GetBytes(ctx, tname)
-	var keys []ingest.SourceKey
-	if err == nil {
-		keys, err = ingest.DecodeTracking(b)
-	}
+	tname := node.TrackingObjectFor(oi.Name)
+	keys, err := node.ReadTracking(ctx, obs, oi.Name)
 	if err != nil {
 		fmt.Fprintf(w, "event-id tracking  unusable (%s: %v): a restore asks every worker seen in the replay for a dump\n", tname, err)
 		return nil

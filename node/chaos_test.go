@@ -216,31 +216,7 @@ func TestChaosDropsAndDuplicates(t *testing.T) {
 // while traffic runs: the fleet's and the node's connections reconnect,
 // the stream kept what it stored, and the index agrees with the fleet.
 func TestChaosNATSRestart(t *testing.T) {
-	dir := t.TempDir()
-	s := natstest.ServerStore(t, -1, dir)
-	port := natstest.Port(s)
-	n, err := Start(chaosNodeConfig(t, s.ClientURL(), false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	f, err := mock.Start(cleanFleet(), chaosConn(t, s.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close() })
-	traffic(t, f, 31, 300)
-	rg := &recoveryRig{n: n, f: f}
-	waitAgreement(t, rg, "before the NATS restart")
-	probe := probeOn(n.Index)
-	ch := trafficAsync(f.Workers(), 32, 600, probe)
-	s.Shutdown()
-	s.WaitForShutdown()
-	natstest.ServerStore(t, port, dir)
-	awaitTraffic(t, f, ch)
-	waitCond(t, "the node reconnected", func() bool { return n.reconnects.Load() > 0 })
-	trafficProbed(t, f, 33, 300, probe) // after the restart: the consumer goes on
-	chaosReport(t, "nats-restart", n.Index, f, time.Now(), probe)
+	chaosNATSRestart(t, "nats-restart", true, false, 31, func(n *Node) bool { return n.reconnects.Load() > 0 })
 }
 
 // The NATS server shut down and started again on the same port with an
@@ -248,9 +224,19 @@ func TestChaosNATSRestart(t *testing.T) {
 // snapshot bucket, consumes the new stream and recovers from the workers
 // what was published while no stream existed.
 func TestChaosNATSStoreLost(t *testing.T) {
-	s := natstest.ServerStore(t, -1, t.TempDir())
+	chaosNATSRestart(t, "nats-store-lost", false, true, 34, func(n *Node) bool { return n.Ingest.Stats().StreamRestarts == 1 })
+}
+
+// chaosNATSRestart runs a JetStream node (with snapshots if asked) and the
+// clean fleet on a server with a store, shuts the server down under
+// traffic (seeds seed, seed+1, seed+2) and starts it again on its port with
+// its store (keepStore) or an empty one, waits until dealt reports the
+// node dealt with it, and reports the scenario as name.
+func chaosNATSRestart(t *testing.T, name string, keepStore, snapshots bool, seed uint64, dealt func(*Node) bool) {
+	dir := t.TempDir()
+	s := natstest.ServerStore(t, -1, dir)
 	port := natstest.Port(s)
-	n, err := Start(chaosNodeConfig(t, s.ClientURL(), true))
+	n, err := Start(chaosNodeConfig(t, s.ClientURL(), snapshots))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,17 +246,20 @@ func TestChaosNATSStoreLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Close() })
-	traffic(t, f, 34, 300)
-	waitAgreement(t, &recoveryRig{n: n, f: f}, "before the store is lost")
+	traffic(t, f, seed, 300)
+	waitAgreement(t, &recoveryRig{n: n, f: f}, "before "+name)
 	probe := probeOn(n.Index)
-	ch := trafficAsync(f.Workers(), 35, 600, probe)
+	ch := trafficAsync(f.Workers(), seed+1, 600, probe)
 	s.Shutdown()
 	s.WaitForShutdown()
-	natstest.ServerStore(t, port, t.TempDir())
+	if !keepStore {
+		dir = t.TempDir()
+	}
+	natstest.ServerStore(t, port, dir)
 	awaitTraffic(t, f, ch)
-	waitCond(t, "the stream recreated", func() bool { return n.Ingest.Stats().StreamRestarts == 1 })
-	trafficProbed(t, f, 36, 300, probe)
-	chaosReport(t, "nats-store-lost", n.Index, f, time.Now(), probe)
+	waitCond(t, name+": the node dealt with the restart", func() bool { return dealt(n) })
+	trafficProbed(t, f, seed+2, 300, probe) // after the restart: the consumer goes on
+	chaosReport(t, name, n.Index, f, time.Now(), probe)
 }
 
 // A 3-node JetStream cluster with an R3 stream and snapshot bucket; the

@@ -27,16 +27,13 @@ type SourceKey struct {
 // replayed events are checked in order instead of each worker key being a
 // first sighting (which asks every worker for a full dump). fn must be short.
 func (in *Ingest) Checkpoint(fn func(tracked []SourceKey)) {
-	in.mu.Lock()
-	pipes := [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
-	in.mu.Unlock()
+	pipes, unlock := in.holdNATSPipes()
+	defer unlock()
 	var keys []SourceKey
 	for _, p := range pipes {
 		if p == nil {
 			continue
 		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
 		for k, id := range p.tr.last {
 			keys = append(keys, SourceKey{Source: p.src, Worker: k, Last: id})
 		}

@@ -32,14 +32,11 @@ func (in *Ingest) lostAfter(k wire.WorkerKey, after uint64) {
 // it) are dropped as duplicates. fn must be short: it delays every NATS
 // event (queue the index work and return).
 func (in *Ingest) Resync(k wire.WorkerKey, fn func(last uint64) uint64) {
-	in.mu.Lock()
-	pipes := [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
-	in.mu.Unlock()
+	pipes, unlock := in.holdNATSPipes()
+	defer unlock()
 	var last uint64
 	for _, p := range pipes {
 		if p != nil {
-			p.mu.Lock()
-			defer p.mu.Unlock()
 			last = max(last, p.tr.lastID(k))
 		}
 	}
@@ -54,6 +51,27 @@ func (in *Ingest) Resync(k wire.WorkerKey, fn func(last uint64) uint64) {
 		for _, p := range pipes {
 			if p != nil && !tracked {
 				p.tr.advance(k, at) // not seen yet: whichever source it comes on
+			}
+		}
+	}
+}
+
+// holdNATSPipes locks every NATS pipe (so no NATS event is being handed to
+// the sink until unlock) and returns them; an entry is nil when that source
+// is not subscribed.
+func (in *Ingest) holdNATSPipes() (pipes [2]*pipe, unlock func()) {
+	in.mu.Lock()
+	pipes = [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
+	in.mu.Unlock()
+	for _, p := range pipes {
+		if p != nil {
+			p.mu.Lock()
+		}
+	}
+	return pipes, func() {
+		for _, p := range pipes {
+			if p != nil {
+				p.mu.Unlock()
 			}
 		}
 	}

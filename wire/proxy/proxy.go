@@ -299,12 +299,18 @@ func (p *Proxy) Relay(ctx *fasthttp.RequestCtx, u *Upstream, h Hooks) {
 		if c, ok := body.(fasthttp.ReadCloserWithError); ok && err != nil {
 			// Closing with an error closes the worker connection instead of
 			// returning a half-read one to the pool: the worker sees the
-			// disconnect and stops generating.
+			// disconnect and stops generating. resp keeps the closed stream
+			// (fasthttp has no way to clear it without closing it again),
+			// so resp is not released: ReleaseResponse would close the
+			// stream a second time and hand the already closed connection
+			// back to the client's pool, whose idle-connection cleaner then
+			// panicked on it (nil net.Conn in HostClient.CloseConn,
+			// fasthttp v1.70's closeReader has no once guard).
 			_ = c.CloseWithError(err)
 		} else {
 			_ = resp.CloseBodyStream()
+			fasthttp.ReleaseResponse(resp)
 		}
-		fasthttp.ReleaseResponse(resp)
 		done(err)
 	})
 }

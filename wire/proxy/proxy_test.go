@@ -341,3 +341,78 @@ func TestRelayEndsBrokenStreamsWithErrorEvent(t *testing.T) {
 		}
 	}
 }
+
+// A stream ended by the client going away closes the worker connection
+// once: the proxy's next streams to the same worker get sound connections.
+// (Releasing the response after CloseWithError closed the stream a second
+// time and handed the closed connection back to the client's pool, where
+// the next request or the idle cleaner dereferenced its nil net.Conn.)
+func TestStreamCutLeavesThePoolSound(t *testing.T) {
+	upstream := serve(t, func(ctx *fasthttp.RequestCtx) {
+		n := 2000
+		if strings.Contains(string(ctx.PostBody()), "short") {
+			n = 3
+		}
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for i := 0; i < n; i++ {
+				fmt.Fprintf(w, "data: {\"n\":%d}\n\n", i)
+				if err := w.Flush(); err != nil {
+					return
+				}
+				if n > 3 {
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+			fmt.Fprintf(w, "data: [DONE]\n\n")
+		})
+	})
+	p := New(Config{})
+	dones := make(chan error, 8)
+	front := serve(t, func(ctx *fasthttp.RequestCtx) {
+		p.Forward(ctx, upstream, ctx.PostBody(), true, Hooks{Done: func(err error) { dones <- err }})
+	})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	br := bufio.NewReader(conn)
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(l, "data:") {
+			break
+		}
+	}
+	conn.Close()
+	if err := <-dones; !errors.Is(err, ErrClientGone) {
+		t.Fatalf("Done(%v), want ErrClientGone", err)
+	}
+	for i := range 4 {
+		code, body := post(t, front, `{"short":true}`)
+		if code != 200 || !strings.Contains(body, "[DONE]") {
+			t.Fatalf("stream %d after the cut one: %d %q", i, code, body)
+		}
+		if err := <-dones; err != nil {
+			t.Fatalf("stream %d after the cut one: Done(%v)", i, err)
+		}
+	}
+}
+
+// post sends body to url with net/http and returns the status and body.
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}

@@ -84,8 +84,9 @@ bench-gate:
 fuzz:
 	perf/fuzz-all.sh '$(FUZZTIME)'
 
-# Every fuzz target for 10 minutes (27 targets: about 4.5 hours on this
-# machine); not part of make test.
+# Every fuzz target for 10 minutes (28 targets: about 4.7 hours on one
+# core); not part of make test. Split it over cores or machines with
+# FUZZ_SHARD=i/n (and FUZZ_PARALLEL=1), e.g. FUZZ_SHARD=0/2 and 1/2 side by side.
 fuzz-long:
 	perf/fuzz-all.sh 10m
 

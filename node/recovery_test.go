@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,7 +37,17 @@ type entry struct {
 // parent was evicted has no known prefix).
 func fleetEntries(f *mock.Fleet) map[entry]bool {
 	out := map[entry]bool{}
-	for _, w := range f.Workers() {
+	for _, fw := range f.Workers() {
+		for r := range fw.DPSize() {
+			fleetRankEntries(out, fw.Rank(r), wire.WorkerKey{Worker: fw.ID(), Dp: uint32(r)})
+		}
+	}
+	return out
+}
+
+// fleetRankEntries adds one dp rank's placeable blocks to out.
+func fleetRankEntries(out map[entry]bool, w *mock.Worker, k wire.WorkerKey) {
+	{
 		held := w.Held(nil)
 		byEngine := map[wire.EngineHash]int{}
 		for i, b := range held {
@@ -58,11 +69,10 @@ func fleetEntries(f *mock.Fleet) map[entry]bool {
 		}
 		for i, b := range held {
 			if ok(i) {
-				out[entry{wire.WorkerKey{Worker: w.ID()}, b.Engine, b.Local}] = true
+				out[entry{k, b.Engine, b.Local}] = true
 			}
 		}
 	}
-	return out
 }
 
 // indexEntries returns the index's (block, worker) entries (shard.Index.Dump).
@@ -290,8 +300,10 @@ func waitAgreement(t *testing.T, rg *recoveryRig, what string) {
 			a, b := indexEntries(t, rg.n.Index), fleetEntries(rg.f)
 			held := map[wire.EngineHash]bool{}
 			for _, w := range rg.f.Workers() {
-				for _, h := range w.Held(nil) {
-					held[h.Engine] = true
+				for r := range w.DPSize() {
+					for _, h := range w.Rank(r).Held(nil) {
+						held[h.Engine] = true
+					}
 				}
 			}
 			for e := range a {
@@ -314,10 +326,18 @@ func waitAgreement(t *testing.T, rg *recoveryRig, what string) {
 // With 10% of the event messages dropped and 5% duplicated under a
 // prefix-sharing workload with evictions, the index reaches full agreement
 // with the workers' caches once traffic stops, through recovery.
+//
+// dynamo-dp2 runs workers of two dp ranks each (one URL, an engine, event
+// ids and a recovery ring per rank): recovery asks for and applies each
+// rank's own events and dumps.
 func TestRecoveryUnderDropsAndDuplicates(t *testing.T) {
-	for _, tr := range []string{plane.TransportNative, plane.TransportDynamo} {
+	for _, tr := range []string{plane.TransportNative, plane.TransportDynamo, plane.TransportDynamo + "-dp2"} {
 		t.Run(tr, func(t *testing.T) {
-			rg := startRecoveryRig(t, faultyFleet(tr))
+			fc := faultyFleet(strings.TrimSuffix(tr, "-dp2"))
+			if strings.HasSuffix(tr, "-dp2") {
+				fc.Workers, fc.DPSize = 2, 2
+			}
+			rg := startRecoveryRig(t, fc)
 			traffic(t, rg.f, 1, 300)
 			frac, _, _, _ := agreement(t, rg.n.Index, rg.f)
 			t.Logf("agreement right after traffic: %.4f", frac)
@@ -325,6 +345,13 @@ func TestRecoveryUnderDropsAndDuplicates(t *testing.T) {
 			st := rg.n.Recovery.Stats()
 			if st.Events+st.DumpBlocks == 0 {
 				t.Fatalf("nothing was recovered (%+v): the faults did not bite", st)
+			}
+			if fc.DPSize > 1 {
+				for _, w := range rg.f.Workers() {
+					if len(w.Rank(1).Held(nil)) == 0 {
+						t.Fatalf("worker %d's rank 1 holds no block: the traffic never reached it", w.ID())
+					}
+				}
 			}
 			var sb bytes.Buffer
 			rg.n.Recovery.WriteMetrics(&sb)

@@ -71,8 +71,11 @@
 //
 // # Worker health and retries
 //
-// The proxy sends a request (proxy.Proxy.Send) and gets the worker's answer
-// before anything is written to the client. A transport failure (dial
+// The proxy sends a request (proxy.Proxy.SendRank) and gets the worker's
+// answer before anything is written to the client. A worker registered with
+// more than one dp rank behind its URL gets the decision's rank in the
+// X-Data-Parallel-Rank header, which vLLM and SGLang obey (their own
+// balancer would otherwise pick a rank, blind to the cached prefix). A transport failure (dial
 // refused or timed out, the connection dropped before the answer, or, for a
 // streamed request, no first byte within proxy.Config.FirstByteTimeout)
 // counts against the worker and the request is decided again once, with the

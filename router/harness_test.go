@@ -81,6 +81,8 @@ type envOptions struct {
 	routerID   string
 	sync       bool
 	syncExpiry time.Duration
+	// dpSize is the fleet's dp ranks per worker (kvroute mock --dp-size).
+	dpSize int
 }
 
 func quietLogger() *slog.Logger {
@@ -161,7 +163,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		Workers: o.workers, Port: 0, BlockSize: testBlockSize, KVBlocks: o.kvBlocks, HostKVBlocks: o.hostKV, Speedup: 20,
 		MaxBatchedTokens: o.maxBatch, Model: o.model, ChatTemplate: o.chatTemplate,
 		Namespace: "test", Component: "backend", Transport: transport, Heartbeat: o.heartbeat,
-		LoadInterval: 10 * time.Millisecond, Logger: quietLogger(), Tokenizer: o.fleetTokenizer,
+		LoadInterval: 10 * time.Millisecond, Logger: quietLogger(), Tokenizer: o.fleetTokenizer, DPSize: o.dpSize,
 	}, e.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -305,13 +307,13 @@ func (e *env) indexed(toks []uint32, n int) uint64 {
 	// tie-break between workers without overlap), so tests are repeatable.
 	waitFor(e.t, "tree sizes in the scheduler", func() bool {
 		ovs, _ := e.svc.Index.Workers(nil)
-		want := map[uint64]uint32{}
+		want := map[wire.WorkerKey]uint32{}
 		for _, o := range ovs {
-			want[o.Worker.Worker] = o.TreeSize
+			want[o.Worker] = o.TreeSize
 		}
 		for _, x := range e.workers().Workers {
 			for _, r := range x.Ranks {
-				if r.TreeBlocks != want[x.WorkerID] {
+				if r.TreeBlocks != want[wire.WorkerKey{Worker: x.WorkerID, Dp: r.DpRank}] {
 					return false
 				}
 			}

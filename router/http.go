@@ -456,7 +456,14 @@ func (r *Router) send(ctx *fasthttp.RequestCtx, p *pending, body []byte, stream 
 			proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, ErrWorkerGone.Error())
 			return nil
 		}
-		u, err := r.proxy.Send(info.URL+path, body, stream)
+		// A worker serving several dp ranks behind one URL gets the chosen
+		// rank in X-Data-Parallel-Rank, or its own load balancer would
+		// pick one and miss the cache the decision counted on.
+		rank := -1
+		if len(info.Ranks) > 1 {
+			rank = int(p.dec.Worker.Dp)
+		}
+		u, err := r.proxy.SendRank(info.URL+path, rank, body, stream)
 		if err == nil {
 			info.health.ok()
 			return u

@@ -82,7 +82,7 @@
 //
 // # KV events
 //
-// Event ids are contiguous per worker from 1 (dp rank 0). Dynamo: one
+// Event ids are contiguous per worker and dp rank from 1. Dynamo: one
 // event-plane message per event on Subjects.KVEvents. Native: one batch per
 // engine step on Subjects.KVEventsNative. ZMQ: one vLLM batch per step on a
 // PUB socket with topic kv@<worker>@<model>, and a replay ROUTER socket. A
@@ -90,6 +90,23 @@
 // tokens, prompt and generated alike, so a vLLM consumer computes the same
 // local hashes as the worker. LoRA names, cache salts and multimodal objects
 // (a request's mm_hashes or chat media parts) are not carried in vLLM events.
+//
+// # Data-parallel ranks
+//
+// With WorkerConfig.DPSize (kvroute mock --dp-size) N > 1 a worker is N
+// engines behind its one URL, as a vLLM server started with
+// --data-parallel-size N: each rank has its own engine loop, KV cache of
+// KVBlocks, event ids, recovery ring, load messages and events carrying its
+// dp rank (ZMQ: rank r's PUB and replay sockets at the base ports + r, the
+// offset vLLM applies). The registration lists dp_ranks 0..N-1. A
+// completion goes to the rank its X-Data-Parallel-Rank header names (any
+// case; a bad value is a 400 naming the header), as vLLM and SGLang honour
+// it, else to the least loaded rank by 4 × waiting + running (vLLM's DP
+// balancer's weights), ties rotating. Every rank subscribes to the worker's
+// recovery subject and answers for itself; rank 0 answers the error for a
+// rank the worker lacks. /metrics carries a dp_rank label. Rank(r) reaches a
+// rank's Held and Stats; Pause, Resume, Restart and SetFaults act on every
+// rank.
 //
 // # Faults
 //

@@ -109,7 +109,7 @@ func (w *Worker) keep(evs []wire.Event) {
 	}
 }
 
-// encodeVLLM encodes evs as one vLLM batch (dp rank 0).
+// encodeVLLM encodes evs as one vLLM batch of the worker's dp rank.
 func (o *outbox) encodeVLLM(w *Worker, evs []wire.Event) {
 	bs := w.cfg.BlockSize
 	if w.cfg.HostKVBlocks > 0 {
@@ -132,7 +132,7 @@ func (o *outbox) encodeVLLM(w *Worker, evs []wire.Event) {
 		}
 	}
 	o.vb.TS = float64(time.Now().UnixNano()) / 1e9
-	o.vb.HasDPRank, o.vb.DPRank = true, 0
+	o.vb.HasDPRank, o.vb.DPRank = true, int(w.rank)
 	o.hs = o.hs[:0]
 	for i := range evs {
 		for _, b := range evs[i].Blocks {

@@ -31,7 +31,8 @@ type Config struct {
 	Namespace        string              // default "kvroute"
 	Component        string              // default "backend"
 	Transport        string              // plane.Transport*; default dynamo
-	ZMQPort          int                 // with zmq: worker i publishes on ZMQPort+2i, replays on ZMQPort+2i+1; 0: random
+	ZMQPort          int                 // with zmq: worker i's rank r publishes on ZMQPort+2·DPSize·i+r, replays DPSize ports higher; 0: random
+	DPSize           int                 // dp ranks per worker (WorkerConfig.DPSize); default 1
 	Model            string              // default "mock"
 	ChatTemplate     openai.ChatTemplate // chat messages' template (see WorkerConfig); nil: ChatML
 	Heartbeat        time.Duration       // default 1s
@@ -65,7 +66,10 @@ func (c *Config) Validate() error {
 	if c.Port < 0 || c.Port+c.Workers > 65536 {
 		errs = append(errs, fmt.Errorf("--port %d: ports %d..%d out of range", c.Port, c.Port, c.Port+c.Workers-1))
 	}
-	if c.ZMQPort < 0 || c.ZMQPort+2*c.Workers > 65536 {
+	if c.DPSize < 0 || c.DPSize > MaxDPSize {
+		errs = append(errs, fmt.Errorf("--dp-size must be in [1, %d] (got %d)", MaxDPSize, c.DPSize))
+	}
+	if c.ZMQPort < 0 || c.ZMQPort+2*max(c.DPSize, 1)*c.Workers > 65536 {
 		errs = append(errs, fmt.Errorf("--zmq-port %d: ports out of range for %d workers", c.ZMQPort, c.Workers))
 	}
 	if c.HostGBps < 0 {
@@ -141,13 +145,13 @@ func Start(cfg Config, nc *nats.Conn) (*Fleet, error) {
 			MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, Speedup: cfg.Speedup, Perf: cfg.Perf,
 			Model: cfg.Model, ChatTemplate: cfg.ChatTemplate, Transport: cfg.Transport, Subjects: subj, Heartbeat: cfg.Heartbeat, LoadInterval: cfg.LoadInterval,
 			DropFraction: cfg.DropFraction, DupFraction: cfg.DupFraction, Seed: cfg.Seed, RecoveryRing: cfg.RecoveryRing, Logger: cfg.Logger,
-			Tokenizer: cfg.Tokenizer,
+			Tokenizer: cfg.Tokenizer, DPSize: cfg.DPSize,
 		}
 		if cfg.Port > 0 {
 			wc.Port = cfg.Port + i
 		}
 		if cfg.ZMQPort > 0 {
-			wc.ZMQPort = cfg.ZMQPort + 2*i
+			wc.ZMQPort = cfg.ZMQPort + 2*max(cfg.DPSize, 1)*i
 		}
 		w, err := StartWorker(wc, nc)
 		if err != nil {

@@ -19,6 +19,41 @@ import (
 // DefaultMaxTokens is the output length of a request without max_tokens.
 const DefaultMaxTokens = 16
 
+// dispatch is the HTTP handler of the worker's front (rank 0): completions
+// go to the rank the request names in its X-Data-Parallel-Rank header, or
+// to the least loaded rank without one (vLLM's internal DP load balancer).
+func (w *Worker) dispatch(ctx *fasthttp.RequestCtx) {
+	if w.ranks == nil {
+		w.handle(ctx)
+		return
+	}
+	path := string(ctx.Path())
+	if path != "/v1/completions" && path != "/v1/chat/completions" {
+		w.handle(ctx)
+		return
+	}
+	if h := ctx.Request.Header.Peek(HeaderDPRank); h != nil {
+		r, err := strconv.ParseUint(string(h), 10, 32)
+		if err != nil || r >= uint64(len(w.ranks)) {
+			w.badRequest(ctx, fmt.Sprintf("%s %q: this worker has dp ranks 0 to %d", HeaderDPRank, h, len(w.ranks)-1), "")
+			return
+		}
+		w.ranks[r].handle(ctx)
+		return
+	}
+	// Least loaded, ties to the rank after the last one chosen.
+	n := len(w.ranks)
+	start := int(w.rr.Add(1)) % n
+	best, bestLoad := start, w.ranks[start].load()
+	for i := 1; i < n; i++ {
+		r := (start + i) % n
+		if l := w.ranks[r].load(); l < bestLoad {
+			best, bestLoad = r, l
+		}
+	}
+	w.ranks[best].handle(ctx)
+}
+
 func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
 	switch path {
@@ -93,8 +128,12 @@ func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	if len(req.Model) > 0 {
 		model = string(req.Model)
 	}
+	id := "cmpl-mock-" + strconv.FormatUint(w.cfg.ID, 10) + "-"
+	if w.cfg.DPSize > 1 {
+		id += "r" + strconv.FormatUint(uint64(w.rank), 10) + "-"
+	}
 	h := openai.Header{
-		ID:    "cmpl-mock-" + strconv.FormatUint(w.cfg.ID, 10) + "-" + strconv.FormatUint(c.id, 10),
+		ID:    id + strconv.FormatUint(c.id, 10),
 		Model: model, Created: time.Now().Unix(), Chat: chat,
 	}
 	// A client that disconnects has its request aborted in the engine, as
@@ -210,32 +249,57 @@ var metricFamilies = promtext.NewRegistry([]promtext.Family{
 	{Name: "mock_requests_running", Type: promtext.Gauge, Help: "Requests the engine is running"},
 })
 
-// metrics writes Prometheus text, with HELP and TYPE lines (metricFamilies).
+// metrics writes Prometheus text, with HELP and TYPE lines (metricFamilies):
+// one sample per family and rank, labelled {worker} without dp ranks and
+// {worker,dp_rank} with them.
 func (w *Worker) metrics(ctx *fasthttp.RequestCtx) {
-	w.mu.Lock()
-	c := w.mu.c
-	used, total := w.mu.eng.KV().Usage()
-	waiting, running := w.mu.eng.Load()
-	st := w.mu.eng.Stats()
-	w.mu.Unlock()
-	lbl := `{worker="` + strconv.FormatUint(w.cfg.ID, 10) + `"}`
+	type snap struct {
+		lbl           string
+		c             counters
+		used, total   int
+		waiting, runs int
+		st            engine.Stats
+	}
+	ranks := w.all()
+	snaps := make([]snap, len(ranks))
+	for i, rw := range ranks {
+		s := &snaps[i]
+		rw.mu.Lock()
+		s.c = rw.mu.c
+		s.used, s.total = rw.mu.eng.KV().Usage()
+		s.waiting, s.runs = rw.mu.eng.Load()
+		s.st = rw.mu.eng.Stats()
+		rw.mu.Unlock()
+		s.lbl = `{worker="` + strconv.FormatUint(w.cfg.ID, 10) + `"}`
+		if w.ranks != nil {
+			s.lbl = `{worker="` + strconv.FormatUint(w.cfg.ID, 10) + `",dp_rank="` + strconv.Itoa(i) + `"}`
+		}
+	}
 	ctx.SetContentType("text/plain; version=0.0.4")
 	metricFamilies.Write(ctx, func(out io.Writer) {
-		counter := func(name string, v uint64) { metrics.WriteCounterUint64(out, name+lbl, v) }
-		gauge := func(name string, v float64) { metrics.WriteGaugeFloat64(out, name+lbl, v) }
-		counter("mock_requests_total", c.requests)
-		counter("mock_stream_requests_total", c.streams)
-		counter("mock_failed_requests_total", c.failed)
-		counter("mock_bad_requests_total", c.badRequests)
-		counter("mock_prompt_tokens_total", c.promptTokens)
-		counter("mock_completion_tokens_total", c.completionTokens)
-		counter("mock_cached_tokens_total", c.cachedTokens)
-		counter("mock_preemptions_total", st.Preemptions)
-		counter("mock_engine_steps_total", st.Steps)
-		gauge("mock_kv_used_blocks", float64(used))
-		gauge("mock_kv_total_blocks", float64(total))
-		gauge("mock_kv_usage", float64(used)/float64(total))
-		gauge("mock_requests_waiting", float64(waiting))
-		gauge("mock_requests_running", float64(running))
+		counter := func(name string, v func(*snap) uint64) {
+			for i := range snaps {
+				metrics.WriteCounterUint64(out, name+snaps[i].lbl, v(&snaps[i]))
+			}
+		}
+		gauge := func(name string, v func(*snap) float64) {
+			for i := range snaps {
+				metrics.WriteGaugeFloat64(out, name+snaps[i].lbl, v(&snaps[i]))
+			}
+		}
+		counter("mock_requests_total", func(s *snap) uint64 { return s.c.requests })
+		counter("mock_stream_requests_total", func(s *snap) uint64 { return s.c.streams })
+		counter("mock_failed_requests_total", func(s *snap) uint64 { return s.c.failed })
+		counter("mock_bad_requests_total", func(s *snap) uint64 { return s.c.badRequests })
+		counter("mock_prompt_tokens_total", func(s *snap) uint64 { return s.c.promptTokens })
+		counter("mock_completion_tokens_total", func(s *snap) uint64 { return s.c.completionTokens })
+		counter("mock_cached_tokens_total", func(s *snap) uint64 { return s.c.cachedTokens })
+		counter("mock_preemptions_total", func(s *snap) uint64 { return s.st.Preemptions })
+		counter("mock_engine_steps_total", func(s *snap) uint64 { return s.st.Steps })
+		gauge("mock_kv_used_blocks", func(s *snap) float64 { return float64(s.used) })
+		gauge("mock_kv_total_blocks", func(s *snap) float64 { return float64(s.total) })
+		gauge("mock_kv_usage", func(s *snap) float64 { return float64(s.used) / float64(s.total) })
+		gauge("mock_requests_waiting", func(s *snap) float64 { return float64(s.waiting) })
+		gauge("mock_requests_running", func(s *snap) float64 { return float64(s.runs) })
 	})
 }

@@ -231,7 +231,7 @@ func held(w *Worker) map[triple]bool {
 func waitReproduced(t *testing.T, m *mirror, w *Worker) int {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	k := wire.WorkerKey{Worker: w.ID()}
+	k := wire.WorkerKey{Worker: w.ID(), Dp: w.rank}
 	for {
 		want := held(w)
 		got := m.blocks(k)

@@ -1,6 +1,8 @@
 package mock
 
 import (
+	"fmt"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/bench/kvcache"
@@ -66,8 +68,12 @@ func (w *Worker) onRecover(m *nats.Msg) {
 		w.reply(m.Reply, h, []byte(err.Error()))
 		return
 	}
-	if req.Worker.Worker != w.cfg.ID || req.Worker.Dp != 0 {
-		w.reply(m.Reply, h, []byte("unknown worker key: this worker has dp rank 0 only"))
+	if req.Worker.Worker != w.cfg.ID || req.Worker.Dp != w.rank {
+		// Every rank hears the worker's recovery subject: the rank asked
+		// answers, and rank 0 answers for a rank the worker does not have.
+		if w.rank == 0 && (req.Worker.Worker != w.cfg.ID || req.Worker.Dp >= uint32(w.cfg.DPSize)) {
+			w.reply(m.Reply, h, fmt.Appendf(nil, "unknown worker key: this worker has dp ranks 0 to %d", w.cfg.DPSize-1))
+		}
 		return
 	}
 	var evs []wire.Event

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -69,7 +70,22 @@ type WorkerConfig struct {
 	// Tokenizer tokenizes text prompts and rendered chat (kvroute mock
 	// --tokenizer); default openai.BytesTokenizer, as the router's default.
 	Tokenizer openai.Tokenizer
+	// DPSize is the number of data-parallel ranks behind the worker's one
+	// URL (vLLM --data-parallel-size with its internal load balancer):
+	// each rank is an engine of its own, with KVBlocks blocks, its own
+	// event ids, events and load messages carrying its dp rank, and a ZMQ
+	// PUB/replay pair at ZMQPort+r / ZMQPort+DPSize+r. A request goes to
+	// the rank named by its X-Data-Parallel-Rank header, else to the least
+	// loaded rank. Default 1, at most MaxDPSize.
+	DPSize int
 }
+
+// MaxDPSize bounds WorkerConfig.DPSize.
+const MaxDPSize = 64
+
+// HeaderDPRank is the request header that pins a request to a data-parallel
+// rank, as vLLM's and SGLang's HTTP servers read it (case-insensitively).
+const HeaderDPRank = "X-Data-Parallel-Rank"
 
 func (c *WorkerConfig) defaults() {
 	if c.Tokenizer == nil {
@@ -113,6 +129,9 @@ func (c *WorkerConfig) defaults() {
 	}
 	if c.RecoveryRing == 0 {
 		c.RecoveryRing = DefaultRecoveryRing
+	}
+	if c.DPSize <= 0 {
+		c.DPSize = 1
 	}
 }
 
@@ -164,6 +183,13 @@ type Worker struct {
 	// a router tells this worker's heartbeats and withdrawal from another
 	// process registering the same id.
 	instance string
+	// rank is this engine's dp rank. With DPSize > 1, ranks holds every
+	// rank's Worker (ranks[0] is this one, the front: it owns the HTTP
+	// server, the registration and the heartbeats) and the others have
+	// ranks nil.
+	rank  uint32
+	ranks []*Worker
+	rr    atomic.Uint32 // the front's tie-break rotation over ranks
 
 	wake      chan struct{} // one-slot doorbell for the engine loop
 	stop      chan struct{}
@@ -205,12 +231,15 @@ type Worker struct {
 }
 
 // StartWorker starts a worker: it binds its HTTP (and ZMQ) sockets, starts
-// the engine loop and heartbeats, and announces itself on nc (nil: no NATS,
-// only with TransportZMQ or TransportNone).
+// the engine loop (one per dp rank) and heartbeats, and announces itself on
+// nc (nil: no NATS, only with TransportZMQ or TransportNone).
 func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
 	cfg.defaults()
 	if cfg.ID == 0 {
 		return nil, errors.New("mock: worker id must be > 0")
+	}
+	if cfg.DPSize > MaxDPSize {
+		return nil, fmt.Errorf("mock: worker %d: dp size %d exceeds %d", cfg.ID, cfg.DPSize, MaxDPSize)
 	}
 	switch cfg.Transport {
 	case plane.TransportDynamo, plane.TransportNative:
@@ -221,14 +250,75 @@ func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
 	default:
 		return nil, fmt.Errorf("mock: unknown event transport %q (want dynamo, native, zmq or none)", cfg.Transport)
 	}
+	epoch := time.Now()
+	instance := strconv.FormatUint(rand.Uint64(), 36) // global rand: distinct even for equal seeds
+	ranks := make([]*Worker, cfg.DPSize)
+	for r := range ranks {
+		ranks[r] = newRank(cfg, nc, epoch, instance, uint32(r))
+	}
+	w := ranks[0]
+	if cfg.DPSize > 1 {
+		w.ranks = ranks
+	}
+	fail := func(err error) (*Worker, error) {
+		for _, rw := range ranks {
+			if rw.recSub != nil {
+				_ = rw.recSub.Unsubscribe()
+			}
+			if rw.pub != nil {
+				_ = rw.pub.Close()
+			}
+		}
+		if w.ln != nil {
+			w.ln.Close()
+		}
+		return nil, fmt.Errorf("mock: worker %d: %w", cfg.ID, err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return fail(fmt.Errorf("listen: %w", err))
+	}
+	w.ln = ln
+	w.url = "http://" + ln.Addr().String()
+	if cfg.Transport == plane.TransportZMQ {
+		if err := openZMQ(ranks); err != nil {
+			return fail(err)
+		}
+	}
+	w.srv = &fasthttp.Server{
+		Handler: w.dispatch, Name: "kvroute-mock", NoDefaultDate: true,
+		ReadTimeout: time.Minute, IdleTimeout: time.Minute, CloseOnShutdown: true,
+		Logger: quietLogger{}, ConnState: w.trackConn,
+	}
+	if nc != nil && cfg.Subjects.Recover != "" && (cfg.Transport == plane.TransportDynamo || cfg.Transport == plane.TransportNative) {
+		for _, rw := range ranks {
+			if rw.recSub, err = nc.Subscribe(cfg.Subjects.RecoverSubject(cfg.ID), rw.onRecover); err != nil {
+				return fail(fmt.Errorf("subscribe to recovery requests: %w", err))
+			}
+		}
+	}
+	go w.srv.Serve(ln) //nolint:errcheck // Serve returns when the listener closes
+	w.publishRegistration(w.cfg.Subjects.Heartbeat)
+	go w.heartbeat()
+	for _, rw := range ranks {
+		go rw.loop()
+	}
+	return w, nil
+}
+
+// newRank makes the engine side of one dp rank: its engine, maps, recovery
+// ring and channels (no sockets yet).
+func newRank(cfg WorkerConfig, nc *nats.Conn, epoch time.Time, instance string, rank uint32) *Worker {
 	w := &Worker{
-		cfg: cfg, nc: nc, epoch: time.Now(),
+		cfg: cfg, nc: nc, epoch: epoch, instance: instance, rank: rank,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), hbDone: make(chan struct{}),
-		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
-		instance: strconv.FormatUint(rand.Uint64(), 36), // global rand: distinct even for equal seeds
+		rng: rand.New(rand.NewPCG(cfg.Seed^uint64(rank)<<48, cfg.ID)),
 	}
 	if cfg.ChatTemplate != nil {
 		w.tmpls = &openai.ChatTemplates{Default: cfg.ChatTemplate}
+	}
+	if cfg.Transport == plane.TransportZMQ {
+		w.topic = fmt.Sprintf("kv@%d@%s", cfg.ID, cfg.Model)
 	}
 	w.mu.eng = w.newEngine()
 	w.mu.calls = make(map[uint64]*call)
@@ -237,51 +327,58 @@ func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
 	if cfg.RecoveryRing > 0 {
 		w.mu.rec.slots = make([]wire.Event, cfg.RecoveryRing)
 	}
-	w.mu.rec.epoch = uint64(w.epoch.UnixNano()) ^ cfg.ID<<32
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
-	if err != nil {
-		return nil, fmt.Errorf("mock: worker %d: listen: %w", cfg.ID, err)
-	}
-	w.ln = ln
-	w.url = "http://" + ln.Addr().String()
-	if cfg.Transport == plane.TransportZMQ {
-		w.topic = fmt.Sprintf("kv@%d@%s", cfg.ID, cfg.Model)
-		pp, rp := cfg.ZMQPort, cfg.ZMQPort+1
-		if cfg.ZMQPort == 0 {
-			if pp, err = freePort(cfg.Host); err == nil {
-				rp, err = freePort(cfg.Host)
+	w.mu.rec.epoch = uint64(epoch.UnixNano()) ^ cfg.ID<<32 ^ uint64(rank)<<24
+	return w
+}
+
+// openZMQ binds every rank's PUB and replay sockets: rank r publishes on
+// base+r and replays on base+n+r (n ranks), as vLLM offsets its endpoint
+// by the dp rank. With ZMQPort 0 the base is a free port (tried again on a
+// port taken meanwhile).
+func openZMQ(ranks []*Worker) error {
+	cfg := ranks[0].cfg
+	n := len(ranks)
+	var err error
+	for try := 0; try < 8; try++ {
+		base := cfg.ZMQPort
+		if base == 0 {
+			if base, err = freePort(cfg.Host); err != nil {
+				return err
 			}
+			if base+2*n > 65536 {
+				continue
+			}
+		}
+		for r, rw := range ranks {
+			pp, rp := base+r, base+n+r
+			if n == 1 && cfg.ZMQPort == 0 {
+				if rp, err = freePort(cfg.Host); err != nil {
+					break
+				}
+			}
+			rw.pub, err = zmq.NewPublisher(zmq.PublisherConfig{
+				Endpoint:       "tcp://" + net.JoinHostPort(cfg.Host, strconv.Itoa(pp)),
+				ReplayEndpoint: "tcp://" + net.JoinHostPort(cfg.Host, strconv.Itoa(rp)),
+				Topic:          rw.topic, Logger: cfg.Logger,
+			})
 			if err != nil {
-				ln.Close()
-				return nil, fmt.Errorf("mock: worker %d: %w", cfg.ID, err)
+				break
 			}
 		}
-		w.pub, err = zmq.NewPublisher(zmq.PublisherConfig{
-			Endpoint:       "tcp://" + net.JoinHostPort(cfg.Host, strconv.Itoa(pp)),
-			ReplayEndpoint: "tcp://" + net.JoinHostPort(cfg.Host, strconv.Itoa(rp)),
-			Topic:          w.topic, Logger: cfg.Logger,
-		})
-		if err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("mock: worker %d: %w", cfg.ID, err)
+		if err == nil {
+			return nil
+		}
+		for _, rw := range ranks {
+			if rw.pub != nil {
+				_ = rw.pub.Close()
+				rw.pub = nil
+			}
+		}
+		if cfg.ZMQPort != 0 {
+			return err
 		}
 	}
-	w.srv = &fasthttp.Server{
-		Handler: w.handle, Name: "kvroute-mock", NoDefaultDate: true,
-		ReadTimeout: time.Minute, IdleTimeout: time.Minute, CloseOnShutdown: true,
-		Logger: quietLogger{}, ConnState: w.trackConn,
-	}
-	if nc != nil && cfg.Subjects.Recover != "" && (cfg.Transport == plane.TransportDynamo || cfg.Transport == plane.TransportNative) {
-		if w.recSub, err = nc.Subscribe(cfg.Subjects.RecoverSubject(cfg.ID), w.onRecover); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("mock: worker %d: subscribe to recovery requests: %w", cfg.ID, err)
-		}
-	}
-	go w.srv.Serve(ln) //nolint:errcheck // Serve returns when the listener closes
-	w.publishRegistration(w.cfg.Subjects.Heartbeat)
-	go w.heartbeat()
-	go w.loop()
-	return w, nil
+	return err
 }
 
 func (w *Worker) trackConn(c net.Conn, st fasthttp.ConnState) {
@@ -313,7 +410,7 @@ func freePort(host string) (int, error) {
 
 func (w *Worker) newEngine() *engine.Engine {
 	return engine.New(engine.Config{
-		Worker: wire.WorkerKey{Worker: w.cfg.ID}, Capacity: w.cfg.KVBlocks, BlockSize: w.cfg.BlockSize,
+		Worker: wire.WorkerKey{Worker: w.cfg.ID, Dp: w.rank}, Capacity: w.cfg.KVBlocks, BlockSize: w.cfg.BlockSize,
 		MaxNumSeqs: w.cfg.MaxNumSeqs, MaxBatchedTokens: w.cfg.MaxBatchedTokens, Speedup: w.cfg.Speedup, Perf: w.cfg.Perf,
 		HostCapacity: w.cfg.HostKVBlocks, HostBlockTime: engine.HostBlockTime(w.cfg.BlockSize, w.cfg.HostGBps),
 	})
@@ -351,76 +448,131 @@ func (w *Worker) Topic() string { return w.topic }
 // Registration returns the worker's registration message.
 func (w *Worker) Registration() plane.Registration {
 	return plane.Registration{
-		WorkerID: w.cfg.ID, Instance: w.instance, URL: w.url, Model: w.cfg.Model, DpRanks: []uint32{0},
+		WorkerID: w.cfg.ID, Instance: w.instance, URL: w.url, Model: w.cfg.Model, DpRanks: w.dpRanks(),
 		BlockSize: w.cfg.BlockSize, KVBlocks: w.cfg.KVBlocks, MaxBatchedTokens: w.cfg.MaxBatchedTokens,
 		EventTransport: w.cfg.Transport, ZMQEndpoint: w.ZMQEndpoint(), ZMQReplay: w.ZMQReplay(),
 		HeartbeatMillis: int(w.cfg.Heartbeat / time.Millisecond),
 	}
 }
 
-// Held appends the blocks the worker's KV cache holds to dst (see
-// kvcache.Manager.Held) and returns it.
+// DPSize returns the number of dp ranks behind the worker's URL.
+func (w *Worker) DPSize() int { return max(len(w.ranks), 1) }
+
+// Rank returns dp rank r's engine side, for Held, Stats and Idle of that
+// rank (Rank(0) is w itself), or nil when the worker has no rank r.
+func (w *Worker) Rank(r int) *Worker {
+	switch {
+	case r == 0:
+		return w
+	case r > 0 && r < len(w.ranks):
+		return w.ranks[r]
+	}
+	return nil
+}
+
+// all returns every rank's Worker (w alone without dp ranks).
+func (w *Worker) all() []*Worker {
+	if w.ranks == nil {
+		return []*Worker{w}
+	}
+	return w.ranks
+}
+
+func (w *Worker) dpRanks() []uint32 {
+	rs := make([]uint32, w.DPSize())
+	for i := range rs {
+		rs[i] = uint32(i)
+	}
+	return rs
+}
+
+// Held appends the blocks this rank's KV cache holds to dst (see
+// kvcache.Manager.Held) and returns it; Rank(r).Held for the other ranks.
 func (w *Worker) Held(dst []kvcache.HeldBlock) []kvcache.HeldBlock {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.mu.eng.KV().Held(dst)
 }
 
-// Stats returns the engine's cumulative counters (reset by Restart).
+// Stats returns this rank's engine counters (reset by Restart).
 func (w *Worker) Stats() engine.Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.mu.eng.Stats()
 }
 
-// Idle reports whether no request is in the engine.
+// Idle reports whether no request is in any rank's engine.
 func (w *Worker) Idle() bool {
+	for _, rw := range w.all() {
+		rw.mu.Lock()
+		idle := rw.mu.eng.Idle() && len(rw.mu.calls) == 0
+		rw.mu.Unlock()
+		if !idle {
+			return false
+		}
+	}
+	return true
+}
+
+// load is the rank's queue for the front's choice of a rank: requests
+// waiting count four times a running one, as vLLM's DP load balancer
+// weighs them.
+func (w *Worker) load() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.mu.eng.Idle() && len(w.mu.calls) == 0
+	waiting, running := w.mu.eng.Load()
+	return 4*waiting + running
 }
 
 // SetFaults sets the fractions of event messages dropped and duplicated
-// from the next step on.
+// from the next step on, on every rank.
 func (w *Worker) SetFaults(drop, dup float64) {
-	w.mu.Lock()
-	w.mu.drop, w.mu.dup = drop, dup
-	w.mu.Unlock()
+	for _, rw := range w.all() {
+		rw.mu.Lock()
+		rw.mu.drop, rw.mu.dup = drop, dup
+		rw.mu.Unlock()
+	}
 }
 
-// Pause stops the engine loop after the current step and the heartbeats at
-// once (none is published after Pause returns), as a hung engine would;
-// requests queue. Resume undoes it.
+// Pause stops every rank's engine loop after its current step and the
+// heartbeats at once (none is published after Pause returns), as a hung
+// engine would; requests queue. Resume undoes it.
 func (w *Worker) Pause() {
-	w.mu.Lock()
-	w.mu.paused = true
-	w.mu.Unlock()
+	for _, rw := range w.all() {
+		rw.mu.Lock()
+		rw.mu.paused = true
+		rw.mu.Unlock()
+	}
 }
 
 // Resume restarts a paused worker.
 func (w *Worker) Resume() {
-	w.mu.Lock()
-	w.mu.paused = false
-	w.mu.Unlock()
-	w.ring()
+	for _, rw := range w.all() {
+		rw.mu.Lock()
+		rw.mu.paused = false
+		rw.mu.Unlock()
+		rw.ring()
+	}
 }
 
-// Restart simulates an engine restart at the end of the current step:
-// in-flight requests fail (HTTP 503), the engine starts over with an empty
-// cache, and its first event (id 1) is Cleared. It also resumes a paused
-// worker. It returns once the restart happened, so requests submitted after
-// it go to the new engine.
+// Restart simulates an engine restart at the end of the current step, on
+// every rank: in-flight requests fail (HTTP 503), each engine starts over
+// with an empty cache, and its first event (id 1) is Cleared. It also
+// resumes a paused worker. It returns once the restart happened, so
+// requests submitted after it go to the new engines.
 func (w *Worker) Restart() {
-	done := make(chan struct{})
-	w.mu.Lock()
-	w.mu.restart = true
-	w.mu.restarted = append(w.mu.restarted, done)
-	w.mu.paused = false
-	w.mu.Unlock()
-	w.ring()
-	select {
-	case <-done:
-	case <-w.done: // closed meanwhile
+	for _, rw := range w.all() {
+		done := make(chan struct{})
+		rw.mu.Lock()
+		rw.mu.restart = true
+		rw.mu.restarted = append(rw.mu.restarted, done)
+		rw.mu.paused = false
+		rw.mu.Unlock()
+		rw.ring()
+		select {
+		case <-done:
+		case <-rw.done: // closed meanwhile
+		}
 	}
 }
 
@@ -448,16 +600,23 @@ func (w *Worker) ring() {
 func (w *Worker) Close() error {
 	var err error
 	w.closeOnce.Do(func() {
-		if w.recSub != nil {
-			_ = w.recSub.Unsubscribe()
+		ranks := w.all()
+		for _, rw := range ranks {
+			if rw.recSub != nil {
+				_ = rw.recSub.Unsubscribe()
+			}
+			close(rw.stop)
 		}
-		close(w.stop)
-		<-w.done
+		for _, rw := range ranks {
+			<-rw.done
+		}
 		<-w.hbDone
-		w.mu.Lock()
-		w.mu.closed = true
-		w.failAllLocked(ErrClosed)
-		w.mu.Unlock()
+		for _, rw := range ranks {
+			rw.mu.Lock()
+			rw.mu.closed = true
+			rw.failAllLocked(ErrClosed)
+			rw.mu.Unlock()
+		}
 		// Connections a client opened but never used (StateNew) are not
 		// closed by fasthttp's shutdown; close what is left after a grace
 		// period for the failed requests' answers.
@@ -471,9 +630,11 @@ func (w *Worker) Close() error {
 			w.conns.Unlock()
 		}
 		cancel()
-		if w.pub != nil {
-			if e := w.pub.Close(); err == nil {
-				err = e
+		for _, rw := range ranks {
+			if rw.pub != nil {
+				if e := rw.pub.Close(); err == nil {
+					err = e
+				}
 			}
 		}
 		w.publishRegistration(w.cfg.Subjects.Leave)
@@ -754,7 +915,7 @@ func (w *Worker) deliverLocked() {
 func (w *Worker) loadLocked() plane.Load {
 	used, total := w.mu.eng.KV().Usage()
 	waiting, running := w.mu.eng.Load()
-	return plane.Load{WorkerID: w.cfg.ID, KVUsed: used, KVTotal: total, Waiting: waiting, Running: running}
+	return plane.Load{WorkerID: w.cfg.ID, DpRank: w.rank, KVUsed: used, KVTotal: total, Waiting: waiting, Running: running}
 }
 
 // publishLoad publishes l if it changed and LoadInterval has passed since the

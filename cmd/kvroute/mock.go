@@ -40,7 +40,8 @@ func runMock(args []string) error {
 		speedup   = fs.Float64("speedup", 1, "divide every step time by this factor")
 		model     = fs.String("model", "mock", "model name (ZMQ topic kv@<worker>@<model>, default response model)")
 		transport = fs.String("event-transport", plane.TransportDynamo, "KV events: dynamo (msgpack on NATS), native (kvroute binary on NATS), zmq (vLLM PUB + replay) or none")
-		zmqPort   = fs.Int("zmq-port", 5557, "with zmq: worker i publishes on zmq-port+2i and replays on zmq-port+2i+1 (0: random)")
+		zmqPort   = fs.Int("zmq-port", 5557, "with zmq: worker i publishes on zmq-port+2i and replays on zmq-port+2i+1; with --dp-size N, rank r of worker i publishes on zmq-port+2Ni+r and replays on zmq-port+2Ni+N+r (0: random)")
+		dpSize    = fs.Int("dp-size", 1, "data-parallel ranks per worker behind its one URL (vLLM --data-parallel-size): an engine and a KV cache of --kv-blocks each; a request goes to the rank in its X-Data-Parallel-Rank header (the router sends it), else to the least loaded rank")
 		ns        = fs.String("namespace", "kvroute", "NATS subject namespace")
 		comp      = fs.String("component", "backend", "NATS subject component")
 		heartbeat = fs.Duration("heartbeat", time.Second, "registration heartbeat interval")
@@ -60,7 +61,10 @@ func runMock(args []string) error {
 		Workers: *workers, Host: *host, Port: *port, BlockSize: *blockSize, KVBlocks: *kvBlocks, HostKVBlocks: *hostKV, HostGBps: *hostGBps,
 		MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *maxBatch, Speedup: *speedup, Namespace: *ns, Component: *comp,
 		Transport: *transport, ZMQPort: *zmqPort, Model: *model, Heartbeat: *heartbeat, LoadInterval: *loadIvl,
-		DropFraction: *drop, DupFraction: *dup, Seed: *seed, RecoveryRing: *ring,
+		DropFraction: *drop, DupFraction: *dup, Seed: *seed, RecoveryRing: *ring, DPSize: *dpSize,
+	}
+	if *dpSize < 1 || *dpSize > mock.MaxDPSize {
+		return fmt.Errorf("--dp-size must be in [1, %d] (got %d)", mock.MaxDPSize, *dpSize)
 	}
 	if *ring < 0 {
 		return fmt.Errorf("--recovery-ring must be >= 0 (got %d)", *ring)
@@ -138,6 +142,9 @@ func runMock(args []string) error {
 	}
 	for _, w := range f.Workers() {
 		line := fmt.Sprintf("worker %d %s", w.ID(), w.URL())
+		if n := w.DPSize(); n > 1 {
+			line += fmt.Sprintf(" dp ranks 0-%d", n-1)
+		}
 		if e := w.ZMQEndpoint(); e != "" {
 			line += fmt.Sprintf(" zmq %s replay %s topic %s", e, w.ZMQReplay(), w.Topic())
 		}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -202,6 +203,18 @@ func (u *Upstream) Release() {
 // (ErrFirstByteTimeout) or closed the connection before the answer was
 // complete; an HTTP error status is an answer, not an error.
 func (p *Proxy) Send(url string, body []byte, stream bool) (*Upstream, error) {
+	return p.SendRank(url, -1, body, stream)
+}
+
+// HeaderDPRank pins a request to one data-parallel rank of a worker that
+// serves several behind one URL; vLLM's and SGLang's HTTP servers read it
+// (case-insensitively) and hand the request to that rank's engine instead
+// of their own load balancer's choice.
+const HeaderDPRank = "X-Data-Parallel-Rank"
+
+// SendRank is Send with the request pinned to dp rank dpRank by the
+// X-Data-Parallel-Rank header; a negative dpRank sends no header.
+func (p *Proxy) SendRank(url string, dpRank int, body []byte, stream bool) (*Upstream, error) {
 	client := p.plain
 	if stream {
 		client = p.stream
@@ -211,6 +224,10 @@ func (p *Proxy) Send(url string, body []byte, stream bool) (*Upstream, error) {
 	req.SetRequestURI(url)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
+	if dpRank >= 0 {
+		var b [10]byte
+		req.Header.SetBytesV(HeaderDPRank, strconv.AppendUint(b[:0], uint64(dpRank), 10))
+	}
 	req.SetBodyRaw(body)
 	err := client.Do(req, resp)
 	fasthttp.ReleaseRequest(req)

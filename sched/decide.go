@@ -84,8 +84,9 @@ func (s *Scheduler) decideNew(r *Request, ov []Overlap, now int64, exp *[]Candid
 // Once a request without restrictions finds every worker busy, the later ones
 // without restrictions are skipped: busy-ness does not depend on the request.
 func (s *Scheduler) drain(now int64) {
-	s.shed.advance(now, s.q.len())
+	s.shed.account(now, s.q.len())
 	if s.q.len() == 0 {
+		s.shed.sample()
 		return
 	}
 	kept := s.q.order[:0]
@@ -114,6 +115,7 @@ func (s *Scheduler) drain(now int64) {
 		}
 	}
 	s.q.order = kept
+	s.shed.sample()
 }
 
 type costMode uint8

@@ -15,13 +15,18 @@ import (
 // fraction matches the fleet's capacity instead of filling, overflowing and
 // closing the door for a whole rejection window.
 const (
-	// shedWindow is the queue-busy time over which one drain-rate sample is
-	// taken: long enough to hold several admissions at tens of requests per
-	// second, short enough that the estimate follows a change within a
-	// second.
-	shedWindow = int64(200 * time.Millisecond)
+	// A drain-rate sample spans at least shedWindow of queue-busy time and
+	// shedMinCount admissions, or shedMaxWindow whatever the count (a
+	// stalled fleet measures 0). 200 ms holds several admissions at tens of
+	// requests per second and lets the estimate follow a change within a
+	// second; a slow fleet (a few admissions per second) gets longer samples
+	// instead of noisy ones.
+	shedWindow    = int64(200 * time.Millisecond)
+	shedMaxWindow = int64(2 * time.Second)
+	shedMinCount  = 4
 	// shedTau is the time constant of the drain rate's exponential
-	// smoothing (in queue-busy time): five samples of shedWindow.
+	// smoothing, in queue-busy time: a sample of duration d weighs
+	// 1 − exp(−d/τ), about five 200 ms samples to follow a step.
 	shedTau = float64(time.Second)
 )
 
@@ -34,9 +39,9 @@ const (
 // Rate: admissions from the queue per second of time during which the
 // queue was not empty. Only that time counts, because only then is the rate
 // at which requests leave the queue the fleet's (an empty queue drains at
-// the arrival rate). Samples are taken over shedWindow of such time and
-// smoothed with time constant shedTau. Before the first sample there is no
-// estimate and nothing is shed.
+// the arrival rate). Samples (see shedWindow) are smoothed with time
+// constant shedTau. Before the first sample there is no estimate and nothing
+// is shed.
 type shedder struct {
 	maxWait float64 // seconds; 0: off
 	rng     *rand.Rand
@@ -54,28 +59,38 @@ func (m *shedder) init(maxWait time.Duration, seed uint64) {
 	m.rng = rand.New(rand.NewPCG(seed^0x3c6ef372fe94f82b, seed^0xa54ff53a5f1d36f1))
 }
 
-// advance accounts the time from the last call to now, during which the
-// queue held queued requests (callers call it before every change of the
-// queue's length), and closes a sample when enough busy time has passed.
-func (m *shedder) advance(now int64, queued int) {
+// account adds the time from the last call to now, during which the queue
+// held queued requests. Callers account before every change of the
+// queue's length.
+func (m *shedder) account(now int64, queued int) {
 	if now > m.last {
 		if queued > 0 {
 			m.busy += now - m.last
 		}
 		m.last = now
 	}
-	if m.busy < shedWindow {
+}
+
+// sample closes the current sample if it is long enough. Admissions made at
+// the end of the busy time are counted first (drain calls it after them).
+func (m *shedder) sample() {
+	if m.busy < shedWindow || (m.count < shedMinCount && m.busy < shedMaxWindow) {
 		return
 	}
-	sample := float64(m.count) / (float64(m.busy) / 1e9)
+	x := float64(m.count) / (float64(m.busy) / 1e9)
 	if m.have {
-		a := 1 - math.Exp(-float64(m.busy)/shedTau)
-		m.rate += a * (sample - m.rate)
+		m.rate += (1 - math.Exp(-float64(m.busy)/shedTau)) * (x - m.rate)
 	} else {
-		m.rate, m.have = sample, true
+		m.rate, m.have = x, true
 	}
 	m.busy, m.count = 0, 0
 	m.samples++
+}
+
+// advance accounts up to now and closes a sample that is due.
+func (m *shedder) advance(now int64, queued int) {
+	m.account(now, queued)
+	m.sample()
 }
 
 // admitted counts n requests leaving the queue for a worker.

@@ -61,8 +61,8 @@ type overloadRun struct {
 	offered     float64 // requests per second sent in the overload
 	shots       []shot
 	queue       []queueSample // kvroute_queue_depth every 250 ms of the overload
-	refused     float64 // kvroute_refused_total{reason="queue_wait"}
-	windows     float64 // kvroute_all_workers_busy_total
+	refused     float64       // kvroute_refused_total{reason="queue_wait"}
+	windows     float64       // kvroute_all_workers_busy_total
 }
 
 type queueSample struct {

@@ -109,7 +109,10 @@ func (c *completions) Pop() any {
 // (429 while Throttled, as the HTTP layer answers), a Free per completion, a
 // Tick every 20 ms, and a 30 s queue timeout (Free of the waiting id), as
 // the router does.
-func simulateOverload(t *testing.T, maxWait time.Duration, load float64, secs int, seed uint64) simResult {
+//
+// With jitter > 0 the fleet's speed changes every 500 ms: service times are
+// multiplied by a factor drawn uniformly in [1 − jitter, 1 + jitter].
+func simulateOverload(t *testing.T, maxWait time.Duration, load, jitter float64, secs int, seed uint64) simResult {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.MaxQueueWait = maxWait
@@ -133,7 +136,10 @@ func simulateOverload(t *testing.T, maxWait time.Duration, load float64, secs in
 		blocks  = make([]wire.SeqHash, 4)
 		next    uint64
 	)
-	service := func() int64 { return int64(50*time.Millisecond) + rng.Int64N(int64(100*time.Millisecond)) }
+	slow, slowUntil := 1.0, int64(0)
+	service := func() int64 {
+		return int64(slow * float64(int64(50*time.Millisecond)+rng.Int64N(int64(100*time.Millisecond))))
+	}
 	start := func(id uint64, now int64) {
 		res.ok[sec(arrival[id])]++
 		heap.Push(&done, completion{now + service(), id})
@@ -159,6 +165,10 @@ func simulateOverload(t *testing.T, maxWait time.Duration, load float64, secs in
 		}
 		if now >= end {
 			break
+		}
+		if jitter > 0 && now >= slowUntil {
+			slowUntil = now + int64(500*time.Millisecond)
+			slow = 1 + jitter*(2*rng.Float64()-1)
 		}
 		switch {
 		case done.Len() > 0 && done[0].at == now:
@@ -248,8 +258,8 @@ func (r simResult) served(from int) (mean, cv float64) {
 // all-workers-busy window and a full queue, which the same criteria catch.
 func TestOverloadShedsSmoothly(t *testing.T) {
 	const secs, warm = 30, 3
-	ref := simulateOverload(t, 0, 3, secs, 1)
-	on := simulateOverload(t, time.Second, 3, secs, 1)
+	ref := simulateOverload(t, 0, 3, 0, secs, 1)
+	on := simulateOverload(t, time.Second, 3, 0, secs, 1)
 	t.Logf("reference (max queue wait off):\n%s", ref)
 	t.Logf("max queue wait 1s:\n%s", on)
 
@@ -292,15 +302,38 @@ func TestOverloadShedsSmoothly(t *testing.T) {
 
 // Below capacity nothing is shed, and the same seed gives the same run.
 func TestShedUnderCapacityAndDeterministic(t *testing.T) {
-	r := simulateOverload(t, time.Second, 0.7, 10, 3)
+	r := simulateOverload(t, time.Second, 0.7, 0, 10, 3)
 	for i := range r.offered {
 		if r.shed[i] != 0 || r.full[i] != 0 {
 			t.Fatalf("at 70%% load second %d: %d shed, %d refused", i, r.shed[i], r.full[i])
 		}
 	}
-	a := simulateOverload(t, time.Second, 3, 8, 5)
-	b := simulateOverload(t, time.Second, 3, 8, 5)
+	a := simulateOverload(t, time.Second, 3, 0, 8, 5)
+	b := simulateOverload(t, time.Second, 3, 0, 8, 5)
 	if a.String() != b.String() || !slices.Equal(a.waits, b.waits) {
 		t.Fatalf("two runs with one seed differ:\n%s\n%s", a, b)
+	}
+}
+
+// A fleet whose speed wanders by ±40% every 500 ms (the real-time chaos
+// run's fleet on a loaded machine): the drain-rate estimate follows it, the
+// queue never empties, no second admits under 10%, and the wait stays
+// within 1.5 × the bound (a request admitted to the queue before the fleet
+// slows waits longer than predicted).
+func TestShedJitteredFleet(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		r := simulateOverload(t, time.Second, 3, 0.4, 30, seed)
+		minFrac := 1.0
+		for i := 3; i < len(r.offered)-2; i++ {
+			minFrac = min(minFrac, float64(r.offered[i]-r.shed[i]-r.full[i])/float64(r.offered[i]))
+		}
+		mean, cv := r.served(3)
+		slices.Sort(r.waits)
+		p99 := r.waits[len(r.waits)*99/100]
+		t.Logf("seed %d: min admitted fraction %.2f, served %.0f/s (cv %.3f), p99 wait %v", seed, minFrac, mean, cv, p99)
+		if minFrac < 0.1 || p99 > 1500*time.Millisecond || mean < 0.9*r.capacity {
+			t.Errorf("seed %d: min admitted fraction %.2f, p99 wait %v, served %.0f/s: want ≥ 0.1, ≤ 1.5s, ≥ 90%% of %.0f",
+				seed, minFrac, p99, mean, r.capacity)
+		}
 	}
 }

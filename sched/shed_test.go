@@ -296,8 +296,9 @@ func TestOverloadShedsSmoothly(t *testing.T) {
 	if shed == 0 || full != 0 || timeouts != 0 {
 		t.Errorf("shedding: %d shed, %d refused by a full queue or the window, %d timeouts: want only shedding", shed, full, timeouts)
 	}
-	t.Logf("shedding: served %.0f/s (capacity %.0f), cv %.3f, wait p99 %v max %v; reference wait p99 %v",
-		mean, on.capacity, cv, p99, worst, ref.waits[len(ref.waits)*99/100])
+	rmean, rcv := ref.served(warm)
+	t.Logf("shedding: served %.0f/s (capacity %.0f), cv %.3f, wait p99 %v max %v; reference: %d of %d seconds off, served %.0f/s, cv %.3f, wait p99 %v",
+		mean, on.capacity, cv, p99, worst, ref.onOff(warm), secs-warm, rmean, rcv, ref.waits[len(ref.waits)*99/100])
 }
 
 // Below capacity nothing is shed, and the same seed gives the same run.

@@ -178,7 +178,7 @@ const (
 	refPromptTooLong                 // prompt over --max-prompt-tokens
 	refBodyBudget                    // body over the --max-inflight-body-bytes budget
 	refQueueWait                     // shed: predicted queue wait over --max-queue-wait
-	refConnLimit                     // connection over --max-conns
+	refConnLimit                     // connection over --max-conns (read from fasthttp at scrape time; no counter)
 	numRefusals
 )
 
@@ -260,7 +260,7 @@ func newMetricSet(r *Router) *metricSet {
 	m.ejections = s.NewCounter("kvroute_worker_ejections_total")
 	m.recoveries = s.NewCounter("kvroute_worker_recoveries_total")
 	m.sync = newSyncMetrics(s)
-	for i := range m.refused {
+	for i := range refConnLimit { // conn_limit is read from the server at scrape time
 		m.refused[i] = s.NewCounter(fmt.Sprintf(`kvroute_refused_total{reason=%q}`, refusalNames[i]))
 	}
 	return m

@@ -74,6 +74,9 @@ func TestMaxQueueWaitSheds(t *testing.T) {
 	if v := e.refused("queue_wait"); v != n {
 		t.Errorf(`kvroute_refused_total{reason="queue_wait"} = %v, want %d`, v, n)
 	}
+	if v := e.metric(`kvroute_refused_total{reason=""}`); v != -1 {
+		t.Errorf(`kvroute_refused_total{reason=""} exposed (%v): every refusal needs its reason's name`, v)
+	}
 	if v := e.metric(`kvroute_requests_rejected_total{reason="queue_wait"}`); v != n {
 		t.Errorf(`kvroute_requests_rejected_total{reason="queue_wait"} = %v, want %d`, v, n)
 	}

@@ -44,7 +44,10 @@ test-invariants:
 # fault and the time to 100% agreement; fails on any scenario that does not
 # reach it within its deadline. Hostile input (router/hostile_chaos_test.go):
 # forged registrations, unregistered floods, spoofed all-workers-busy, slow
-# bodies, one line each, failing when a bound does not hold. The full log is
+# bodies, one line each, failing when a bound does not hold. Overload
+# (router/overload_chaos_test.go): 3× a real-time fleet's capacity with and
+# without --max-queue-wait, a 1-second timeline each (out/overload-timeline.svg),
+# failing when the shedding targets do not hold. The full log is
 # in out/chaos.log.
 chaos:
 	@mkdir -p out

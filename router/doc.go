@@ -117,7 +117,11 @@
 // method_not_allowed; 409 conflict for a request_id already active; 429
 // rate_limit_exceeded with Retry-After while the all-workers-busy window is
 // open (opened by this router's scheduler, which also publishes the event on
-// NATS, or by another replica's message); 503 service_unavailable with no
+// NATS, or by another replica's message), and when the scheduler sheds a
+// request whose predicted queue wait nears Config.Sched.MaxQueueWait
+// (--max-queue-wait; ErrQueueWait, Retry-After the bound rounded up to
+// seconds, counted in kvroute_refused_total{reason="queue_wait"}; see
+// sched's "Early shedding"); 503 service_unavailable with no
 // workers (or all down), a full decision queue, or a queue timeout; 502
 // bad_gateway when the worker cannot be reached (or its non-streamed answer
 // breaks off) and neither can the one the request was retried on.
@@ -184,6 +188,12 @@
 // not fit gets 503 unread. /route ids are "kvr-" and 128 random bits.
 // FuzzRouteBody fuzzes /route's body and the /route/{id}/{action} paths.
 //
+// Overload (issue 15 §3): TestMaxQueueWaitSheds checks --max-queue-wait's
+// 429 against a live router (in make test); TestChaosOverload (build tag
+// chaos, make chaos) offers 3× a real-time fleet's capacity with and
+// without it, prints the 1-second timelines and fails when its targets do
+// not hold (README "Overload").
+//
 // # Metrics
 //
 // Router.WritePrometheus (GET /metrics, and the admin listener's) writes
@@ -213,7 +223,8 @@
 // kvroute_worker_{ejections,recoveries}_total,
 // kvroute_sync_{messages_sent,messages_received,items_applied,items_ignored,
 // messages_missed,replicas_expired,messages_refused,publish_errors}_total,
-// and at scrape time kvroute_sync_{replicas,remote_requests}, kvroute_queue_depth, kvroute_active_requests,
+// and at scrape time kvroute_sync_{replicas,remote_requests}, kvroute_queue_depth,
+// kvroute_queue_drain_rate, kvroute_queue_wait_predicted_seconds (sched.Scheduler.QueueWait), kvroute_active_requests,
 // kvroute_sched_{decisions,rejections,expirations,dropped}_total,
 // kvroute_batcher_queue_depth, kvroute_throttled, kvroute_workers,
 // kvroute_worker_up{worker},

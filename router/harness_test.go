@@ -83,6 +83,8 @@ type envOptions struct {
 	syncExpiry time.Duration
 	// dpSize is the fleet's dp ranks per worker (kvroute mock --dp-size).
 	dpSize int
+	// speedup divides the fleet's step times (default 20).
+	speedup float64
 }
 
 func quietLogger() *slog.Logger {
@@ -108,6 +110,9 @@ func startEnv(t *testing.T, o envOptions) *env {
 	}
 	if o.readyDelay == 0 {
 		o.readyDelay = -1
+	}
+	if o.speedup == 0 {
+		o.speedup = 20
 	}
 	ns := natstest.Server(t)
 	subj, err := plane.SubjectsFor("test", "backend")
@@ -160,7 +165,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		transport = plane.TransportNone
 	}
 	e.fleet, err = mock.Start(mock.Config{
-		Workers: o.workers, Port: 0, BlockSize: testBlockSize, KVBlocks: o.kvBlocks, HostKVBlocks: o.hostKV, Speedup: 20,
+		Workers: o.workers, Port: 0, BlockSize: testBlockSize, KVBlocks: o.kvBlocks, HostKVBlocks: o.hostKV, Speedup: o.speedup,
 		MaxBatchedTokens: o.maxBatch, Model: o.model, ChatTemplate: o.chatTemplate,
 		Namespace: "test", Component: "backend", Transport: transport, Heartbeat: o.heartbeat,
 		LoadInterval: 10 * time.Millisecond, Logger: quietLogger(), Tokenizer: o.fleetTokenizer, DPSize: o.dpSize,

@@ -327,6 +327,12 @@ func (r *Router) fail(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, ErrAllBusy):
 		_, left := r.Throttled()
 		r.tooBusy(ctx, left)
+	case errors.Is(err, ErrQueueWait):
+		// Retry after about the bound: the queue the request would have
+		// joined takes that long to drain.
+		proxy.WriteError(ctx, fasthttp.StatusTooManyRequests, fmt.Sprintf(
+			"all workers are busy and the predicted queue wait is over --max-queue-wait (%v); retry later", r.cfg.Sched.MaxQueueWait))
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(r.cfg.Sched.MaxQueueWait.Seconds())))))
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrQueueTimeout):
 		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
 		ctx.Response.Header.Set("Retry-After", "1")

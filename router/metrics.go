@@ -59,7 +59,7 @@ var routerFamilies = []promtext.Family{
 	{Name: "kvroute_requests_queue_timeout_total", Type: promtext.Counter, Help: "Requests answered 503 after waiting --queue-timeout for a decision"},
 	{Name: "kvroute_requests_batcher_full_total", Type: promtext.Counter, Help: "Requests answered 503 because the batcher queue was full"},
 	{Name: "kvroute_requests_expired_total", Type: promtext.Counter, Help: "Booked requests freed by --request-expiry because nothing freed them"},
-	{Name: "kvroute_requests_rejected_total", Type: promtext.Counter, Help: "Requests the scheduler rejected, by reason (no_workers, queue_full, duplicate)"},
+	{Name: "kvroute_requests_rejected_total", Type: promtext.Counter, Help: "Requests the scheduler rejected, by reason (no_workers, queue_full, duplicate, queue_wait)"},
 	{Name: "kvroute_all_workers_busy_total", Type: promtext.Counter, Help: "All-workers-busy windows opened by this router (its queue overflowed)"},
 	{Name: "kvroute_all_workers_busy_remote_total", Type: promtext.Counter, Help: "All-workers-busy messages received from other router replicas"},
 	{Name: "kvroute_publish_errors_total", Type: promtext.Counter, Help: "Failed publishes on the NATS control plane"},
@@ -98,6 +98,8 @@ var routerFamilies = []promtext.Family{
 	{Name: "kvroute_http_inflight_body_bytes", Type: promtext.Gauge, Help: "Declared bytes of the request bodies being read or handled (at most --max-inflight-body-bytes)"},
 	{Name: "kvroute_batcher_queue_depth", Type: promtext.Gauge, Help: "Requests waiting for the batcher"},
 	{Name: "kvroute_throttled", Type: promtext.Gauge, Help: "1 while the all-workers-busy window is open (requests get 429)"},
+	{Name: "kvroute_queue_wait_predicted_seconds", Type: promtext.Gauge, Help: "Time the requests waiting in the scheduler queue take to drain at its measured drain rate (--max-queue-wait sheds new requests as it nears the bound)"},
+	{Name: "kvroute_queue_drain_rate", Type: promtext.Gauge, Help: "Requests leaving the scheduler queue for a worker per second while it is not empty (smoothed; 0 before the first measurement)"},
 	// Replica sync (--router-replica-sync).
 	{Name: "kvroute_sync_messages_sent_total", Type: promtext.Counter, Help: "Replica-sync messages published (batches of bookings, and heartbeats)"},
 	{Name: "kvroute_sync_messages_received_total", Type: promtext.Counter, Help: "Replica-sync messages received from other router replicas"},
@@ -146,7 +148,7 @@ type metricSet struct {
 
 	queued, admitted, throttled, queueTimeouts, queueFull, expired *metrics.Counter
 	allBusy, remoteBusy, publishErrors                             *metrics.Counter
-	rejectNoWorkers, rejectQueueFull, rejectDuplicate              *metrics.Counter
+	rejectNoWorkers, rejectQueueFull, rejectDuplicate, rejectWait  *metrics.Counter
 	joined, left, expiredWorkers, sizeMismatch, controlErrors      *metrics.Counter
 
 	ttft, e2e                                  *promhist.Histogram
@@ -175,12 +177,14 @@ const (
 	refBusyStale                     // all-workers-busy whose window already ended
 	refPromptTooLong                 // prompt over --max-prompt-tokens
 	refBodyBudget                    // body over the --max-inflight-body-bytes budget
-	refConnLimit                     // connection over --max-conns
+	refQueueWait                     // shed: predicted queue wait over --max-queue-wait
+	refConnLimit                     // connection over --max-conns (read from fasthttp at scrape time; no counter)
 	numRefusals
 )
 
 var refusalNames = [numRefusals]string{"registration_invalid", "registration_conflict", "registration_block_size",
-	"too_many_workers", "leave_mismatch", "busy_unknown_router", "busy_stale", "prompt_too_long", "body_budget"}
+	"too_many_workers", "leave_mismatch", "busy_unknown_router", "busy_stale", "prompt_too_long", "body_budget",
+	"queue_wait"}
 
 // rateLog lets one log line per reason through per interval and counts
 // the ones it holds back (reported with the next line).
@@ -236,6 +240,7 @@ func newMetricSet(r *Router) *metricSet {
 	m.rejectNoWorkers = s.NewCounter(`kvroute_requests_rejected_total{reason="no_workers"}`)
 	m.rejectQueueFull = s.NewCounter(`kvroute_requests_rejected_total{reason="queue_full"}`)
 	m.rejectDuplicate = s.NewCounter(`kvroute_requests_rejected_total{reason="duplicate"}`)
+	m.rejectWait = s.NewCounter(`kvroute_requests_rejected_total{reason="queue_wait"}`)
 	m.allBusy = s.NewCounter("kvroute_all_workers_busy_total")
 	m.remoteBusy = s.NewCounter("kvroute_all_workers_busy_remote_total")
 	m.publishErrors = s.NewCounter("kvroute_publish_errors_total")
@@ -255,7 +260,7 @@ func newMetricSet(r *Router) *metricSet {
 	m.ejections = s.NewCounter("kvroute_worker_ejections_total")
 	m.recoveries = s.NewCounter("kvroute_worker_recoveries_total")
 	m.sync = newSyncMetrics(s)
-	for i := range m.refused {
+	for i := range refConnLimit { // conn_limit is read from the server at scrape time
 		m.refused[i] = s.NewCounter(fmt.Sprintf(`kvroute_refused_total{reason=%q}`, refusalNames[i]))
 	}
 	return m
@@ -279,6 +284,8 @@ func (m *metricSet) rejected(reason sched.Reason) *metrics.Counter {
 		return m.rejectQueueFull
 	case sched.ReasonDuplicate:
 		return m.rejectDuplicate
+	case sched.ReasonQueueWait:
+		return m.rejectWait
 	}
 	return m.rejectNoWorkers
 }
@@ -308,17 +315,21 @@ func (r *Router) writeSamples(w io.Writer) {
 	r.m.set.WritePrometheus(w)
 	var (
 		st                 sched.Stats
+		qw                 sched.QueueWait
 		loads              []sched.WorkerLoad
 		replicas, bookings int
 	)
 	if err := r.call(func() {
 		st = r.s.Stats()
+		qw = r.s.QueueWait(r.now())
 		loads = r.s.AppendLoads(nil, nil, r.now())
 		replicas, bookings = r.syncState()
 	}, 2*time.Second); err == nil {
 		metrics.WriteGaugeUint64(w, "kvroute_sync_replicas", uint64(replicas))
 		metrics.WriteGaugeUint64(w, "kvroute_sync_remote_requests", uint64(bookings))
 		metrics.WriteGaugeUint64(w, "kvroute_queue_depth", uint64(st.QueueDepth))
+		metrics.WriteGaugeFloat64(w, "kvroute_queue_wait_predicted_seconds", qw.Predicted.Seconds())
+		metrics.WriteGaugeFloat64(w, "kvroute_queue_drain_rate", qw.Rate)
 		metrics.WriteGaugeUint64(w, "kvroute_active_requests", uint64(st.Active))
 		metrics.WriteCounterUint64(w, "kvroute_sched_decisions_total", st.Decisions)
 		metrics.WriteCounterUint64(w, "kvroute_sched_rejections_total", st.Rejections)

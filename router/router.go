@@ -29,6 +29,7 @@ var (
 	ErrQueueTimeout = errors.New("router: timed out waiting for a free worker")
 	ErrNoWorkers    = errors.New("router: no workers")
 	ErrAllBusy      = errors.New("router: all workers busy")
+	ErrQueueWait    = errors.New("router: all workers busy and the predicted queue wait is over --max-queue-wait")
 	ErrWorkerGone   = errors.New("router: worker left")
 )
 
@@ -505,6 +506,10 @@ func (r *Router) outcome(p *pending, d sched.Decision) {
 		switch d.Reason {
 		case sched.ReasonQueueFull:
 			p.err = ErrAllBusy
+		case sched.ReasonQueueWait:
+			p.err = ErrQueueWait
+			r.refuse(refQueueWait, "requests shed: every worker is busy and the predicted queue wait is over --max-queue-wait",
+				"max_queue_wait", r.cfg.Sched.MaxQueueWait)
 		case sched.ReasonDuplicate:
 			p.err = fmt.Errorf("router: duplicate request id")
 		default:

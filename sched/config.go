@@ -147,6 +147,14 @@ type Config struct {
 	// RejectionWindow is how long Throttled reports true after an
 	// AllWorkersBusy event (--all-workers-busy-rejection-window). Default 5 s.
 	RejectionWindow time.Duration
+	// MaxQueueWait bounds the predicted wait in the queue (--max-queue-wait):
+	// a request that finds every eligible worker busy is rejected
+	// (ReasonQueueWait, no AllWorkersBusy) with a probability rising from 0
+	// when its predicted wait is half of MaxQueueWait to 1 when it is
+	// MaxQueueWait (or when the queue would be full), predicted from the
+	// queue's measured drain rate (see QueueWait). Default 0: off, the
+	// reference behaviour (the service flag's default is 2 s).
+	MaxQueueWait time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config's fields, with
@@ -200,6 +208,8 @@ func (c *Config) Validate() error {
 		return bad("queue depth %d must be ≥ 0", c.QueueDepth)
 	case c.RejectionWindow < 0:
 		return bad("rejection window %v must be ≥ 0", c.RejectionWindow)
+	case c.MaxQueueWait < 0:
+		return bad("max queue wait %v must be ≥ 0", c.MaxQueueWait)
 	}
 	return nil
 }

@@ -62,7 +62,13 @@ func (s *Scheduler) decideNew(r *Request, ov []Overlap, now int64, exp *[]Candid
 		s.stats.RejectedNoWorkers++
 		return Decision{ID: r.ID, Outcome: Rejected, Reason: ReasonNoWorkers}
 	}
-	if s.q.len() < s.cfg.QueueDepth {
+	if n := s.q.len(); n < s.cfg.QueueDepth {
+		s.shed.advance(now, n)
+		if s.shed.shed(n, s.cfg.QueueDepth) {
+			s.stats.Rejections++
+			s.stats.RejectedQueueWait++
+			return Decision{ID: r.ID, Outcome: Rejected, Reason: ReasonQueueWait}
+		}
 		s.q.push(r, ov, now, s.bs)
 		s.stats.Queued++
 		return Decision{ID: r.ID, Outcome: Queued}
@@ -78,7 +84,9 @@ func (s *Scheduler) decideNew(r *Request, ov []Overlap, now int64, exp *[]Candid
 // Once a request without restrictions finds every worker busy, the later ones
 // without restrictions are skipped: busy-ness does not depend on the request.
 func (s *Scheduler) drain(now int64) {
+	s.shed.account(now, s.q.len())
 	if s.q.len() == 0 {
+		s.shed.sample()
 		return
 	}
 	kept := s.q.order[:0]
@@ -93,6 +101,7 @@ func (s *Scheduler) drain(now int64) {
 		switch st {
 		case stRouted:
 			s.stats.Admitted++
+			s.shed.admitted(1)
 			s.emit(Effect{Kind: EffectAdmitted, ID: d.ID, Decision: d, At: now})
 			s.q.release(e)
 		case stNoWorkers:
@@ -106,6 +115,7 @@ func (s *Scheduler) drain(now int64) {
 		}
 	}
 	s.q.order = kept
+	s.shed.sample()
 }
 
 type costMode uint8

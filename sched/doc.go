@@ -87,6 +87,34 @@
 // ObserveAllWorkersBusy) extending it. The HTTP layer answers 429 with
 // Retry-After while Throttled. Every rejection is counted in Stats.
 //
+// # Early shedding
+//
+// With Config.MaxQueueWait > 0 (--max-queue-wait) a request that would wait
+// may be rejected first, with ReasonQueueWait and no AllWorkersBusy (the
+// window is not opened). The queue's drain rate is measured (shed.go): the
+// admissions from the queue per second of time during which it held
+// requests (an empty queue drains at the arrival rate, not the fleet's),
+// in samples of at least 200 ms and 4 admissions, or 2 s with any count (a
+// stalled fleet measures 0), smoothed with weight 1 − exp(−d/1 s) per
+// sample of duration d. A request finding n others waiting has predicted
+// wait (n + 1) / rate; against the limit L = min(rate × MaxQueueWait,
+// QueueDepth) it is rejected with probability clamp(2(n + 1)/L − 1, 0, 1):
+// none up to half the bound, all at the bound (RED's ramp). Under a steady
+// overload of k × capacity the queue settles where (1 − p) k = 1, e.g. at
+// 5/6 of the bound for k = 3, admitting the capacity every second instead
+// of alternating a full queue with a closed window. The first waiter
+// (n = 0) is never shed, and nothing is shed before the first sample. The
+// draws come from a second PCG seeded from New's seed, so shedding does not
+// move the main RNG's tie breaks. QueueWait(now) reports the rate and the
+// time the current queue takes to drain. TestOverloadShedsSmoothly
+// simulates 3× overload on virtual time (4 ranks, Poisson arrivals): the
+// reference flaps (under 10% admitted in 18 of 27 seconds, 246/s served,
+// p99 wait 2.8 s),
+// shedding serves 359/s of 360 with a coefficient of variation of 0.03
+// across seconds and a p99 wait of 0.90 s for a 1 s bound;
+// TestShedJitteredFleet varies the fleet's speed by ±40% every 500 ms: every
+// second admits ≥ 20%, p99 wait ≤ 1.28 s.
+//
 // # Cost of a decision
 //
 // A decision allocates nothing once the tables have grown to the working set
@@ -133,7 +161,7 @@
 //	Workers:   AddWorker, RemoveWorker, RemoveRank, ReportLoad, SetTreeSize
 //	Routing:   Decide, DecideExplained
 //	Sequences: AddRequest, MarkPrefillCompleted, Free, Tick
-//	Outputs:   Drain, Pending, Throttled, RejectUntil, ObserveAllWorkersBusy
+//	Outputs:   Drain, Pending, Throttled, RejectUntil, ObserveAllWorkersBusy, QueueWait
 //	Reading:   AppendLoads, AppendWaiting, Stats, Workers, CheckInvariants
 //
 // Slices passed in (Request.Blocks, overlaps, Override.Allowed) are read

@@ -52,7 +52,8 @@ type Scheduler struct {
 	exTail   uint32
 	active   int
 
-	q queue
+	q    queue
+	shed shedder // drain rate and early rejections (Config.MaxQueueWait)
 
 	outbox      []Effect
 	rejectUntil int64
@@ -177,6 +178,7 @@ func New(cfg Config, seed uint64) (*Scheduler, error) {
 	}
 	s.blocks.init()
 	s.q.init(cfg.QueuePolicy)
+	s.shed.init(cfg.MaxQueueWait, seed)
 	s.initHeap()
 	return s, nil
 }

@@ -141,6 +141,7 @@ func (s *Scheduler) Free(id uint64, now int64) bool {
 		s.checkInvariants()
 		return true
 	}
+	s.shed.advance(now, s.q.len())
 	if s.q.cancel(id) {
 		s.stats.Cancelled++
 		s.checkInvariants()

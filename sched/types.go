@@ -118,6 +118,11 @@ const (
 	ReasonNoWorkers
 	// ReasonDuplicate: the ID is already active or waiting.
 	ReasonDuplicate
+	// ReasonQueueWait: every eligible worker is busy and the request was
+	// shed before queueing, its predicted wait being over (or near)
+	// Config.MaxQueueWait. No AllWorkersBusy effect: the rejection window
+	// is not opened.
+	ReasonQueueWait
 )
 
 func (r Reason) String() string {
@@ -128,6 +133,8 @@ func (r Reason) String() string {
 		return "no-workers"
 	case ReasonDuplicate:
 		return "duplicate"
+	case ReasonQueueWait:
+		return "queue-wait"
 	}
 	return "none"
 }
@@ -287,6 +294,7 @@ type Stats struct {
 	RejectedQueueFull uint64
 	RejectedNoWorkers uint64
 	RejectedDuplicate uint64
+	RejectedQueueWait uint64 // shed before queueing (Config.MaxQueueWait)
 	AllWorkersBusy    uint64 // AllWorkersBusy effects emitted (consecutive ones merge)
 	Expirations       uint64
 	Cancelled         uint64 // waiting requests freed before admission

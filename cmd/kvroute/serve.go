@@ -83,6 +83,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "approximate mode: how long a routed prefix is assumed cached (refreshed on reuse)")
 		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "approximate mode: blocks recorded per shard before the oldest are pruned")
 		qTimeout   = fs.Duration("queue-timeout", 30*time.Second, "a request waiting for a free worker longer than this gets 503")
+		maxQWait   = fs.Duration("max-queue-wait", 2*time.Second, "shed (429) requests whose predicted wait for a free worker, from the queue's measured drain rate, nears this: from half of it on, with a probability rising to 1 at it (0: off, only --queue-depth bounds the queue)")
 		tokenizer  = fs.String("tokenizer", "bytes", "tokenizer for text prompts and chat: bytes (one token per UTF-8 byte, the simulated fleet's default) or the path of the engines' Hugging Face tokenizer.json or of its directory (with tokenizer_config.json)")
 		forwardIDs = fs.Bool("forward-token-ids", false, "send a /v1/completions text prompt to the worker as the token ids the router hashed (vLLM and SGLang accept them), so router and engine cannot tokenize differently")
 		shards     = fs.Int("shards", 1, "index shards")
@@ -170,6 +171,10 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	if err := sf.apply(&sc); err != nil {
 		return cfg, o, err
 	}
+	if *maxQWait < 0 {
+		return cfg, o, fmt.Errorf("--max-queue-wait must be >= 0 (got %v)", *maxQWait)
+	}
+	sc.MaxQueueWait = *maxQWait
 	if !(o.demoSpeedup > 0) {
 		return cfg, o, fmt.Errorf("--demo-speedup must be > 0 (got %g)", o.demoSpeedup)
 	}

@@ -77,6 +77,7 @@ func TestServeConfigRejects(t *testing.T) {
 		{[]string{"--nats-auth"}, "--nats-auth-file"},
 		{[]string{"--nats-auth", "--nats", "nats://x:4222"}, "--nats-auth"},
 		{[]string{"--nats-auth-file", "/tmp/x"}, "--nats-auth-file needs --nats-auth"},
+		{[]string{"--max-queue-wait", "-1s"}, "--max-queue-wait"},
 	}
 	for _, c := range cases {
 		_, _, err := serveConfig(c.args)
@@ -92,6 +93,7 @@ func TestServeConfigMapsBounds(t *testing.T) {
 	t.Setenv("KVROUTE_MAX_WORKERS", "77")
 	t.Setenv("KVROUTE_MAX_EVENT_BYTES", "2MiB")
 	t.Setenv("KVROUTE_ROUTER_REPLICA_SYNC", "true")
+	t.Setenv("KVROUTE_MAX_QUEUE_WAIT", "750ms")
 	cfg, _, err := serveConfig([]string{"--max-dp-ranks", "8", "--max-prompt-tokens", "4096", "--router-peers", "r1, r2",
 		"--max-conns", "99", "--max-inflight-body-bytes", "64MiB", "--unknown-worker-grace", "3s", "--index-cap-factor", "2",
 		"--nats-auth", "--data-dir", "/tmp/kv", "--router-sync-expiry", "2s"})
@@ -99,6 +101,9 @@ func TestServeConfigMapsBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, n := cfg.Router, cfg.Node
+	if r.Sched.MaxQueueWait != 750*time.Millisecond {
+		t.Fatalf("KVROUTE_MAX_QUEUE_WAIT: %v", r.Sched.MaxQueueWait)
+	}
 	if !r.Sync || r.SyncExpiry != 2*time.Second || r.SyncInterval != router.DefaultSyncInterval {
 		t.Fatalf("replica sync: %v %v %v", r.Sync, r.SyncExpiry, r.SyncInterval)
 	}
@@ -126,6 +131,9 @@ func TestServeConfigMapsFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := cfg.Router.Sched
+	if s.MaxQueueWait != 2*time.Second {
+		t.Errorf("--max-queue-wait default %v, want 2s", s.MaxQueueWait)
+	}
 	if s.BlockSize != 64 || s.Weight != 2.5 || s.QueuePolicy != sched.QueueWSPT || s.QueueDepth != 7 ||
 		s.RejectionWindow != 2*time.Second || s.Policy != sched.PolicyLeastLoaded {
 		t.Errorf("sched config %+v", s)

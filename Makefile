@@ -44,11 +44,13 @@ test-invariants:
 # fault and the time to 100% agreement; fails on any scenario that does not
 # reach it within its deadline. Hostile input (router/hostile_chaos_test.go):
 # forged registrations, unregistered floods, spoofed all-workers-busy, slow
-# bodies, one line each, failing when a bound does not hold. The full log is
-# in out/chaos.log.
+# bodies, one line each, failing when a bound does not hold. The scale-out
+# topology (cluster/chaos_test.go): 3 NATS nodes, the indexer, 3 replicas;
+# a replica and a NATS node killed under traffic. The full log is in
+# out/chaos.log.
 chaos:
 	@mkdir -p out
-	@$(GO) test -tags chaos -count=1 -timeout 10m -run '$(CHAOSRUN)' -v ./node/ ./router/ >out/chaos.log 2>&1; rc=$$?; \
+	@$(GO) test -tags chaos -count=1 -timeout 10m -run '$(CHAOSRUN)' -v ./node/ ./router/ ./cluster/ >out/chaos.log 2>&1; rc=$$?; \
 	grep -E '^chaos:|^--- FAIL|^FAIL|^ok|^panic' out/chaos.log; \
 	if [ $$rc -ne 0 ]; then grep -E '_test.go:[0-9]+:' out/chaos.log | tail -20; fi; exit $$rc
 

@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: tokenizers golden replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run clean
+.PHONY: tokenizers golden replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster clean
 
 all: build
 
@@ -109,6 +109,15 @@ TOKENIZER ?= bytes
 run: build
 	@echo 'try: curl -s localhost:8000/v1/completions -d '"'"'{"prompt":"Tell me about KV caches, then tell me again.","max_tokens":8}'"'"' -D -'
 	$(BIN)/kvroute serve --demo-fleet 4 --http-addr 127.0.0.1:8000 --tokenizer $(TOKENIZER)
+
+# The scale-out topology on localhost, each part its own process: 3 NATS
+# nodes in one JetStream cluster (kvroute nats), the standalone indexer, 2
+# router replicas (--router-replica-sync --use-remote-indexer) and 4
+# simulated workers; prints the URLs, logs in out/run-cluster/, Ctrl-C stops
+# everything (perf/run-cluster.sh; ports from NATS_PORT=4222, ROUTE_PORT=6222,
+# ROUTER_PORT=8000, INDEXER_PORT=8090, WORKER_PORT=9100).
+run-cluster: build
+	perf/run-cluster.sh $(BIN)/kvroute out/run-cluster
 
 # The routing-quality report on the shared Mooncake trace (offline simulation):
 # four policies, automatic speedup sweep, table on stdout, JSON and plot in out/.

@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: tokenizers golden replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster clean
+.PHONY: tokenizers golden replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
 
 all: build
 
@@ -118,6 +118,12 @@ run: build
 # ROUTER_PORT=8000, INDEXER_PORT=8090, WORKER_PORT=9100).
 run-cluster: build
 	perf/run-cluster.sh $(BIN)/kvroute out/run-cluster
+
+# docs/replica-sync-delay.svg (and .json): the offline replica-sync sweep,
+# window max/mean worker share and hit ratio of 3 replicas against their
+# sync delay, on a bursty trace written by perf/replica-sync-plot.sh (~2 s).
+replica-sync-plot: build
+	perf/replica-sync-plot.sh $(BIN)/kvroute docs/replica-sync-delay.svg out/replica-sync-bursts.jsonl
 
 # The routing-quality report on the shared Mooncake trace (offline simulation):
 # four policies, automatic speedup sweep, table on stdout, JSON and plot in out/.

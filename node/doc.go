@@ -103,7 +103,11 @@
 // queries; an approximate-mode server refuses to start when another serving
 // index answers its ping, since decisions split between two indexes would
 // each be half-recorded. RemoteIndex is the other side, used by the
-// router's batcher (--use-remote-indexer): one request per batch; a failure
+// router's batcher (--use-remote-indexer): one request per batch, asking
+// for per-tier overlaps (plane.FlagTiers: host and disk blocks besides the
+// device's, so that a remote router weighs tiers as a local one does; a
+// serving index of an older build refuses the flag once and is asked
+// without it from then on, TestRemoteIndexOlderServer); a failure
 // leaves every prompt of the batch with zero overlap, counted by reason
 // (QueryFamilies) and logged at most once per LogEvery. BenchmarkRemoteLookup
 // measures it against a local lookup (docs/ARCHITECTURE.md).

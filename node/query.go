@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -166,10 +167,10 @@ func (h *queryHandler) handle(m *nats.Msg) {
 			h.fail(m, err)
 			return
 		}
-		h.out = plane.AppendReplyHeader(h.out[:0], n)
+		h.out = plane.AppendReplyHeaderFlags(h.out[:0], n, h.q.Flags)
 		for i := range h.mrs {
 			h.ovs[i] = h.mrs[i].Overlaps
-			h.out = plane.AppendReplyPrompt(h.out, h.ovs[i])
+			h.out = plane.AppendReplyPromptFlags(h.out, h.ovs[i], h.q.Flags)
 		}
 	}
 	_ = m.Respond(h.out)
@@ -245,6 +246,9 @@ type RemoteIndex struct {
 
 	buf   []byte
 	reply plane.QueryReply
+	// noTiers: the serving index refused plane.FlagTiers (an older
+	// build); ask without it from then on.
+	noTiers bool
 
 	lookups, records, recordErrs          atomic.Uint64
 	timeouts, noResponders, otherFailures atomic.Uint64
@@ -288,8 +292,12 @@ func (r *RemoteIndex) MatchBatch(reqs []shard.MatchRequest) error {
 }
 
 func (r *RemoteIndex) matchBatch(reqs []shard.MatchRequest) error {
+	flags := plane.FlagTiers // per-tier overlaps, so that tiers weigh as with a local index
+	if r.noTiers {
+		flags = 0
+	}
 	var err error
-	if r.buf, err = plane.AppendMatchHeader(r.buf[:0], "", "", len(reqs)); err != nil {
+	if r.buf, err = plane.AppendMatchHeaderFlags(r.buf[:0], "", "", len(reqs), flags); err != nil {
 		return err
 	}
 	for i := range reqs {
@@ -301,6 +309,13 @@ func (r *RemoteIndex) matchBatch(reqs []shard.MatchRequest) error {
 	}
 	if err := plane.DecodeQueryReply(msg.Data, plane.QueryMatch, &r.reply); err != nil {
 		return err
+	}
+	if r.reply.Status != plane.ReplyOK && flags != 0 && strings.Contains(r.reply.Err, "flags") {
+		// An older serving index that knows no tiers: device overlaps
+		// only from now on (this batch is asked again at once).
+		r.noTiers = true
+		r.cfg.Logger.Warn("the serving index answers no per-tier overlaps (an older kvroute): routing on device overlaps only", "subject", r.cfg.Subject)
+		return r.matchBatch(reqs)
 	}
 	if r.reply.Status != plane.ReplyOK {
 		return fmt.Errorf("remote index: %s", r.reply.Err)

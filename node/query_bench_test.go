@@ -302,3 +302,29 @@ func TestRemoteIndexOlderServer(t *testing.T) {
 		t.Fatalf("%d refused and %d plain queries, %d failures; want 1, 3, 0", refused, plain, ri.Failures())
 	}
 }
+
+// Workers answers every worker key of the served index with its tree size.
+func TestRemoteIndexWorkers(t *testing.T) {
+	ns, ix, srv, subject, _ := servedIndex(t)
+	ri := NewRemoteIndex(natstest.Connect(t, ns), RemoteIndexConfig{Subject: subject, Timeout: 5 * time.Second})
+	want, err := ix.Workers(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ri.Workers(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := func(a, b radix.Overlap) int { return int(a.Worker.Worker) - int(b.Worker.Worker) }
+	slices.SortFunc(want, order)
+	slices.SortFunc(got, order)
+	if len(want) != 8 || !slices.Equal(got, want) {
+		t.Fatalf("remote %+v, local %+v", got, want)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ri.Workers(nil); err == nil {
+		t.Fatal("Workers with no serving index: no error")
+	}
+}

@@ -29,6 +29,7 @@ func startRemote(t *testing.T, e *env, approx bool, timeout time.Duration) *env 
 		Logger:               quietLogger(),
 		UseRemoteIndexer:     true,
 		RemoteIndexerTimeout: timeout,
+		RemoteTreeInterval:   20 * time.Millisecond,
 	}
 	svc, err := StartService(cfg)
 	if err != nil {
@@ -63,6 +64,27 @@ func TestRemoteIndexer(t *testing.T) {
 			t.Fatalf("request %d: worker %d with %d cached blocks; want worker %d with >= 8", i, w, cached, holder)
 		}
 	}
+	// The serving index's tree sizes reach the remote router (its
+	// tie-break between workers a request does not overlap), for every
+	// worker, not only those a lookup overlapped.
+	waitFor(t, "the serving index's tree sizes on the remote router", func() bool {
+		ws, _ := e.svc.Index.Workers(nil)
+		want := map[uint64]uint32{}
+		for _, o := range ws {
+			want[o.Worker.Worker] = o.TreeSize
+		}
+		if want[holder] == 0 {
+			return false
+		}
+		for _, x := range r.workers().Workers {
+			for _, rk := range x.Ranks {
+				if rk.TreeBlocks != want[x.WorkerID] {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	if v := r.metric("kvroute_remote_index_lookups_total"); v < 4 {
 		t.Fatalf("kvroute_remote_index_lookups_total = %v, want >= 4", v)
 	}

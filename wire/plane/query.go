@@ -19,8 +19,11 @@ import (
 //	query    body = n:u16 { blocks:u32 hash:u64 * blocks } * n
 //	record   body = worker:u64 dp:u32 blocks:u32 local:u64*blocks seqs:u32 seq:u64*seqs
 //	ping     body = (empty)
+//	workers  body = (empty)
 //	reply    = version:u8 status:u8 flags:u16 body
 //	  ok, query: n:u16 { m:u16 { worker:u64 dp:u32 blocks:u32 tree:u32 [host:u32 disk:u32] } * m } * n
+//	  ok, workers: as ok, query, with n = 1: every worker key with its
+//	           tree size (blocks 0)
 //	  ok, ping:  approx:u8 id:str8
 //	  error:     msg:str16
 //
@@ -37,6 +40,9 @@ const (
 	QueryMatch  QueryKind = 1 // look a batch of prompts up
 	QueryRecord QueryKind = 2 // record a routing decision (approximate mode)
 	QueryPing   QueryKind = 3 // who serves? (a second approximate-mode server refuses to start)
+	// QueryWorkers asks for every worker key's tree size: a remote
+	// router's tie-break between workers a request does not overlap.
+	QueryWorkers QueryKind = 4
 
 	ReplyOK    = 0
 	ReplyError = 1
@@ -191,6 +197,12 @@ func AppendRecordQuery(dst []byte, model, tenant string, worker wire.WorkerKey, 
 	return dst, nil
 }
 
+// AppendWorkersQuery appends a QueryWorkers request.
+func AppendWorkersQuery(dst []byte) []byte {
+	dst, _ = appendHeader(dst, QueryWorkers, "", "")
+	return dst
+}
+
 // AppendPingQuery appends a QueryPing request.
 func AppendPingQuery(dst []byte) []byte {
 	dst, _ = appendHeader(dst, QueryPing, "", "")
@@ -259,7 +271,7 @@ func DecodeQuery(src []byte, q *Query) error {
 			q.Seq = append(q.Seq, wire.SeqHash(binary.LittleEndian.Uint64(src[8*i:])))
 		}
 		src = src[8*m:]
-	case QueryPing:
+	case QueryPing, QueryWorkers:
 	default:
 		return fmt.Errorf("plane: unknown index query kind %d", q.Kind)
 	}
@@ -416,7 +428,7 @@ func DecodeQueryReply(src []byte, kind QueryKind, r *QueryReply) error {
 		}
 		r.ID = string(id)
 		return nil
-	case kind == QueryMatch:
+	case kind == QueryMatch, kind == QueryWorkers:
 	default:
 		return fmt.Errorf("plane: a %d request has no reply body", kind)
 	}

@@ -175,6 +175,22 @@ func TestQueryTiers(t *testing.T) {
 	}
 }
 
+// A workers query has no body; its reply is a match reply of one prompt.
+func TestWorkersQuery(t *testing.T) {
+	var q Query
+	if err := DecodeQuery(AppendWorkersQuery(nil), &q); err != nil || q.Kind != QueryWorkers {
+		t.Fatalf("workers query: %v %+v", err, q)
+	}
+	if err := DecodeQuery(append(AppendWorkersQuery(nil), 0), &q); err == nil {
+		t.Fatal("a workers query with a body was accepted")
+	}
+	ws := []radix.Overlap{{Worker: wire.WorkerKey{Worker: 1}, TreeSize: 30}, {Worker: wire.WorkerKey{Worker: 2, Dp: 1}, TreeSize: 5}}
+	var r QueryReply
+	if err := DecodeQueryReply(AppendReplyPrompt(AppendReplyHeader(nil, 1), ws), QueryWorkers, &r); err != nil || len(r.Ends) != 1 || !slices.Equal(r.Prompt(0), ws) {
+		t.Fatalf("workers reply: %v %+v", err, r)
+	}
+}
+
 // FuzzDecodeQuery: the decoder never panics, never grows its slices beyond
 // what the input can hold, and what it accepts re-encodes to the same bytes.
 func FuzzDecodeQuery(f *testing.F) {
@@ -185,6 +201,7 @@ func FuzzDecodeQuery(f *testing.F) {
 	seed, _ = AppendRecordQuery(nil, "m", "", wire.WorkerKey{Worker: 3, Dp: 1}, []wire.BlockHash{9, 8}, []wire.SeqHash{7, 6})
 	f.Add(seed)
 	f.Add(AppendPingQuery(nil))
+	f.Add(AppendWorkersQuery(nil))
 	seed, _ = AppendMatchHeaderFlags(nil, "m", "", 1, FlagTiers)
 	f.Add(AppendMatchPrompt(seed, []wire.BlockHash{5, 6}))
 	f.Add([]byte{1, 1, 0, 0, 0, 0, 0xff, 0xff})
@@ -207,6 +224,8 @@ func FuzzDecodeQuery(f *testing.F) {
 			}
 		case QueryRecord:
 			re, err = AppendRecordQuery(nil, string(q.Model), string(q.Tenant), q.Worker, q.Hashes, q.Seq)
+		case QueryWorkers:
+			re, err = appendHeader(nil, QueryWorkers, string(q.Model), string(q.Tenant))
 		case QueryPing:
 			re, err = appendHeader(nil, QueryPing, string(q.Model), string(q.Tenant))
 		}

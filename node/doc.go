@@ -97,9 +97,9 @@
 // ServeIndex answers the index query protocol of wire/plane/query.go on
 // NATS from the node's index: match queries (a batch of prompts' local
 // hashes → overlaps and tree sizes per worker key), record queries
-// (approximate mode: a routing decision, local and sequence hashes 1:1) and
-// pings, workers queries (every worker key with its tree size). It subscribes Handlers times in the queue group plane.QueueGroup,
-// so several serving processes (and several goroutines in one) share the
+// (approximate mode: a routing decision, local and sequence hashes 1:1),
+// workers queries (every worker key with its tree size) and pings. It
+// subscribes Handlers times in the queue group plane.QueueGroup, so several serving processes (and several goroutines in one) share the
 // queries; an approximate-mode server refuses to start when another serving
 // index answers its ping, since decisions split between two indexes would
 // each be half-recorded. RemoteIndex is the other side, used by the

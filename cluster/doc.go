@@ -7,9 +7,10 @@
 // cmd at the top of the import ranks (internal/layout), as the only place
 // besides the binary that imports both services.
 //
-// TestClusterKills (make test, ~10 s) and, with the chaos build tag,
-// TestChaosClusterKills (make chaos, longer) drive traffic through the
-// replicas, kill a replica and a NATS node mid-traffic, and check that
+// TestClusterKills (make test; 4–20 s on the loaded 2-vCPU machine) and,
+// with the chaos build tag, TestChaosClusterKills (make chaos, longer)
+// drive traffic through the replicas, kill a replica and then the NATS
+// node a surviving replica is connected to mid-traffic, and check that
 //
 //   - every request sent to a live replica is answered 200; only requests
 //     in flight on the killed replica may fail, and each such failure is

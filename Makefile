@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: tokenizers golden replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run clean
+.PHONY: tokenizers golden replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
 
 all: build
 
@@ -47,11 +47,12 @@ test-invariants:
 # bodies, one line each, failing when a bound does not hold. Overload
 # (router/overload_chaos_test.go): 3× a real-time fleet's capacity with and
 # without --max-queue-wait, a 1-second timeline each (out/overload-timeline.svg),
-# failing when the shedding targets do not hold. The full log is
-# in out/chaos.log.
+# failing when the shedding targets do not hold. The scale-out topology
+# (cluster/chaos_test.go): 3 NATS nodes, the indexer, 3 replicas; a replica
+# and a NATS node killed under traffic. The full log is in out/chaos.log.
 chaos:
 	@mkdir -p out
-	@$(GO) test -tags chaos -count=1 -timeout 10m -run '$(CHAOSRUN)' -v ./node/ ./router/ >out/chaos.log 2>&1; rc=$$?; \
+	@$(GO) test -tags chaos -count=1 -timeout 10m -run '$(CHAOSRUN)' -v ./node/ ./router/ ./cluster/ >out/chaos.log 2>&1; rc=$$?; \
 	grep -E '^chaos:|^--- FAIL|^FAIL|^ok|^panic' out/chaos.log; \
 	if [ $$rc -ne 0 ]; then grep -E '_test.go:[0-9]+:' out/chaos.log | tail -20; fi; exit $$rc
 
@@ -110,6 +111,21 @@ TOKENIZER ?= bytes
 run: build
 	@echo 'try: curl -s localhost:8000/v1/completions -d '"'"'{"prompt":"Tell me about KV caches, then tell me again.","max_tokens":8}'"'"' -D -'
 	$(BIN)/kvroute serve --demo-fleet 4 --http-addr 127.0.0.1:8000 --tokenizer $(TOKENIZER)
+
+# The scale-out topology on localhost, each part its own process: 3 NATS
+# nodes in one JetStream cluster (kvroute nats), the standalone indexer, 2
+# router replicas (--router-replica-sync --use-remote-indexer) and 4
+# simulated workers; prints the URLs, logs in out/run-cluster/, Ctrl-C stops
+# everything (perf/run-cluster.sh; ports from NATS_PORT=4222, ROUTE_PORT=6222,
+# ROUTER_PORT=8000, INDEXER_PORT=8090, WORKER_PORT=9100).
+run-cluster: build
+	perf/run-cluster.sh $(BIN)/kvroute out/run-cluster
+
+# docs/replica-sync-delay.svg (and .json): the offline replica-sync sweep,
+# window max/mean worker share and hit ratio of 3 replicas against their
+# sync delay, on a bursty trace written by perf/replica-sync-plot.sh (~2 s).
+replica-sync-plot: build
+	perf/replica-sync-plot.sh $(BIN)/kvroute docs/replica-sync-delay.svg out/replica-sync-bursts.jsonl
 
 # The routing-quality report on the shared Mooncake trace (offline simulation):
 # four policies, automatic speedup sweep, table on stdout, JSON and plot in out/.

@@ -97,13 +97,19 @@
 // ServeIndex answers the index query protocol of wire/plane/query.go on
 // NATS from the node's index: match queries (a batch of prompts' local
 // hashes → overlaps and tree sizes per worker key), record queries
-// (approximate mode: a routing decision, local and sequence hashes 1:1) and
-// pings. It subscribes Handlers times in the queue group plane.QueueGroup,
-// so several serving processes (and several goroutines in one) share the
+// (approximate mode: a routing decision, local and sequence hashes 1:1),
+// workers queries (every worker key with its tree size) and pings. It
+// subscribes Handlers times in the queue group plane.QueueGroup, so several serving processes (and several goroutines in one) share the
 // queries; an approximate-mode server refuses to start when another serving
 // index answers its ping, since decisions split between two indexes would
 // each be half-recorded. RemoteIndex is the other side, used by the
-// router's batcher (--use-remote-indexer): one request per batch; a failure
+// router's batcher (--use-remote-indexer): one request per batch, asking
+// for per-tier overlaps (plane.FlagTiers: host and disk blocks besides the
+// device's, so that a remote router weighs tiers as a local one does; a
+// serving index of an older build refuses the flag once and is asked
+// without it from then on, TestRemoteIndexOlderServer); Workers asks for
+// every worker key's tree size (plane.QueryWorkers; the router polls it off
+// its batcher); a failure
 // leaves every prompt of the batch with zero overlap, counted by reason
 // (QueryFamilies) and logged at most once per LogEvery. BenchmarkRemoteLookup
 // measures it against a local lookup (docs/ARCHITECTURE.md).

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,6 +78,7 @@ type queryHandler struct {
 	q   plane.Query
 	mrs []shard.MatchRequest
 	ovs [][]radix.Overlap
+	ws  []radix.Overlap
 	out []byte
 }
 
@@ -139,6 +142,14 @@ func (h *queryHandler) handle(m *nats.Msg) {
 	switch h.q.Kind {
 	case plane.QueryPing:
 		h.out = plane.AppendPingReply(h.out[:0], s.cfg.Approx, s.cfg.ID)
+	case plane.QueryWorkers:
+		ws, err := s.ix.Workers(h.ws[:0])
+		if err != nil {
+			h.fail(m, err)
+			return
+		}
+		h.ws = ws
+		h.out = plane.AppendReplyPrompt(plane.AppendReplyHeader(h.out[:0], 1), ws)
 	case plane.QueryRecord:
 		if !s.cfg.Approx {
 			h.fail(m, errors.New("this index is fed by KV events; it records no routing decisions (start it with --no-kv-events)"))
@@ -166,10 +177,10 @@ func (h *queryHandler) handle(m *nats.Msg) {
 			h.fail(m, err)
 			return
 		}
-		h.out = plane.AppendReplyHeader(h.out[:0], n)
+		h.out = plane.AppendReplyHeaderFlags(h.out[:0], n, h.q.Flags)
 		for i := range h.mrs {
 			h.ovs[i] = h.mrs[i].Overlaps
-			h.out = plane.AppendReplyPrompt(h.out, h.ovs[i])
+			h.out = plane.AppendReplyPromptFlags(h.out, h.ovs[i], h.q.Flags)
 		}
 	}
 	_ = m.Respond(h.out)
@@ -245,6 +256,14 @@ type RemoteIndex struct {
 
 	buf   []byte
 	reply plane.QueryReply
+	// noTiers: the serving index refused plane.FlagTiers (an older
+	// build); ask without it from then on.
+	noTiers bool
+
+	// Workers has its own scratch: it runs on its own goroutine.
+	wmu    sync.Mutex
+	wbuf   []byte
+	wreply plane.QueryReply
 
 	lookups, records, recordErrs          atomic.Uint64
 	timeouts, noResponders, otherFailures atomic.Uint64
@@ -288,8 +307,12 @@ func (r *RemoteIndex) MatchBatch(reqs []shard.MatchRequest) error {
 }
 
 func (r *RemoteIndex) matchBatch(reqs []shard.MatchRequest) error {
+	flags := plane.FlagTiers // per-tier overlaps, so that tiers weigh as with a local index
+	if r.noTiers {
+		flags = 0
+	}
 	var err error
-	if r.buf, err = plane.AppendMatchHeader(r.buf[:0], "", "", len(reqs)); err != nil {
+	if r.buf, err = plane.AppendMatchHeaderFlags(r.buf[:0], "", "", len(reqs), flags); err != nil {
 		return err
 	}
 	for i := range reqs {
@@ -301,6 +324,13 @@ func (r *RemoteIndex) matchBatch(reqs []shard.MatchRequest) error {
 	}
 	if err := plane.DecodeQueryReply(msg.Data, plane.QueryMatch, &r.reply); err != nil {
 		return err
+	}
+	if r.reply.Status != plane.ReplyOK && flags != 0 && strings.Contains(r.reply.Err, "flags") {
+		// An older serving index that knows no tiers: device overlaps
+		// only from now on (this batch is asked again at once).
+		r.noTiers = true
+		r.cfg.Logger.Warn("the serving index answers no per-tier overlaps (an older kvroute): routing on device overlaps only", "subject", r.cfg.Subject)
+		return r.matchBatch(reqs)
 	}
 	if r.reply.Status != plane.ReplyOK {
 		return fmt.Errorf("remote index: %s", r.reply.Err)
@@ -346,6 +376,32 @@ func (r *RemoteIndex) RecordDecision(worker wire.WorkerKey, local []wire.BlockHa
 	}
 	r.records.Add(1)
 	return nil
+}
+
+// Workers appends every worker key the remote index holds, with its tree
+// size (Blocks 0), to dst: the tie-break between workers a request does not
+// overlap, which a match answer carries only for the workers it overlaps.
+// It sends its own query (one NATS request, bounded by Timeout), so it may
+// run on any goroutine, one call at a time per RemoteIndex (calls are
+// serialized).
+func (r *RemoteIndex) Workers(dst []radix.Overlap) ([]radix.Overlap, error) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	r.wbuf = plane.AppendWorkersQuery(r.wbuf[:0])
+	msg, err := r.nc.Request(r.cfg.Subject, r.wbuf, r.cfg.Timeout)
+	if err != nil {
+		return dst, err
+	}
+	if err := plane.DecodeQueryReply(msg.Data, plane.QueryWorkers, &r.wreply); err != nil {
+		return dst, err
+	}
+	if r.wreply.Status != plane.ReplyOK {
+		return dst, fmt.Errorf("remote index: %s", r.wreply.Err)
+	}
+	if len(r.wreply.Ends) != 1 {
+		return dst, fmt.Errorf("remote index answered %d worker lists for 1", len(r.wreply.Ends))
+	}
+	return append(dst, r.wreply.Prompt(0)...), nil
 }
 
 // Failures returns the prompts routed with zero overlap because a query

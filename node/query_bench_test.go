@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/plane"
@@ -220,5 +222,109 @@ func TestRemoteIndexFailuresLogBounded(t *testing.T) {
 	ri.WriteMetrics(&m)
 	if !strings.Contains(m.String(), `kvroute_remote_index_failures_total{reason="no_responders"} 100`) {
 		t.Fatalf("metrics:\n%s", m.String())
+	}
+}
+
+// A remote lookup carries the per-tier overlaps (plane.FlagTiers): a worker
+// whose prompt sits on the host after a device prefix answers with Host
+// set, as the local index does.
+func TestRemoteIndexTiers(t *testing.T) {
+	ns, ix, _, subject, prompt := servedIndex(t)
+	w := wire.WorkerKey{Worker: 42}
+	blocks := make([]wire.Block, 100)
+	for i := range blocks {
+		blocks[i] = wire.Block{Engine: wire.EngineHash(1000 + i), Local: prompt[i]}
+	}
+	if err := ix.Apply([]wire.Event{
+		{Worker: w, Kind: wire.KindStored, Tier: wire.TierDevice, Blocks: blocks[:10]},
+		{Worker: w, Kind: wire.KindStored, Tier: wire.TierHost, HasParent: true, Parent: blocks[9].Engine, Blocks: blocks[10:40]},
+		{Worker: w, Kind: wire.KindStored, Tier: wire.TierDisk, HasParent: true, Parent: blocks[39].Engine, Blocks: blocks[40:100]},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want, err := ix.Match(nil, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(want, func(o radix.Overlap) bool { return o.Worker == w })
+	if i < 0 || want[i].Blocks != 10 || want[i].Host == 0 || want[i].Disk == 0 {
+		t.Fatalf("local overlap of worker 42: %+v", want)
+	}
+	ri := NewRemoteIndex(natstest.Connect(t, ns), RemoteIndexConfig{Subject: subject, Timeout: 5 * time.Second})
+	reqs := []shard.MatchRequest{{Hashes: prompt}}
+	if err := ri.MatchBatch(reqs); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(reqs[0].Overlaps, want) {
+		t.Fatalf("remote %+v, local %+v", reqs[0].Overlaps, want)
+	}
+}
+
+// Against a serving index of an older build, which refuses the tiers flag,
+// the remote index asks again without it (device overlaps and tree sizes,
+// as before) and keeps doing so: one refused query, not one per batch.
+func TestRemoteIndexOlderServer(t *testing.T) {
+	ns := natstest.Server(t)
+	nc := natstest.Connect(t, ns)
+	var refused, plain int
+	var mu sync.Mutex
+	ov := []radix.Overlap{{Worker: wire.WorkerKey{Worker: 3}, Blocks: 2, TreeSize: 7}}
+	if _, err := nc.Subscribe("old.query", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.Data[2] != 0 || m.Data[3] != 0 { // the old decoder's check
+			refused++
+			_ = m.Respond(plane.AppendErrorReply(nil, "plane: index query flags 0x1 not supported"))
+			return
+		}
+		plain++
+		_ = m.Respond(plane.AppendReplyPrompt(plane.AppendReplyHeader(nil, 1), ov))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	ri := NewRemoteIndex(natstest.Connect(t, ns), RemoteIndexConfig{Subject: "old.query", Timeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	for range 3 {
+		reqs := []shard.MatchRequest{{Hashes: []wire.BlockHash{1, 2}}}
+		if err := ri.MatchBatch(reqs); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(reqs[0].Overlaps, ov) {
+			t.Fatalf("overlaps %+v, want %+v", reqs[0].Overlaps, ov)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if refused != 1 || plain != 3 || ri.Failures() != 0 {
+		t.Fatalf("%d refused and %d plain queries, %d failures; want 1, 3, 0", refused, plain, ri.Failures())
+	}
+}
+
+// Workers answers every worker key of the served index with its tree size.
+func TestRemoteIndexWorkers(t *testing.T) {
+	ns, ix, srv, subject, _ := servedIndex(t)
+	ri := NewRemoteIndex(natstest.Connect(t, ns), RemoteIndexConfig{Subject: subject, Timeout: 5 * time.Second})
+	want, err := ix.Workers(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ri.Workers(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := func(a, b radix.Overlap) int { return int(a.Worker.Worker) - int(b.Worker.Worker) }
+	slices.SortFunc(want, order)
+	slices.SortFunc(got, order)
+	if len(want) != 8 || !slices.Equal(got, want) {
+		t.Fatalf("remote %+v, local %+v", got, want)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ri.Workers(nil); err == nil {
+		t.Fatal("Workers with no serving index: no error")
 	}
 }

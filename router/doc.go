@@ -169,7 +169,11 @@
 // SyncExpiry/4); the other replicas' are posted to the batcher and booked
 // with sched.Scheduler.AddRequest under ids with the top bit set (remoteBit).
 // A replica silent for Config.SyncExpiry, leaving, or restarted (new
-// instance) has all its bookings freed. With Config.Peers set only the listed
+// instance) has all its bookings freed; a gap in a replica's message numbers
+// (a message lost, e.g. with a NATS node) frees the bookings it made before
+// the gap, since the lost message may have freed them (kept, they were
+// phantom load until Config.Sched's request expiry; found by
+// cluster.TestClusterKills). With Config.Peers set only the listed
 // replicas are applied. A new replica converges as the older requests end.
 // TestReplicaSyncSharesLoad, TestReplicaSyncExpiresDeadReplica,
 // TestReplicaWithoutSyncSeesNoRemoteLoad, TestReplicaSyncRestartAndForgedMessages
@@ -222,7 +226,7 @@
 // kvroute_proxy_retries_total, kvroute_proxy_first_byte_timeouts_total,
 // kvroute_worker_{ejections,recoveries}_total,
 // kvroute_sync_{messages_sent,messages_received,items_applied,items_ignored,
-// messages_missed,replicas_expired,messages_refused,publish_errors}_total,
+// messages_missed,bookings_dropped_on_gap,replicas_expired,messages_refused,publish_errors}_total,
 // and at scrape time kvroute_sync_{replicas,remote_requests}, kvroute_queue_depth,
 // kvroute_queue_drain_rate, kvroute_queue_wait_predicted_seconds (sched.Scheduler.QueueWait), kvroute_active_requests,
 // kvroute_sched_{decisions,rejections,expirations,dropped}_total,

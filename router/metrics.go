@@ -106,6 +106,7 @@ var routerFamilies = []promtext.Family{
 	{Name: "kvroute_sync_items_applied_total", Type: promtext.Counter, Help: "Other replicas' bookings, prefill completions and frees applied to this scheduler"},
 	{Name: "kvroute_sync_items_ignored_total", Type: promtext.Counter, Help: "Other replicas' items not applied (a worker this router does not know, an unknown or duplicate request id)"},
 	{Name: "kvroute_sync_messages_missed_total", Type: promtext.Counter, Help: "Replica-sync messages lost in transit (gaps in a replica's message numbers)"},
+	{Name: "kvroute_sync_bookings_dropped_on_gap_total", Type: promtext.Counter, Help: "Other replicas' bookings dropped because a message of theirs was lost (it may have freed them)"},
 	{Name: "kvroute_sync_replicas_expired_total", Type: promtext.Counter, Help: "Replicas silent for --router-sync-expiry whose bookings were dropped"},
 	{Name: "kvroute_sync_messages_refused_total", Type: promtext.Counter, Help: "Replica-sync messages ignored: sender not in --router-peers, another process using this --router-id, or too many replicas"},
 	{Name: "kvroute_sync_publish_errors_total", Type: promtext.Counter, Help: "Replica-sync messages that could not be published"},

@@ -10,6 +10,7 @@ import (
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/sched"
+	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -28,6 +29,7 @@ func startRemote(t *testing.T, e *env, approx bool, timeout time.Duration) *env 
 		Logger:               quietLogger(),
 		UseRemoteIndexer:     true,
 		RemoteIndexerTimeout: timeout,
+		RemoteTreeInterval:   20 * time.Millisecond,
 	}
 	svc, err := StartService(cfg)
 	if err != nil {
@@ -62,6 +64,27 @@ func TestRemoteIndexer(t *testing.T) {
 			t.Fatalf("request %d: worker %d with %d cached blocks; want worker %d with >= 8", i, w, cached, holder)
 		}
 	}
+	// The serving index's tree sizes reach the remote router (its
+	// tie-break between workers a request does not overlap), for every
+	// worker, not only those a lookup overlapped.
+	waitFor(t, "the serving index's tree sizes on the remote router", func() bool {
+		ws, _ := e.svc.Index.Workers(nil)
+		want := map[uint64]uint32{}
+		for _, o := range ws {
+			want[o.Worker.Worker] = o.TreeSize
+		}
+		if want[holder] == 0 {
+			return false
+		}
+		for _, x := range r.workers().Workers {
+			for _, rk := range x.Ranks {
+				if rk.TreeBlocks != want[x.WorkerID] {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	if v := r.metric("kvroute_remote_index_lookups_total"); v < 4 {
 		t.Fatalf("kvroute_remote_index_lookups_total = %v, want >= 4", v)
 	}
@@ -144,5 +167,52 @@ func TestServeAndRemoteExclusive(t *testing.T) {
 	_, err := StartService(ServiceConfig{ServeIndexer: true, UseRemoteIndexer: true, Logger: quietLogger()})
 	if err == nil || !strings.Contains(err.Error(), "--serve-indexer") || !strings.Contains(err.Error(), "--use-remote-indexer") {
 		t.Fatalf("both flags: %v", err)
+	}
+}
+
+// A --use-remote-indexer router weighs storage tiers as a local one does:
+// the serving index answers per-tier overlaps (plane.FlagTiers), so a
+// prompt pushed off its worker's GPU into host memory shows as host
+// overlap in the remote router's /route explain, and goes back there.
+func TestRemoteIndexerTiers(t *testing.T) {
+	e := startEnv(t, envOptions{workers: 2, kvBlocks: 64, hostKV: 2048, serveIndexer: true})
+	r := startRemote(t, e, false, time.Second)
+	const n = 40 // blocks of the prompt: two such prompts do not fit one GPU
+	first := tokens(1, 0, n*testBlockSize, 0)
+	w, _ := e.complete(first, 1)
+	e.indexed(first, n)
+	hashes := wire.LocalHashes(nil, first, testBlockSize, wire.Seed)
+	onGPU := func() bool {
+		for _, b := range e.fleet.Worker(w).Held(nil) {
+			if b.Local == hashes[0] {
+				return true
+			}
+		}
+		return false
+	}
+	for f := 2; onGPU(); f++ {
+		if f > 40 {
+			t.Fatal("the first prompt never left its worker's GPU")
+		}
+		e.complete(tokens(f, 0, n*testBlockSize, 0), 1)
+	}
+	waitFor(t, "the first prompt indexed on the host", func() bool {
+		ovs, err := e.svc.Index.Match(nil, hashes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range ovs {
+			if o.Worker.Worker == w && o.Blocks == 0 && int(o.Host) == n {
+				return true
+			}
+		}
+		return false
+	})
+	d := r.explainTiers(t, append(first, 5, 5, 5), "back")
+	if dev, host, _ := d.candidate(t, w); dev != 0 || host != n {
+		t.Errorf("remote router, worker %d: device %d host %d, want 0 and %d", w, dev, host, n)
+	}
+	if d.WorkerID != w {
+		t.Errorf("the remote router routed to %d, want %d (its host memory holds the prompt)", d.WorkerID, w)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/linger"
 	"github.com/kvroute/kvroute/node"
+	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -48,6 +51,11 @@ type ServiceConfig struct {
 	// RemoteIndexerTimeout bounds one remote lookup
 	// (--remote-indexer-timeout). Default node.DefaultRemoteTimeout.
 	RemoteIndexerTimeout time.Duration
+	// RemoteTreeInterval is how often a UseRemoteIndexer router asks the
+	// serving index for every worker's tree size (the tie-break between
+	// workers a request does not overlap; a match answer carries them only
+	// for the workers it overlaps). Default DefaultRemoteTreeInterval.
+	RemoteTreeInterval time.Duration
 
 	// ShutdownGrace bounds how long Close waits for in-flight requests and
 	// streams before cutting them (--shutdown-grace). Default 10 s.
@@ -72,13 +80,15 @@ type Service struct {
 	// Remote is the remote index looked up (UseRemoteIndexer).
 	Remote *node.RemoteIndex
 
-	cfg     ServiceConfig
-	http    *fasthttp.Server
-	ln      net.Listener
-	admin   *http.Server
-	adminLn net.Listener
-	drained bool
-	conns   *xsync.Map[net.Conn, struct{}]
+	cfg ServiceConfig
+	// treeStop and treeDone stop the remote tree-size poller.
+	treeStop, treeDone chan struct{}
+	http               *fasthttp.Server
+	ln                 net.Listener
+	admin              *http.Server
+	adminLn            net.Listener
+	drained            bool
+	conns              *xsync.Map[net.Conn, struct{}]
 }
 
 // StartService starts a router process. On error everything started so far
@@ -193,6 +203,10 @@ func (s *Service) start() error {
 	if err := s.Router.SubscribeNATS(s.NC); err != nil {
 		return fmt.Errorf("NATS control plane: %w", err)
 	}
+	if s.Remote != nil {
+		s.treeStop, s.treeDone = make(chan struct{}), make(chan struct{})
+		go s.pollRemoteTrees()
+	}
 
 	s.http = s.Router.Server()
 	s.http.ConnState = s.trackConn
@@ -305,6 +319,11 @@ func (s *Service) stop() error {
 	if s.http == nil && s.ln != nil {
 		_ = s.ln.Close() // never served
 	}
+	if s.treeStop != nil {
+		close(s.treeStop)
+		<-s.treeDone
+		s.treeStop = nil
+	}
 	if s.IndexServer != nil {
 		errs = append(errs, s.IndexServer.Close())
 	}
@@ -315,4 +334,46 @@ func (s *Service) stop() error {
 		errs = append(errs, s.Node.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// DefaultRemoteTreeInterval is the default ServiceConfig.RemoteTreeInterval:
+// tree sizes only break ties between workers without overlap, and a
+// second's staleness moves them by a second's worth of KV events.
+const DefaultRemoteTreeInterval = time.Second
+
+// pollRemoteTrees asks the remote index for every worker key's tree size
+// every RemoteTreeInterval (node.RemoteIndex.Workers, off the batcher, which
+// must not wait on NATS) and hands them to the batcher's scheduler. A
+// serving index of an older build, which does not know the query, is asked
+// once: the router then breaks ties by load alone, as before.
+func (s *Service) pollRemoteTrees() {
+	defer close(s.treeDone)
+	every := s.cfg.RemoteTreeInterval
+	if every <= 0 {
+		every = DefaultRemoteTreeInterval
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var ws []radix.Overlap
+	for {
+		select {
+		case <-s.treeStop:
+			return
+		case <-t.C:
+		}
+		var err error
+		if ws, err = s.Remote.Workers(ws[:0]); err != nil {
+			if strings.Contains(err.Error(), "unknown index query kind") {
+				s.cfg.Logger.Warn("the serving index answers no tree sizes (an older kvroute): ties between workers without overlap are broken by load only")
+				return
+			}
+			continue // unreachable: the lookups count and log it
+		}
+		sizes := slices.Clone(ws)
+		s.Router.post(func() {
+			for _, w := range sizes {
+				_ = s.Router.s.SetTreeSize(w.Worker, w.TreeSize)
+			}
+		})
+	}
 }

@@ -27,7 +27,10 @@ import (
 // empty message then: the heartbeat). A replica drops all the
 // bookings of another when it has heard nothing from it for SyncExpiry (it
 // crashed or was cut off), when the other restarts (new instance), and
-// when the other says it is leaving (graceful Close). A new replica starts
+// when the other says it is leaving (graceful Close). A gap in another
+// replica's message sequence (a message lost, e.g. with a NATS node) drops
+// the bookings of that replica made before the gap, since the lost message
+// may have freed them. A new replica starts
 // with none of the others' active requests: it learns the bookings made
 // after it subscribed, and converges as the older requests end (Dynamo's
 // behaviour).
@@ -72,7 +75,7 @@ type syncPeer struct {
 }
 
 type syncMetrics struct {
-	sent, received, applied, ignored, gaps, expired, refused, publishErrors *metrics.Counter
+	sent, received, applied, ignored, gaps, gapDrops, expired, refused, publishErrors *metrics.Counter
 }
 
 func newSyncMetrics(s *metrics.Set) *syncMetrics {
@@ -82,6 +85,7 @@ func newSyncMetrics(s *metrics.Set) *syncMetrics {
 		applied:       s.NewCounter("kvroute_sync_items_applied_total"),
 		ignored:       s.NewCounter("kvroute_sync_items_ignored_total"),
 		gaps:          s.NewCounter("kvroute_sync_messages_missed_total"),
+		gapDrops:      s.NewCounter("kvroute_sync_bookings_dropped_on_gap_total"),
 		expired:       s.NewCounter("kvroute_sync_replicas_expired_total"),
 		refused:       s.NewCounter("kvroute_sync_messages_refused_total"),
 		publishErrors: s.NewCounter("kvroute_sync_publish_errors_total"),
@@ -254,7 +258,19 @@ func (r *Router) applySync(msg *plane.SyncMessage) {
 		p = &syncPeer{instance: msg.Instance, ids: map[uint64]uint64{}}
 		r.b.peers[msg.Router] = p
 	} else if msg.Seq > p.seq+1 {
+		// A message was lost (a NATS node died under this replica or
+		// the other; core NATS does not redeliver). It may have held
+		// frees: the bookings made before it are uncertain, and kept
+		// they would be phantom load for as long as the other replica
+		// lives (issue 16 §4, found by cluster.TestClusterKills). Drop
+		// them: the other replica's requests then in flight are not
+		// seen until they end, as on a new replica, never held forever.
 		r.m.sync.gaps.Add(int(msg.Seq - p.seq - 1))
+		r.m.sync.gapDrops.Add(len(p.ids))
+		for _, id := range p.ids {
+			r.s.Free(id, now)
+		}
+		clear(p.ids)
 	}
 	p.seq = msg.Seq
 	p.last = now

@@ -277,7 +277,9 @@ func TestReplicaSyncRoutingQuality(t *testing.T) {
 	t.Logf("  3 replicas, sync    max/mean %.3f  hit ratio %.3f", synced.maxMean, synced.hit)
 }
 
-// A replica that restarts under the same --router-id (a new instance) has
+// A duplicate booking is ignored; a gap in a replica's messages drops its
+// bookings made before the gap (a lost message may have freed them); a
+// replica that restarts under the same --router-id (a new instance) has
 // its old bookings dropped; a message claiming this router's own id from
 // another instance, and a malformed one, are counted and ignored.
 func TestReplicaSyncRestartAndForgedMessages(t *testing.T) {
@@ -296,10 +298,25 @@ func TestReplicaSyncRestartAndForgedMessages(t *testing.T) {
 	}
 	send(plane.SyncHeader{Router: "x", Instance: 1, Seq: 1}, true)
 	waitFor(t, "x's booking", func() bool { l := b.load(w); return l.requests == 1 && l.blocks == 2 && l.tokns == 40 })
-	send(plane.SyncHeader{Router: "x", Instance: 1, Seq: 3}, true) // the same id again, and message 2 lost
+	send(plane.SyncHeader{Router: "x", Instance: 1, Seq: 2}, true) // the same id again
+	waitFor(t, "the duplicate ignored", func() bool { return b.metric("kvroute_sync_items_ignored_total") == 1 })
+	if n := b.load(w).requests; n != 1 {
+		t.Fatalf("a duplicate booking: %d requests, want 1", n)
+	}
+	// Message 3 lost: it may have freed request 5, so the booking made
+	// before the gap is dropped (no phantom load), and message 4's new
+	// booking is kept.
+	var sw plane.SyncWriter
+	sw.Book(6, wire.WorkerKey{Worker: w}, 24, 0, 24, []wire.SeqHash{21})
+	if err := b.nc.Publish(subject, sw.AppendMessage(nil, plane.SyncHeader{Router: "x", Instance: 1, Seq: 4})); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "the lost message counted", func() bool { return b.metric("kvroute_sync_messages_missed_total") == 1 })
-	if v := b.metric("kvroute_sync_items_ignored_total"); v != 1 || b.load(w).requests != 1 {
-		t.Fatalf("a duplicate booking: ignored %v, requests %d; want 1 and 1", v, b.load(w).requests)
+	if l := b.load(w); l.requests != 1 || l.blocks != 1 || l.tokns != 24 {
+		t.Fatalf("after the gap: %+v; want only the booking after it (1 request, 1 block, 24 tokens)", l)
+	}
+	if v := b.metric("kvroute_sync_bookings_dropped_on_gap_total"); v != 1 {
+		t.Fatalf("kvroute_sync_bookings_dropped_on_gap_total = %v, want 1", v)
 	}
 	send(plane.SyncHeader{Router: "x", Instance: 2, Seq: 1}, false) // x restarted: a heartbeat of its new instance
 	waitFor(t, "x's old booking dropped", b.idle)

@@ -81,7 +81,11 @@
 // schedulers as evSync events that much later (sched.Scheduler.AddRequest,
 // MarkPrefillCompleted, Free), as `serve --router-replica-sync` does over
 // NATS; negative: never. TestReplicasSyncDelay measures the effect against
-// the delay.
+// the delay. SyncSweep runs one workload over a list of delays with one
+// router and the unsynced replicas as references (window max/mean worker
+// share: the busiest rank's requests per window of one arrival per rank;
+// hit ratio) and PlotSyncSweep draws it (`kvroute replay --sync-delays`,
+// make replica-sync-plot → docs/replica-sync-delay.svg).
 //
 // # Cost
 //

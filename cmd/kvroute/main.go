@@ -23,6 +23,7 @@ func commands() []command {
 		{"bench", "benchmarks against real traces (bench index)", runBench},
 		{"indexer", "run the standalone indexer: KV-event ingest, NATS index queries and the indexer HTTP API", runIndexer},
 		{"mock", "run a simulated vLLM-like fleet", runMock},
+		{"nats", "run one embedded nats-server node with JetStream (a cluster node with --cluster-port and --routes)", runNats},
 		{"replay", "replay a trace against routing policies and report (offline or online)", runReplay},
 		{"snapshot", "inspect an index snapshot file (snapshot inspect FILE)", runSnapshot},
 		{"serve", "run the router: HTTP proxy and decision API over the index and scheduler", runServe},

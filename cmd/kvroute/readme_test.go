@@ -16,7 +16,7 @@ func TestREADMEDocumentsEveryFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	flagLine := regexp.MustCompile(`(?m)^  --?([a-z0-9][a-z0-9-]*)`)
-	for _, cmd := range [][]string{{"serve"}, {"mock"}, {"indexer"}, {"replay"}, {"bench", "index"}, {"snapshot", "inspect"}} {
+	for _, cmd := range [][]string{{"serve"}, {"mock"}, {"indexer"}, {"nats"}, {"replay"}, {"bench", "index"}, {"snapshot", "inspect"}} {
 		stdout, stderr, _ := runMain(t, t.TempDir(), append(cmd, "-h")...)
 		flags := flagLine.FindAllStringSubmatch(stdout+stderr, -1)
 		if len(flags) == 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,6 +44,9 @@ type replayOptions struct {
 	benchLines   bool
 	progress     string
 	cpuProfile   string
+	// syncDelays, when set, runs a sync-delay sweep (--sync-delays)
+	// instead of the policy comparison.
+	syncDelays []time.Duration
 }
 
 // parseReplayFlags parses args into options; errors name the flag.
@@ -84,6 +88,7 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		evDelay    = fs.Duration("event-delay", time.Millisecond, "offline: KV events reach the index this long after the step that produced them")
 		loadIvl    = fs.Duration("load-interval", 50*time.Millisecond, "offline: minimum gap between an engine's load reports")
 		routers    = fs.Int("routers", 1, "offline: router replicas, each with its own scheduler; request i arrives at replica i mod N")
+		syncDelays = fs.String("sync-delays", "", "offline, with --routers > 1: sweep the sync delay over this list (e.g. 0,100us,1ms,10ms) with the first --compare policy at one --speedup, against one router and the replicas without sync; prints a table, --plot draws it, --json writes it")
 		syncDelay  = fs.Duration("sync-delay", -1, "offline, with --routers > 1: a replica's bookings reach the others this long after it made them (serve --router-replica-sync); negative: never (replicas without sync)")
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "kv-approx: how long a routed prefix is assumed cached (refreshed on reuse)")
 		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "kv-approx: blocks recorded before the oldest are pruned")
@@ -241,6 +246,24 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 	if syncErr != nil {
 		return nil, syncErr
 	}
+	if *syncDelays != "" {
+		if online || *routers < 2 {
+			return nil, errors.New("--sync-delays sweeps the offline replicas' sync delay: it needs --routers > 1 and no --url")
+		}
+		if len(o.speedups) != 1 || o.auto {
+			return nil, errors.New("--sync-delays: give one --speedup")
+		}
+		for _, f := range strings.Split(*syncDelays, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(f))
+			if f = strings.TrimSpace(f); f == "0" {
+				d, err = 0, nil
+			}
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("--sync-delays: %q is not a duration ≥ 0", f)
+			}
+			o.syncDelays = append(o.syncDelays, d)
+		}
+	}
 	if *hostKV < 0 || *hostGBps <= 0 {
 		return nil, fmt.Errorf("--host-kv-blocks must be >= 0 and --host-gbps > 0 (got %d, %g)", *hostKV, *hostGBps)
 	}
@@ -333,6 +356,9 @@ func replayMain(ctx context.Context, o *replayOptions, stdout, stderr io.Writer)
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if len(o.syncDelays) > 0 {
+		return replaySyncSweep(w, o, stdout)
 	}
 	bar := newReplayProgress(stderr, o.progress, w.Len())
 	var rep *replay.Report
@@ -500,4 +526,40 @@ func (p *replayProgress) finish() {
 	defer p.mu.Unlock()
 	p.draw(p.n.Load())
 	fmt.Fprintln(p.w)
+}
+
+// replaySyncSweep runs --sync-delays: a table on stdout, and the JSON and
+// plot files when asked.
+func replaySyncSweep(w *replay.Workload, o *replayOptions, stdout io.Writer) error {
+	c := o.offline
+	c.Speedup = o.speedups[0]
+	rep, err := replay.SyncSweep(w, c, o.policies[0], o.syncDelays)
+	if err != nil {
+		return err
+	}
+	if o.jsonPath == "-" {
+		return json.NewEncoder(stdout).Encode(rep)
+	}
+	fmt.Fprintf(stdout, "%s: %d requests, %d workers, policy %s, speedup %g\n", rep.Trace, rep.Requests, rep.Workers, rep.Policy, rep.Speedup)
+	fmt.Fprintf(stdout, "%-28s %16s %16s %10s\n", "setup", "window max/mean", "max worker share", "hit ratio")
+	line := func(name string, p replay.SyncPoint) {
+		fmt.Fprintf(stdout, "%-28s %16.3f %16.3f %10.4f\n", name, p.WindowMaxMean, p.MaxWorkerShare, p.HitRatio)
+	}
+	line("1 router", rep.One)
+	line(fmt.Sprintf("%d replicas, no sync", rep.NoSync.Routers), rep.NoSync)
+	for _, p := range rep.Points {
+		line(fmt.Sprintf("%d replicas, sync delay %v", p.Routers, p.Delay), p)
+	}
+	if o.jsonPath != "" {
+		if err := replayWriteFile(o.jsonPath, func(f io.Writer) error { return json.NewEncoder(f).Encode(rep) }); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	if o.plotPath != "" {
+		format, _ := replayPlotFormat(o.plotPath)
+		if err := replayWriteFile(o.plotPath, func(f io.Writer) error { return replay.PlotSyncSweep(f, rep, format) }); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+	}
+	return nil
 }

@@ -26,7 +26,7 @@ func rank(pkg string) int {
 		return 4
 	case pkg == "router", pkg == "indexer":
 		return 5
-	case strings.HasPrefix(pkg, "cmd/"):
+	case strings.HasPrefix(pkg, "cmd/"), pkg == "cluster":
 		return 6
 	}
 	return 100 // unknown: a new top-level package must be placed here

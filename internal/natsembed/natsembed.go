@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -21,6 +22,20 @@ type Config struct {
 	// Users, when set, are the only clients allowed (user/password, each
 	// with its subject permissions); nil: no authentication.
 	Users []*server.User
+	// Name is the server's name (a cluster needs distinct ones); empty:
+	// nats-server's generated id.
+	Name string
+	// ClusterPort, when > 0, makes the server a node of the cluster
+	// ClusterName (default "kvroute"), listening for routes from the other
+	// nodes on Host:ClusterPort and connecting to Routes (nats://host:port
+	// of the nodes' cluster listeners; its own is skipped). JetStream then
+	// runs clustered: it needs a quorum of the nodes to be up.
+	ClusterPort int
+	ClusterName string
+	Routes      []string
+	// Log sends the server's notices and errors to the process's stderr
+	// (nats-server's own format); false: silent.
+	Log bool
 }
 
 // Start runs an embedded nats-server and waits until it accepts connections.
@@ -47,17 +62,31 @@ func Start(cfg Config) (*server.Server, error) {
 		}
 		_ = ln.Close()
 	}
-	s, err := server.NewServer(&server.Options{
-		Host:      host,
-		Port:      port,
-		JetStream: true,
-		StoreDir:  cfg.StoreDir,
-		NoSigs:    true,
-		NoLog:     true,
-		Users:     cfg.Users,
-	})
+	opts := &server.Options{
+		ServerName: cfg.Name,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true,
+		NoLog:      !cfg.Log,
+		Users:      cfg.Users,
+	}
+	if cfg.ClusterPort > 0 {
+		opts.Cluster.Name = cfg.ClusterName
+		if opts.Cluster.Name == "" {
+			opts.Cluster.Name = "kvroute"
+		}
+		opts.Cluster.Host = host
+		opts.Cluster.Port = cfg.ClusterPort
+		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
+	}
+	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)
+	}
+	if cfg.Log {
+		s.ConfigureLogger()
 	}
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {

@@ -1,9 +1,14 @@
 package natsembed
 
 import (
+	"fmt"
+	"net"
 	"os"
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -52,5 +57,66 @@ func TestOpenTemporaryStore(t *testing.T) {
 	e.Close()
 	if _, err := os.Stat(kept); err != nil {
 		t.Errorf("a given store dir must be kept: %v", err)
+	}
+}
+
+// Three servers started with cluster options form one JetStream cluster: a
+// client of one node sees subscribers on another, and a meta leader is
+// elected.
+func TestClusterNodes(t *testing.T) {
+	var ports []int
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		_ = ln.Close()
+	}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	var nodes []*server.Server
+	for i, p := range ports {
+		s, err := Start(Config{StoreDir: t.TempDir(), Name: fmt.Sprintf("n%d", i+1), ClusterPort: p, Routes: routes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		nodes = append(nodes, s)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.ContainsFunc(nodes, (*server.Server).JetStreamIsLeader) {
+		if time.Now().After(deadline) {
+			t.Fatal("no JetStream meta leader within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling: the server announces no election
+	}
+	sub, err := nats.Connect(nodes[0].ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	pub, err := nats.Connect(nodes[2].ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if _, err := sub.Subscribe("ping", func(m *nats.Msg) { _ = m.Respond([]byte("pong")) }); err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.Flush()
+	var m *nats.Msg
+	for m == nil { // the subscription's interest propagates over the route
+		if m, err = pub.Request("ping", nil, 200*time.Millisecond); err != nil && time.Now().After(deadline) {
+			t.Fatalf("a request from n3 to a responder on n1: %v", err)
+		}
+	}
+	if string(m.Data) != "pong" {
+		t.Fatalf("answer %q", m.Data)
+	}
+	if n := nodes[1].NumRoutes(); n < 2 {
+		t.Fatalf("n2 has %d routes, want 2", n)
 	}
 }

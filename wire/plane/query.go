@@ -19,22 +19,30 @@ import (
 //	query    body = n:u16 { blocks:u32 hash:u64 * blocks } * n
 //	record   body = worker:u64 dp:u32 blocks:u32 local:u64*blocks seqs:u32 seq:u64*seqs
 //	ping     body = (empty)
+//	workers  body = (empty)
 //	reply    = version:u8 status:u8 flags:u16 body
-//	  ok, query: n:u16 { m:u16 { worker:u64 dp:u32 blocks:u32 tree:u32 } * m } * n
+//	  ok, query: n:u16 { m:u16 { worker:u64 dp:u32 blocks:u32 tree:u32 [host:u32 disk:u32] } * m } * n
+//	  ok, workers: as ok, query, with n = 1: every worker key with its
+//	           tree size (blocks 0)
 //	  ok, ping:  approx:u8 id:str8
 //	  error:     msg:str16
 //
-// The flags fields are reserved for extensions that change the body (per-
-// tier overlaps are the planned one: a request flag asks for them, the same
-// reply flag says they follow each overlap); a decoder rejects flags it does
+// The flags fields are for extensions that change the body. FlagTiers on a
+// query request asks for per-tier overlaps; on its reply it says that each
+// overlap carries host and disk (radix.Overlap's: the further leading
+// blocks held on the host, then in any tier) after tree, so that a remote
+// router weighs tiers as a local one does. A decoder rejects flags it does
 // not know, so an old serving index answers a new router with an error
-// (which degrades to zero overlap) instead of a misparse.
+// instead of a misparse (node.RemoteIndex then asks again without tiers).
 const (
 	QueryVersion = 1
 
 	QueryMatch  QueryKind = 1 // look a batch of prompts up
 	QueryRecord QueryKind = 2 // record a routing decision (approximate mode)
 	QueryPing   QueryKind = 3 // who serves? (a second approximate-mode server refuses to start)
+	// QueryWorkers asks for every worker key's tree size: a remote
+	// router's tie-break between workers a request does not overlap.
+	QueryWorkers QueryKind = 4
 
 	ReplyOK    = 0
 	ReplyError = 1
@@ -44,6 +52,10 @@ const (
 	// MaxQueryOverlaps bounds the overlaps of one prompt in a reply.
 	MaxQueryOverlaps = 1<<16 - 1
 )
+
+// FlagTiers is the request and reply flag of per-tier overlaps (QueryMatch
+// only).
+const FlagTiers uint16 = 1 << 0
 
 // QueryKind says what a query request asks.
 type QueryKind uint8
@@ -96,10 +108,15 @@ func appendStr8(dst []byte, s string) []byte {
 }
 
 func appendHeader(dst []byte, kind QueryKind, model, tenant string) ([]byte, error) {
+	return appendHeaderFlags(dst, kind, 0, model, tenant)
+}
+
+func appendHeaderFlags(dst []byte, kind QueryKind, flags uint16, model, tenant string) ([]byte, error) {
 	if len(model) > 255 || len(tenant) > 255 {
 		return dst, errors.New("plane: model and tenant names are limited to 255 bytes")
 	}
-	dst = append(dst, QueryVersion, byte(kind), 0, 0)
+	dst = append(dst, QueryVersion, byte(kind))
+	dst = binary.LittleEndian.AppendUint16(dst, flags)
 	dst = appendStr8(dst, model)
 	return appendStr8(dst, tenant), nil
 }
@@ -128,10 +145,19 @@ func AppendMatchQuery(dst []byte, model, tenant string, prompts [][]wire.BlockHa
 // prompt with AppendMatchPrompt. It is AppendMatchQuery without the slice
 // of slices, for callers holding prompts elsewhere.
 func AppendMatchHeader(dst []byte, model, tenant string, n int) ([]byte, error) {
+	return AppendMatchHeaderFlags(dst, model, tenant, n, 0)
+}
+
+// AppendMatchHeaderFlags is AppendMatchHeader with request flags (0 or
+// FlagTiers).
+func AppendMatchHeaderFlags(dst []byte, model, tenant string, n int, flags uint16) ([]byte, error) {
 	if n > MaxQueryPrompts {
 		return dst, fmt.Errorf("plane: %d prompts in one index query (at most %d)", n, MaxQueryPrompts)
 	}
-	dst, err := appendHeader(dst, QueryMatch, model, tenant)
+	if flags&^FlagTiers != 0 {
+		return dst, fmt.Errorf("plane: index query flags %#x unknown", flags)
+	}
+	dst, err := appendHeaderFlags(dst, QueryMatch, flags, model, tenant)
 	if err != nil {
 		return dst, err
 	}
@@ -171,6 +197,12 @@ func AppendRecordQuery(dst []byte, model, tenant string, worker wire.WorkerKey, 
 	return dst, nil
 }
 
+// AppendWorkersQuery appends a QueryWorkers request.
+func AppendWorkersQuery(dst []byte) []byte {
+	dst, _ = appendHeader(dst, QueryWorkers, "", "")
+	return dst
+}
+
 // AppendPingQuery appends a QueryPing request.
 func AppendPingQuery(dst []byte) []byte {
 	dst, _ = appendHeader(dst, QueryPing, "", "")
@@ -192,7 +224,7 @@ func DecodeQuery(src []byte, q *Query) error {
 	}
 	q.Kind = QueryKind(src[1])
 	q.Flags = binary.LittleEndian.Uint16(src[2:])
-	if q.Flags != 0 {
+	if q.Flags != 0 && (q.Kind != QueryMatch || q.Flags != FlagTiers) {
 		return fmt.Errorf("plane: index query flags %#x not supported", q.Flags)
 	}
 	src = src[4:]
@@ -239,7 +271,7 @@ func DecodeQuery(src []byte, q *Query) error {
 			q.Seq = append(q.Seq, wire.SeqHash(binary.LittleEndian.Uint64(src[8*i:])))
 		}
 		src = src[8*m:]
-	case QueryPing:
+	case QueryPing, QueryWorkers:
 	default:
 		return fmt.Errorf("plane: unknown index query kind %d", q.Kind)
 	}
@@ -300,13 +332,27 @@ func (r *QueryReply) Prompt(i int) []radix.Overlap {
 // AppendReplyHeader begins an OK reply to a QueryMatch of n prompts; append
 // each prompt's overlaps with AppendReplyPrompt.
 func AppendReplyHeader(dst []byte, n int) []byte {
-	dst = append(dst, QueryVersion, ReplyOK, 0, 0)
+	return AppendReplyHeaderFlags(dst, n, 0)
+}
+
+// AppendReplyHeaderFlags is AppendReplyHeader with reply flags: FlagTiers
+// when the request asked for tiers (then append each prompt with
+// AppendReplyPromptFlags and the same flags).
+func AppendReplyHeaderFlags(dst []byte, n int, flags uint16) []byte {
+	dst = append(dst, QueryVersion, ReplyOK)
+	dst = binary.LittleEndian.AppendUint16(dst, flags&FlagTiers)
 	return binary.LittleEndian.AppendUint16(dst, uint16(n))
 }
 
 // AppendReplyPrompt appends one prompt's overlaps (at most
 // MaxQueryOverlaps are sent; an index has far fewer worker keys).
 func AppendReplyPrompt(dst []byte, ovs []radix.Overlap) []byte {
+	return AppendReplyPromptFlags(dst, ovs, 0)
+}
+
+// AppendReplyPromptFlags is AppendReplyPrompt of a reply begun with flags:
+// with FlagTiers each overlap also carries its host and disk blocks.
+func AppendReplyPromptFlags(dst []byte, ovs []radix.Overlap, flags uint16) []byte {
 	ovs = ovs[:min(len(ovs), MaxQueryOverlaps)]
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(ovs)))
 	for _, o := range ovs {
@@ -314,6 +360,10 @@ func AppendReplyPrompt(dst []byte, ovs []radix.Overlap) []byte {
 		dst = binary.LittleEndian.AppendUint32(dst, o.Worker.Dp)
 		dst = binary.LittleEndian.AppendUint32(dst, o.Blocks)
 		dst = binary.LittleEndian.AppendUint32(dst, o.TreeSize)
+		if flags&FlagTiers != 0 {
+			dst = binary.LittleEndian.AppendUint32(dst, o.Host)
+			dst = binary.LittleEndian.AppendUint32(dst, o.Disk)
+		}
 	}
 	return dst
 }
@@ -354,7 +404,7 @@ func DecodeQueryReply(src []byte, kind QueryKind, r *QueryReply) error {
 	}
 	r.Status = src[1]
 	r.Flags = binary.LittleEndian.Uint16(src[2:])
-	if r.Flags != 0 {
+	if r.Flags != 0 && (kind != QueryMatch || r.Status != ReplyOK || r.Flags != FlagTiers) {
 		return fmt.Errorf("plane: index reply flags %#x not supported", r.Flags)
 	}
 	src = src[4:]
@@ -378,7 +428,7 @@ func DecodeQueryReply(src []byte, kind QueryKind, r *QueryReply) error {
 		}
 		r.ID = string(id)
 		return nil
-	case kind == QueryMatch:
+	case kind == QueryMatch, kind == QueryWorkers:
 	default:
 		return fmt.Errorf("plane: a %d request has no reply body", kind)
 	}
@@ -387,7 +437,10 @@ func DecodeQueryReply(src []byte, kind QueryKind, r *QueryReply) error {
 	}
 	n := int(binary.LittleEndian.Uint16(src))
 	src = src[2:]
-	const size = 20
+	size := 20
+	if r.Flags&FlagTiers != 0 {
+		size = 28
+	}
 	for range n {
 		if len(src) < 2 {
 			return errQueryShort
@@ -399,11 +452,15 @@ func DecodeQueryReply(src []byte, kind QueryKind, r *QueryReply) error {
 		}
 		for j := range m {
 			b := src[size*j:]
-			r.Overlaps = append(r.Overlaps, radix.Overlap{
+			o := radix.Overlap{
 				Worker:   wire.WorkerKey{Worker: binary.LittleEndian.Uint64(b), Dp: binary.LittleEndian.Uint32(b[8:])},
 				Blocks:   binary.LittleEndian.Uint32(b[12:]),
 				TreeSize: binary.LittleEndian.Uint32(b[16:]),
-			})
+			}
+			if size == 28 {
+				o.Host, o.Disk = binary.LittleEndian.Uint32(b[20:]), binary.LittleEndian.Uint32(b[24:])
+			}
+			r.Overlaps = append(r.Overlaps, o)
 		}
 		src = src[size*m:]
 		r.Ends = append(r.Ends, len(r.Overlaps))

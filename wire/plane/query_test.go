@@ -86,7 +86,7 @@ func TestQueryRejects(t *testing.T) {
 	for name, mut := range map[string]func([]byte) []byte{
 		"version":  func(b []byte) []byte { b[0] = 9; return b },
 		"kind":     func(b []byte) []byte { b[1] = 9; return b },
-		"flags":    func(b []byte) []byte { b[2] = 1; return b },
+		"flags":    func(b []byte) []byte { b[2] = 2; return b }, // 1 is FlagTiers
 		"trailing": func(b []byte) []byte { return append(b, 0) },
 		"count":    func(b []byte) []byte { b[7] = 0xff; return b },
 	} {
@@ -125,6 +125,72 @@ func TestQueryReplyRoundTrip(t *testing.T) {
 	}
 }
 
+// With FlagTiers a match query asks for per-tier overlaps and the reply
+// carries host and disk blocks; the flag is refused on other kinds, and an
+// unknown flag is refused everywhere.
+func TestQueryTiers(t *testing.T) {
+	b, err := AppendMatchHeaderFlags(nil, "m", "", 1, FlagTiers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = AppendMatchPrompt(b, []wire.BlockHash{1, 2})
+	var q Query
+	if err := DecodeQuery(b, &q); err != nil || q.Flags != FlagTiers || q.Prompts() != 1 {
+		t.Fatalf("tiered query: %v %+v", err, q)
+	}
+	if _, err := AppendMatchHeaderFlags(nil, "m", "", 1, 2); err == nil {
+		t.Fatal("an unknown request flag was encoded")
+	}
+	bad := slices.Clone(b)
+	bad[2] = 2
+	if err := DecodeQuery(bad, &q); err == nil {
+		t.Fatal("an unknown request flag was accepted")
+	}
+	ping := AppendPingQuery(nil)
+	ping[2] = byte(FlagTiers)
+	if err := DecodeQuery(ping, &q); err == nil {
+		t.Fatal("FlagTiers on a ping was accepted")
+	}
+
+	ovs := []radix.Overlap{{Worker: wire.WorkerKey{Worker: 1, Dp: 2}, Blocks: 3, Host: 4, Disk: 5, TreeSize: 20}, {Worker: wire.WorkerKey{Worker: 7}, Host: 1, TreeSize: 1}}
+	r := AppendReplyPromptFlags(AppendReplyHeaderFlags(nil, 1, FlagTiers), ovs, FlagTiers)
+	var rep QueryReply
+	if err := DecodeQueryReply(r, QueryMatch, &rep); err != nil || rep.Flags != FlagTiers || !slices.Equal(rep.Prompt(0), ovs) {
+		t.Fatalf("tiered reply: %v %+v", err, rep)
+	}
+	for i := range len(r) {
+		if err := DecodeQueryReply(r[:i], QueryMatch, &rep); err == nil {
+			t.Errorf("tiered reply truncated to %d bytes: no error", i)
+		}
+	}
+	// Without the flag the tiers are not sent.
+	plain := AppendReplyPrompt(AppendReplyHeader(nil, 1), ovs)
+	if err := DecodeQueryReply(plain, QueryMatch, &rep); err != nil || rep.Prompt(0)[0].Host != 0 || rep.Prompt(0)[0].Blocks != 3 {
+		t.Fatalf("plain reply: %v %+v", err, rep)
+	}
+	pr := AppendPingReply(nil, false, "x")
+	pr[2] = byte(FlagTiers)
+	if err := DecodeQueryReply(pr, QueryPing, &rep); err == nil {
+		t.Fatal("FlagTiers on a ping reply was accepted")
+	}
+}
+
+// A workers query has no body; its reply is a match reply of one prompt.
+func TestWorkersQuery(t *testing.T) {
+	var q Query
+	if err := DecodeQuery(AppendWorkersQuery(nil), &q); err != nil || q.Kind != QueryWorkers {
+		t.Fatalf("workers query: %v %+v", err, q)
+	}
+	if err := DecodeQuery(append(AppendWorkersQuery(nil), 0), &q); err == nil {
+		t.Fatal("a workers query with a body was accepted")
+	}
+	ws := []radix.Overlap{{Worker: wire.WorkerKey{Worker: 1}, TreeSize: 30}, {Worker: wire.WorkerKey{Worker: 2, Dp: 1}, TreeSize: 5}}
+	var r QueryReply
+	if err := DecodeQueryReply(AppendReplyPrompt(AppendReplyHeader(nil, 1), ws), QueryWorkers, &r); err != nil || len(r.Ends) != 1 || !slices.Equal(r.Prompt(0), ws) {
+		t.Fatalf("workers reply: %v %+v", err, r)
+	}
+}
+
 // FuzzDecodeQuery: the decoder never panics, never grows its slices beyond
 // what the input can hold, and what it accepts re-encodes to the same bytes.
 func FuzzDecodeQuery(f *testing.F) {
@@ -135,6 +201,9 @@ func FuzzDecodeQuery(f *testing.F) {
 	seed, _ = AppendRecordQuery(nil, "m", "", wire.WorkerKey{Worker: 3, Dp: 1}, []wire.BlockHash{9, 8}, []wire.SeqHash{7, 6})
 	f.Add(seed)
 	f.Add(AppendPingQuery(nil))
+	f.Add(AppendWorkersQuery(nil))
+	seed, _ = AppendMatchHeaderFlags(nil, "m", "", 1, FlagTiers)
+	f.Add(AppendMatchPrompt(seed, []wire.BlockHash{5, 6}))
 	f.Add([]byte{1, 1, 0, 0, 0, 0, 0xff, 0xff})
 	f.Add([]byte{1, 1, 0, 0, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -149,13 +218,14 @@ func FuzzDecodeQuery(f *testing.F) {
 		var err error
 		switch q.Kind {
 		case QueryMatch:
-			ps := make([][]wire.BlockHash, q.Prompts())
-			for i := range ps {
-				ps[i] = q.Prompt(i)
+			re, err = AppendMatchHeaderFlags(nil, string(q.Model), string(q.Tenant), q.Prompts(), q.Flags)
+			for i := range q.Prompts() {
+				re = AppendMatchPrompt(re, q.Prompt(i))
 			}
-			re, err = AppendMatchQuery(nil, string(q.Model), string(q.Tenant), ps)
 		case QueryRecord:
 			re, err = AppendRecordQuery(nil, string(q.Model), string(q.Tenant), q.Worker, q.Hashes, q.Seq)
+		case QueryWorkers:
+			re, err = appendHeader(nil, QueryWorkers, string(q.Model), string(q.Tenant))
 		case QueryPing:
 			re, err = appendHeader(nil, QueryPing, string(q.Model), string(q.Tenant))
 		}
@@ -173,6 +243,8 @@ func FuzzDecodeQueryReply(f *testing.F) {
 	b = AppendReplyPrompt(b, nil)
 	f.Add(b, uint8(QueryMatch))
 	f.Add(AppendErrorReply(nil, "no"), uint8(QueryMatch))
+	b = AppendReplyHeaderFlags(nil, 1, FlagTiers)
+	f.Add(AppendReplyPromptFlags(b, []radix.Overlap{{Worker: wire.WorkerKey{Worker: 1}, Blocks: 2, TreeSize: 9, Host: 3, Disk: 1}}, FlagTiers), uint8(QueryMatch))
 	f.Add(AppendPingReply(nil, true, "x"), uint8(QueryPing))
 	f.Add([]byte{1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, uint8(QueryMatch))
 	f.Fuzz(func(t *testing.T, b []byte, kind uint8) {

@@ -403,6 +403,16 @@ func (d *VLLMDecoder) decodeEvent(b *Batch, o []byte, ordinal int) (next []byte,
 			return o, rejected, rejection{what: "BlockStored without block_hashes or token_ids"}
 		}
 		bs := d.blockSize
+		if len(b.tokens) == 0 && f.nHashes > 0 && ev.Tier != TierDevice {
+			// vLLM's offloading connector (see doc.go, "Offloaded blocks"):
+			// the CPU copies of GPU blocks, by hash, without tokens.
+			if f.hasBlockSize && f.blockSize%uint64(bs) != 0 {
+				return o, rejected, rejection{mismatch: true, got: int(min(f.blockSize, 1<<62)), want: bs}
+			}
+			ev.ByEngine = true
+			ev.Blocks = b.blocksAt(f.hashesAt, f.nHashes)
+			break
+		}
 		if f.hasBlockSize && f.blockSize != uint64(bs) {
 			return o, rejected, rejection{mismatch: true, got: int(min(f.blockSize, 1<<62)), want: bs}
 		}

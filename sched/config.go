@@ -93,7 +93,8 @@ type Config struct {
 	Policy Policy
 
 	// Weight is w in the default cost w × prefill_blocks + decode_blocks
-	// (--kv-overlap-score-weight). Default 1. 0 ignores prefill load.
+	// (--kv-overlap-score-weight). Default 8 (Dynamo's is 1, in the same
+	// units; see doc.go, "Defaults"). 0 ignores prefill load.
 	Weight float64
 	// Temperature > 0 samples a softmax over range-normalized costs instead
 	// of taking the argmin (--router-temperature). Default 0.
@@ -125,8 +126,9 @@ type Config struct {
 
 	// BusyDecodeFrac marks a dp rank busy when its decode blocks
 	// (max of the router's active blocks and the engine's reported used
-	// blocks) exceed BusyDecodeFrac × its total KV blocks. Default 1.0;
-	// ≤ 0 disables the check; ranks with unknown total blocks never trip it.
+	// blocks) exceed BusyDecodeFrac × its total KV blocks. Default 0
+	// (disabled, as Dynamo's --active-decode-blocks-threshold; see doc.go,
+	// "Defaults"); ranks with unknown total blocks never trip it.
 	BusyDecodeFrac float64
 	// BusyPrefillTokens marks a dp rank busy when its active prefill tokens
 	// exceed it. Default 0 = disabled.
@@ -155,7 +157,7 @@ func DefaultConfig() Config {
 	return Config{
 		BlockSize:        16,
 		Policy:           PolicyKV,
-		Weight:           1,
+		Weight:           8,
 		Temperature:      0,
 		PrefillLoadScale: 1,
 		OverlapCredit:    1,
@@ -163,7 +165,7 @@ func DefaultConfig() Config {
 		DiskHitWeight:    0.25,
 		AssumeKVReuse:    true,
 		Expiry:           300 * time.Second,
-		BusyDecodeFrac:   1.0,
+		BusyDecodeFrac:   0,
 		QueuePolicy:      QueueFCFS,
 		QueueDepth:       1024,
 		RejectionWindow:  5 * time.Second,

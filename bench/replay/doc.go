@@ -107,7 +107,7 @@
 // 6.578108e-09,0.00189793,16.50142 --host-gbps 256: each step does the
 // eight engines' work in the same time) reaches 0.96, 0.94, 0.93 of it at
 // 1x, 4x, 5x, while kv at weight 1000 (no decode-load term to speak of)
-// reaches 0.81 at 4x. The loss is the partition into eight caches that
+// reaches 0.91 at 2x and 0.81 at 4x. The loss is the partition into eight caches that
 // load must be spread over, not the load itself; no measurement here shows
 // 0.9 infeasible for eight partitions, nor a cost that reaches it.
 //

@@ -36,6 +36,10 @@
 //   - Stored in tier T adds T to each block (a block already held in
 //     another tier keeps it: a host copy of a GPU block is the same entry,
 //     the same engine hash). Parents may be held in any tier.
+//   - Stored with ByEngine (vLLM's offloading connector names the CPU
+//     copies of GPU blocks by hash, without tokens) adds T to each named
+//     block the worker holds; hashes it does not hold count as Unknown
+//     (applyTierByEngine, tierhash.go). Never the device tier.
 //   - Removed in tier T takes T from each named block that holds it; the
 //     blocks below keep their tiers (a host may hold a block without its
 //     parent). A name not held in T is Unknown, so a removed CPU copy of a

@@ -51,7 +51,7 @@ type Overlap struct {
 type Result struct {
 	Stored    int // (block, worker) entries newly stored in the event's tier
 	Removed   int // (block, worker) entries removed from the event's tier, including descendants
-	Unknown   int // removals of engine hashes the worker did not hold in the event's tier (the rest is applied)
+	Unknown   int // removals of engine hashes the worker did not hold in the event's tier, or ByEngine stores of hashes it does not hold (the rest is applied)
 	Conflicts int // Stored blocks dropped by ErrConflict
 }
 
@@ -148,6 +148,10 @@ func (t *Tree) Apply(ev *wire.Event) (Result, error) {
 	var err error
 	switch ev.Kind {
 	case wire.KindStored:
+		if ev.ByEngine {
+			res = t.applyTierByEngine(ev)
+			break
+		}
 		res, err = t.applyStored(ev)
 	case wire.KindRemoved:
 		res = t.applyRemoved(ev)

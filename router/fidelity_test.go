@@ -195,6 +195,37 @@ func TestEngineFidelityThroughRoute(t *testing.T) {
 		waitFor(t, "cleared", func() bool { return route("")[102] == 0 })
 	})
 
+	// vLLM's offloading connector: the CPU copies of GPU blocks arrive by
+	// hash with empty token_ids; once the GPU evicts them they are host
+	// blocks (wire/offload_test.go names the upstream files).
+	t.Run("offloaded CPU blocks", func(t *testing.T) {
+		h := hashes(6000, 4)
+		vllm.publish(t, wire.AppendVLLMBatch(nil, &wire.VLLMBatch{Events: []wire.VLLMEvent{
+			{Kind: wire.KindCleared}, // the multimodal blocks
+			{Kind: wire.KindStored, BlockHashes: h, Tokens: prompt, BlockSize: bs, Medium: "GPU"},
+			{Kind: wire.KindStored, BlockHashes: h, Tokens: []uint32{}, BlockSize: bs, Medium: "CPU"},
+			{Kind: wire.KindRemoved, BlockHashes: h[1:], Medium: "GPU"},
+		}}, wire.VLLMEncoding{Map: true}))
+		e.waitIndexed(vllm, plain, 1)
+		waitFor(t, "1 device + 3 host blocks", func() bool {
+			ovs, err := e.svc.Index.Match(nil, plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range ovs {
+				if o.Worker.Worker == 101 {
+					return o.Blocks == 1 && o.Host == 3
+				}
+			}
+			return false
+		})
+		if got := route(""); got[101] != 1 {
+			t.Fatalf("overlaps %v, want worker 101 at 1 device block", got)
+		}
+		vllm.publish(t, wire.AppendVLLMBatch(nil, &wire.VLLMBatch{Events: []wire.VLLMEvent{{Kind: wire.KindCleared}}}, wire.VLLMEncoding{}))
+		waitFor(t, "cleared", func() bool { return route("")[101] == 0 })
+	})
+
 	// Fix 6: a salted SGLang event is one tenant's; a request with that
 	// cache_salt matches it, other requests do not, and the unsalted copy on
 	// another worker is not the tenant's.

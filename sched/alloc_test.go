@@ -69,7 +69,7 @@ func TestExplainAllocs(t *testing.T) {
 // full), expiry on Tick, load reports and the read model allocate nothing in
 // steady state.
 func TestQueueAndTickAllocs(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.QueueDepth = 4
 	cfg.Expiry = 10 * time.Second
 	s, err := New(cfg, 1)

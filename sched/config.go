@@ -93,7 +93,8 @@ type Config struct {
 	Policy Policy
 
 	// Weight is w in the default cost w × prefill_blocks + decode_blocks
-	// (--kv-overlap-score-weight). Default 1. 0 ignores prefill load.
+	// (--kv-overlap-score-weight). Default 8 (Dynamo's is 1, in the same
+	// units; see doc.go, "Defaults"). 0 ignores prefill load.
 	Weight float64
 	// Temperature > 0 samples a softmax over range-normalized costs instead
 	// of taking the argmin (--router-temperature). Default 0.
@@ -125,8 +126,10 @@ type Config struct {
 
 	// BusyDecodeFrac marks a dp rank busy when its decode blocks
 	// (max of the router's active blocks and the engine's reported used
-	// blocks) exceed BusyDecodeFrac × its total KV blocks. Default 1.0;
-	// ≤ 0 disables the check; ranks with unknown total blocks never trip it.
+	// blocks) exceed BusyDecodeFrac × its total KV blocks. Default 1.0
+	// (Dynamo's --active-decode-blocks-threshold is off until set; see
+	// doc.go, "Defaults", for what each costs); ≤ 0 disables the check;
+	// ranks with unknown total blocks never trip it.
 	BusyDecodeFrac float64
 	// BusyPrefillTokens marks a dp rank busy when its active prefill tokens
 	// exceed it. Default 0 = disabled.
@@ -163,7 +166,7 @@ func DefaultConfig() Config {
 	return Config{
 		BlockSize:        16,
 		Policy:           PolicyKV,
-		Weight:           1,
+		Weight:           8,
 		Temperature:      0,
 		PrefillLoadScale: 1,
 		OverlapCredit:    1,

@@ -115,6 +115,49 @@
 // TestShedJitteredFleet varies the fleet's speed by ±40% every 500 ms: every
 // second admits ≥ 20%, p99 wait ≤ 1.28 s.
 //
+// # Defaults (issue 13)
+//
+// Weight 8 (Dynamo: 1, the same cost in the same units) was chosen with
+// bench/replay on the Mooncake trace (8 workers, default timing model, a
+// host tier of 4× the GPU blocks; README § Replay with a host tier).
+// BusyDecodeFrac stays 1.0 (Dynamo's thresholds are off until set), for the
+// reason and at the cost measured below.
+//
+// Weight: kv's hit ratio and mean TTFT improve with w at every load below
+// saturation, with diminishing returns past 8 (busy detection on as
+// before; hit / one LRU of the fleet's GPU + host size, mean TTFT):
+//
+//	w      1x                 4x
+//	1      0.494, 0.83, 193   0.322, 0.54, 340 ms
+//	2      0.534, 0.90, 182   0.387, 0.65, 296 ms
+//	4      0.537, 0.91, 182   0.424, 0.71, 274 ms
+//	8      0.550, 0.93, 179   0.455, 0.77, 254 ms
+//	1000   0.552, 0.93, 179   0.480, 0.81, 247 ms
+//
+// Mean ITL fell too (4x: 39 → 29 ms): in the engine model a step's time is
+// mostly its uncached prefill tokens, so the decode term (the KV blocks in
+// use), weighed 1:1 with prefill blocks, spread requests away from their
+// caches for no gain. The engine model does skip cached prefill, and a host
+// onload (16 × 128 KiB at 32 GB/s = 66 µs a block) costs 27% of
+// recomputing the block (16 tokens × 15.2 µs), so HostHitWeight 0.75 stays.
+//
+// Busy detection: with a rank busy above its total KV blocks (router's
+// booked blocks, the queued ones included), at 5x 1,700–1,950 of 3,993
+// requests waited in the router's queue and were admitted to whichever
+// rank freed first, whatever its cache: kv's hit ratio fell from 0.455 (4x)
+// to 0.168, its prefill work rose and it saturated with round-robin (5115
+// vs 6679 ms). With busy detection off a request waits in the engine it was
+// routed to, next to its cache: kv at 5x is not saturated (469 ms mean
+// TTFT, hit 0.395) while round-robin is (8278 ms, 17.7×); kv saturates at
+// 6x. Busy detection stays on by default all the same: it is what makes
+// the router queue, shed early (MaxQueueWait) and answer 429/503 when the
+// whole fleet is full, so an admitted request's time to first token stays
+// bounded under any overload instead of growing in the engines' queues
+// (issue 15 §3). Its cost is the affinity of queued requests at saturation,
+// above. Operators who prefer the throughput set --busy-decode-frac 0, as
+// the replay tables' "now" columns do; dispatching queued requests by cache
+// as well as by free capacity would remove the trade-off (not done).
+//
 // # Cost of a decision
 //
 // A decision allocates nothing once the tables have grown to the working set

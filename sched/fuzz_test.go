@@ -22,7 +22,7 @@ func FuzzOps(f *testing.F) {
 		if len(data) < 4 {
 			return
 		}
-		cfg := DefaultConfig()
+		cfg := testConfig()
 		cfg.BlockSize = 4
 		cfg.Policy = Policy(data[0] % 4)
 		cfg.AssumeKVReuse = data[1]%2 == 0

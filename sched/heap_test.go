@@ -27,7 +27,7 @@ func TestHeapMatchesScan(t *testing.T) {
 	for round := range rounds {
 		seed := uint64(round)*0x9e3779b97f4a7c15 + 1
 		rng := rand.New(rand.NewPCG(seed, 7))
-		cfg := DefaultConfig()
+		cfg := testConfig()
 		cfg.BlockSize = 4
 		switch rng.IntN(8) {
 		case 0:

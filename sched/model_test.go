@@ -146,7 +146,7 @@ func TestModel(t *testing.T) {
 
 func testModel(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 42))
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.BlockSize = 4
 	cfg.QueueDepth = 3
 	cfg.Expiry = 50 * time.Second

@@ -124,7 +124,7 @@ func (f *fleet) step() {
 }
 
 func benchOpts(workers int) fleetOpts {
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	return fleetOpts{
 		workers:    workers,
 		blocks:     32, // 512-token prompts at block size 16

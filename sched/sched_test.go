@@ -10,7 +10,7 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
-	good := DefaultConfig()
+	good := testConfig()
 	if err := good.Validate(); err != nil {
 		t.Fatalf("default config: %v", err)
 	}
@@ -27,7 +27,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.HostHitWeight = math.NaN() },
 	}
 	for i, mod := range bad {
-		c := DefaultConfig()
+		c := testConfig()
 		mod(&c)
 		if err := c.Validate(); !errors.Is(err, ErrConfig) {
 			t.Errorf("case %d: Validate = %v, want ErrConfig", i, err)
@@ -60,7 +60,7 @@ func TestParseNames(t *testing.T) {
 // stamps it guards must be reset so stale overlaps and held counts from 2^32
 // decisions ago cannot come back.
 func TestGenerationWrap(t *testing.T) {
-	s, err := New(DefaultConfig(), 1)
+	s, err := New(testConfig(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestGenerationWrap(t *testing.T) {
 
 // Decide panics on mismatched batch and overlaps (a caller bug).
 func TestDecideMismatch(t *testing.T) {
-	s, _ := New(DefaultConfig(), 1)
+	s, _ := New(testConfig(), 1)
 	defer func() {
 		if recover() == nil {
 			t.Fatal("no panic")
@@ -107,7 +107,7 @@ func TestDecideMismatch(t *testing.T) {
 // Time never goes backwards: a now older than one already seen is treated
 // as the latest seen (bookings and expiry stay ordered).
 func TestTimeMonotonic(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := testConfig()
 	cfg.Expiry = 10 * time.Second
 	s, _ := New(cfg, 1)
 	k := wire.WorkerKey{Worker: 1}
@@ -131,7 +131,7 @@ func TestTimeMonotonic(t *testing.T) {
 // Loads at and above 2^32 (which leave the 12-byte scan mirror) still cost
 // correctly through the general path.
 func TestHugeLoads(t *testing.T) {
-	s, _ := New(DefaultConfig(), 1)
+	s, _ := New(testConfig(), 1)
 	a, b := wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 2}
 	s.AddWorker(a, Capacity{})
 	s.AddWorker(b, Capacity{})
@@ -150,5 +150,26 @@ func TestHugeLoads(t *testing.T) {
 	want := (float64(math.MaxUint32-1) + 16) / 16
 	if d.Cost != want {
 		t.Fatalf("cost %v, want %v", d.Cost, want)
+	}
+}
+
+// testConfig is the configuration the unit tests and the scripts in
+// testdata were written against: DefaultConfig with the defaults it had
+// before issue 13's replay measurements (weight 1, busy above the total KV
+// blocks), so that their expected costs and busy transitions stay meaningful.
+func testConfig() Config {
+	c := DefaultConfig()
+	c.Weight, c.BusyDecodeFrac = 1, 1
+	return c
+}
+
+// The defaults chosen by the replay measurements (doc.go, "Defaults").
+func TestDefaults(t *testing.T) {
+	c := DefaultConfig()
+	if c.Weight != 8 || c.BusyDecodeFrac != 1 || c.HostHitWeight != 0.75 || c.DiskHitWeight != 0.25 {
+		t.Fatalf("defaults: weight %v, busy decode frac %v, host %v, disk %v", c.Weight, c.BusyDecodeFrac, c.HostHitWeight, c.DiskHitWeight)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }

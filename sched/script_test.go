@@ -43,7 +43,7 @@ import (
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		h := &harness{}
-		h.reset(DefaultConfig(), 1)
+		h.reset(testConfig(), 1)
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			out := h.run(t, d)
 			if err := h.s.CheckInvariants(); err != nil {
@@ -289,7 +289,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	var b strings.Builder
 	switch d.Cmd {
 	case "config":
-		cfg := DefaultConfig()
+		cfg := testConfig()
 		seed := a.u64(t, "seed", 1)
 		cfg.BlockSize = int(a.u64(t, "block-size", uint64(cfg.BlockSize)))
 		cfg.Weight = a.f64(t, "weight", cfg.Weight)

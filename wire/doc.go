@@ -59,10 +59,28 @@
 //     identifiers among a block's keys (also as [identifier, offset]) are its
 //     multimodal objects; their MMHashOf values are folded into its hash
 //     (BlockHashMM), so two images over the same placeholder tokens differ.
-//   - SGLang's EAGLE pages: token_ids as bigrams [t, t+1]; a page's block is
-//     its first tokens, hashed as the plain page (so that it matches the
-//     router's request hashes; Dynamo instead hashes B+1-token windows for
-//     EAGLE workers, on both sides).
+//   - SGLang's EAGLE pages ("EAGLE pages"): token_ids as bigrams [t, t+1].
+//     By default a page's block is its first tokens, hashed as the plain
+//     page, so that it matches the router's plain request hashes. Dynamo
+//     (zmq_wire.rs, protocols.rs compute_block_hash_for_seq with is_eagle)
+//     hashes each page with the token after it, a window of B+1 tokens, on
+//     both sides, for workers whose runtime config enables EAGLE: exact,
+//     since SGLang's bigram keys make a page reusable only when that next
+//     token matches too. The plain hash can credit one page too many per
+//     request (when the request's token after a cached page differs, or the
+//     prompt ends with the page). VLLMConfig.EagleWindows and
+//     LocalHashesEagle implement Dynamo's form; they must be switched on
+//     together (events and requests), which serve does not do yet.
+//   - vLLM's offloading connector ("Offloaded blocks"): a BlockStored with
+//     empty token_ids on a tier other than the device (medium CPU),
+//     block_size the offloaded block size (the GPU's by default, a multiple
+//     of it) or 0 (main's placeholder payload), names GPU blocks by hash:
+//     the event is a Stored event with ByEngine set, which adds the tier to
+//     the blocks the worker holds under those hashes (radix). A chunk of k >
+//     1 GPU blocks is named by its last block, which alone gets the tier (a
+//     host extension stops before it: fewer host hits, never false ones).
+//     The same with medium GPU, or a block_size that is not a multiple of
+//     B, is rejected.
 //   - Cache salts: cache_salt (map form), a map {lora_name, cache_salt} in
 //     lora_name's place (SGLang), a string in extra_keys' place, or the
 //     first string of the first block's extra_keys that is neither a

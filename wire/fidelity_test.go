@@ -185,9 +185,10 @@ func TestVLLMMultimodalExtraKeys(t *testing.T) {
 // token_ids are the pairs [(raw[j], raw[j+1]) for j in page] and block_size
 // is the number of pairs; events are msgspec array_like BlockStored
 // [block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium].
-// The page's block is its first tokens, hashed as the same page without
-// EAGLE (so that it matches a request's blocks). Dynamo's zmq_wire.rs
-// flattens the pairs the same way (firsts plus the last second).
+// By default the page's block is its first tokens, hashed as the same page
+// without EAGLE (so that it matches a plainly hashed request's blocks).
+// Dynamo's zmq_wire.rs flattens the pairs the same way (firsts plus the
+// last second) and hashes windows of bs+1 tokens (VLLMConfig.EagleWindows).
 func TestSGLangEagleBigrams(t *testing.T) {
 	const bs = 2
 	raw := []uint32{10, 11, 12, 13, 14} // Dynamo's test_deserialize_bigram_block_stored_sequence
@@ -219,6 +220,25 @@ func TestSGLangEagleBigrams(t *testing.T) {
 	for i, bl := range b.Events[0].Blocks {
 		if want := refHash(raw[i*bs:(i+1)*bs], nil, Seed); bl.Local != want {
 			t.Errorf("page %d: %d, want %d (the plain page's hash)", i, bl.Local, want)
+		}
+	}
+	// With EagleWindows, as Dynamo's zmq_wire.rs (create_stored_blocks with
+	// is_eagle: block i over the flattened tokens [i·bs, i·bs+bs+1)) and
+	// its test_convert_event_bigram_emits_eagle_windows: hash([10,11,12])
+	// and hash([12,13,14]); a request hashed with LocalHashesEagle
+	// (Dynamo's test_compute_block_hash_for_seq_eagle_windows: 6 tokens,
+	// block size 2, 2 windows) matches them.
+	ew := decodeOne(t, NewVLLMDecoder(VLLMConfig{Worker: 1, BlockSize: bs, EagleWindows: true}), 0, p)
+	req := LocalHashesEagle(nil, []uint32{10, 11, 12, 13, 14, 15}, bs, Seed)
+	if len(req) != 2 || req[0] != refHash(raw[0:3], nil, Seed) || req[1] != refHash(raw[2:5], nil, Seed) {
+		t.Fatalf("eagle request windows %v", req)
+	}
+	if n := len(LocalHashesEagle(nil, raw[:4], bs, Seed)); n != 1 {
+		t.Fatalf("4 tokens at block size 2: %d eagle blocks, want (4-1)/2 = 1", n)
+	}
+	for i, bl := range ew.Events[0].Blocks {
+		if bl.Local != req[i] {
+			t.Errorf("eagle page %d: %d, want the window's hash %d", i, bl.Local, req[i])
 		}
 	}
 	// The encoder's Bigram form decodes the same.

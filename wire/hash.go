@@ -45,6 +45,21 @@ func LocalHashes(dst []BlockHash, tokens []uint32, blockSize int, seed uint64) [
 	return dst
 }
 
+// LocalHashesEagle appends to dst the local hashes of tokens as Dynamo
+// hashes them for an EAGLE model (lib/kv-router/src/protocols.rs,
+// compute_block_hash_for_seq with is_eagle): block i is the window of
+// blockSize+1 tokens starting at i × blockSize (the block and the first
+// token after it, which SGLang's bigram keys cover), so (len(tokens) − 1) /
+// blockSize blocks. blockSize must be > 0. It does not allocate when dst
+// has room.
+func LocalHashesEagle(dst []BlockHash, tokens []uint32, blockSize int, seed uint64) []BlockHash {
+	for len(tokens) > blockSize {
+		dst = append(dst, BlockHashOf(tokens[:blockSize+1], seed))
+		tokens = tokens[blockSize:]
+	}
+	return dst
+}
+
 // BlockHashOf returns the local hash of one block of tokens.
 func BlockHashOf(block []uint32, seed uint64) BlockHash {
 	if isLittleEndian {

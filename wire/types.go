@@ -87,4 +87,10 @@ type Event struct {
 	Parent    EngineHash // Stored only: engine hash of the block before Blocks[0]
 	Blocks    []Block    // Stored: blocks in prefix order; Removed: engine hashes to remove
 	LoRA      []byte     // adapter name, nil for the base model
+	// ByEngine (Stored, a tier other than the device): Blocks carry engine
+	// hashes only (Local is 0), of blocks the worker already holds in
+	// another tier; the event adds Tier to them. vLLM's offloading
+	// connector publishes its CPU copies so (token_ids empty: the tokens
+	// are those of the GPU block of the same hash).
+	ByEngine bool
 }

@@ -19,6 +19,12 @@ const MaxDPRank = 1<<16 - 1
 type VLLMConfig struct {
 	Worker    uint64 // worker id the engine's events belong to
 	BlockSize int    // the engine's block size in tokens; must be > 0
+	// EagleWindows hashes SGLang's EAGLE pages (bigram token_ids) as
+	// Dynamo does: each page as the window of its tokens and the next
+	// (LocalHashesEagle), exact for requests hashed the same way. Off, a
+	// page is hashed as the plain page of its first tokens (LocalHashes),
+	// which matches plainly hashed requests (see doc.go, "EAGLE pages").
+	EagleWindows bool
 }
 
 // VLLMDecoder decodes the KV-event batches that one vLLM or SGLang engine
@@ -39,6 +45,7 @@ type VLLMConfig struct {
 type VLLMDecoder struct {
 	worker    uint64
 	blockSize int
+	eagle     bool // VLLMConfig.EagleWindows
 	ranks     map[uint32]rankState
 	// mainGroup is the KV cache group indexed for a hybrid model: the
 	// first group a Stored event declares full attention, -1 until one
@@ -62,7 +69,7 @@ func NewVLLMDecoder(cfg VLLMConfig) *VLLMDecoder {
 	if cfg.BlockSize <= 0 {
 		panic(fmt.Sprintf("wire: NewVLLMDecoder: block size %d", cfg.BlockSize))
 	}
-	return &VLLMDecoder{worker: cfg.Worker, blockSize: cfg.BlockSize, ranks: make(map[uint32]rankState), mainGroup: -1}
+	return &VLLMDecoder{worker: cfg.Worker, blockSize: cfg.BlockSize, eagle: cfg.EagleWindows, ranks: make(map[uint32]rankState), mainGroup: -1}
 }
 
 // DecodeFrames decodes one three-part ZMQ message (see ParseVLLMFrames).
@@ -315,6 +322,7 @@ type vllmEvent struct {
 	hasBlockSize      bool
 	hasGroup          bool
 	hasMM             bool // some block has multimodal hashes (b.mm, b.mmAt)
+	bigram            bool // token_ids were bigrams; b.tokens[len] holds the last pair's second token
 	parent            uint64
 	blockSize         uint64
 	group             uint64
@@ -403,6 +411,16 @@ func (d *VLLMDecoder) decodeEvent(b *Batch, o []byte, ordinal int) (next []byte,
 			return o, rejected, rejection{what: "BlockStored without block_hashes or token_ids"}
 		}
 		bs := d.blockSize
+		if len(b.tokens) == 0 && f.nHashes > 0 && ev.Tier != TierDevice {
+			// vLLM's offloading connector (see doc.go, "Offloaded blocks"):
+			// the CPU copies of GPU blocks, by hash, without tokens.
+			if f.hasBlockSize && f.blockSize%uint64(bs) != 0 {
+				return o, rejected, rejection{mismatch: true, got: int(min(f.blockSize, 1<<62)), want: bs}
+			}
+			ev.ByEngine = true
+			ev.Blocks = b.blocksAt(f.hashesAt, f.nHashes)
+			break
+		}
 		if f.hasBlockSize && f.blockSize != uint64(bs) {
 			return o, rejected, rejection{mismatch: true, got: int(min(f.blockSize, 1<<62)), want: bs}
 		}
@@ -413,6 +431,11 @@ func (d *VLLMDecoder) decodeEvent(b *Batch, o []byte, ordinal int) (next []byte,
 		seed := LoRASeedBytes(f.lora) + d.saltOf(&f, blocks)
 		if f.hasMM {
 			d.hashMM(b, blocks, seed)
+		} else if f.bigram && d.eagle {
+			windows := b.tokens[:len(b.tokens)+1] // the last pair's second token follows
+			for i := range blocks {
+				blocks[i].Local = BlockHashOf(windows[i*bs:(i+1)*bs+1], seed)
+			}
 		} else {
 			for i := range blocks {
 				blocks[i].Local = BlockHashOf(b.tokens[i*bs:(i+1)*bs], seed)
@@ -549,14 +572,16 @@ func (d *VLLMDecoder) readField(b *Batch, f *vllmEvent, field vllmField, o []byt
 			return o, rejection{what: "token_ids", cause: err}
 		}
 		f.hasTokens = true
-		if cap(b.tokens) < n {
-			b.tokens = make([]uint32, n, n+n/4)
+		if cap(b.tokens) < n+1 {
+			b.tokens = make([]uint32, n, n+1+n/4)
 		}
 		tokens := b.tokens[:n]
 		if n > 0 && o[0] == 0x92 { // bigrams [t, t+1]: SGLang's EAGLE pages
-			if o, err = readBigrams(tokens, o); err != nil {
+			var last uint32
+			if last, o, err = readBigrams(tokens, o); err != nil {
 				return o, rejection{what: "token_ids", cause: err}
 			}
+			b.tokens[:n+1][n], f.bigram = last, true
 		} else {
 			for i := range tokens {
 				if tokens[i], o, err = readToken(o); err != nil {
@@ -616,20 +641,19 @@ var errMixedBigrams = errors.New("token_ids mixes bigrams and plain token ids")
 // pages) into tokens, one per pair: a bigram page's block is its first
 // tokens, hashed as the block of an ordinary page, so that it matches
 // requests.
-func readBigrams(tokens []uint32, o []byte) ([]byte, error) {
-	var err error
+func readBigrams(tokens []uint32, o []byte) (last uint32, _ []byte, err error) {
 	for i := range tokens {
 		if len(o) == 0 || o[0] != 0x92 {
-			return o, errMixedBigrams
+			return 0, o, errMixedBigrams
 		}
 		if tokens[i], o, err = readToken(o[1:]); err != nil {
-			return o, err
+			return 0, o, err
 		}
-		if _, o, err = readToken(o); err != nil {
-			return o, err
+		if last, o, err = readToken(o); err != nil {
+			return 0, o, err
 		}
 	}
-	return o, nil
+	return last, o, nil
 }
 
 // readSaltMap reads a map {cache_salt, lora_name, ...} in lora_name's place

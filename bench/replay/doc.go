@@ -87,6 +87,34 @@
 // hit ratio) and PlotSyncSweep draws it (`kvroute replay --sync-delays`,
 // make replica-sync-plot → docs/replica-sync-delay.svg).
 //
+// # Host tier, saturation and the scheduler's defaults (issue 13)
+//
+// With --host-kv-blocks the engines offload evicted blocks to a host tier
+// and onload them instead of recomputing (bench/engine), and the fleet-cache
+// reference (fleet_cache_hit_ratio, /lru) is one LRU of the fleet's GPU +
+// host size, processing the trace in order with no concurrency. The replay
+// tables of README § Replay with a host tier chose sched's defaults
+// (sched/doc.go, "Defaults"): weight 8 and busy detection off. The
+// saturation test is unchanged (rejections, or Tracking < 0.95); with busy
+// detection off the router never queues or rejects, so saturation shows as
+// Tracking alone.
+//
+// Against the issue's targets on the Mooncake trace (8 workers, host 4×):
+// at round-robin's saturation load (5x) kv is not saturated and its mean
+// TTFT is 17.7× lower (469 vs 8278 ms; kv saturates at 6x), and kv's mean
+// and p99 TTFT are the lowest of kv, round-robin and least-loaded at every
+// load. kv's hit ratio is 0.93 of the fleet LRU at 1x and 0.88, 0.83, 0.77,
+// 0.67 at 2x–5x: missed from 2x. The reference is reachable under load by
+// an unpartitioned fleet: one engine of the fleet's total capacity and
+// throughput (--workers 1 --kv-blocks 131072 --host-kv-blocks 524288
+// --max-num-seqs 2048 --max-batched-tokens 65536 --prefill-poly
+// 6.578108e-09,0.00189793,16.50142 --host-gbps 256: each step does the
+// eight engines' work in the same time) reaches 0.96, 0.94, 0.93 of it at
+// 1x, 4x, 5x, while kv at weight 1000 (no decode-load term to speak of)
+// reaches 0.91 at 2x and 0.81 at 4x. The loss is the partition into eight caches that
+// load must be spread over, not the load itself; no measurement here shows
+// 0.9 infeasible for eight partitions, nor a cost that reaches it.
+//
 // # Cost
 //
 // On the 2-vCPU development VM the shared Mooncake trace (3,993 requests,

@@ -199,9 +199,23 @@ func (r *Runner) run() {
 			}
 		}
 		if w := r.cur; w != nil {
-			if r.step(w) {
+			if cc := r.core.cap; cc != nil {
+				r.timedStep(w, cc)
+			} else if r.step(w) {
 				r.cur = nil
 				r.finish(w)
+			}
+			busy = true
+		}
+		if cc := r.core.cap; cc != nil {
+			// A snapshot capture in progress: one copy step between
+			// event steps (and lookups).
+			t0 := time.Now()
+			done := cc.step(r.core)
+			cc.st.Steps++
+			cc.st.LongestStep = max(cc.st.LongestStep, time.Since(t0))
+			if done {
+				cc.arrive()
 			}
 			busy = true
 		}
@@ -212,6 +226,21 @@ func (r *Runner) run() {
 				return
 			}
 		}
+	}
+}
+
+// timedStep is step while a capture is in progress, measuring the event
+// step with its write-barrier copies.
+func (r *Runner) timedStep(w *work, cc *capture) {
+	t0 := time.Now()
+	fin := r.step(w)
+	if w.kind == wkEvents {
+		cc.st.EventSteps++
+		cc.st.LongestEventStep = max(cc.st.LongestEventStep, time.Since(t0))
+	}
+	if fin {
+		r.cur = nil
+		r.finish(w)
 	}
 }
 

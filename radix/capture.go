@@ -86,22 +86,22 @@ func (t *Tree) BeginCapture() *Capture {
 		img.act = make([]uint64, len(t.act))
 	}
 	c.img = img
-	c.nodes.Begin(t.nodes, nil, pageBytes)
-	c.sets.Begin(t.sets, nil, pageBytes)
-	c.tiers.Begin(t.tiers, nil, pageBytes)
-	c.blocks.Begin(t.blocks, nil, pageBytes)
-	c.children.Begin(t.children.e, nil, pageBytes)
+	c.nodes.Begin(t.nodes, pageBytes)
+	c.sets.Begin(t.sets, pageBytes)
+	c.tiers.Begin(t.tiers, pageBytes)
+	c.blocks.Begin(t.blocks, pageBytes)
+	c.children.Begin(t.children.e, pageBytes)
 	for k := range numClasses {
-		c.loc[k].Begin(t.runs.loc[k], nil, pageBytes)
-		c.ids[k].Begin(t.runs.ids[k], nil, pageBytes)
+		c.loc[k].Begin(t.runs.loc[k], pageBytes)
+		c.ids[k].Begin(t.runs.ids[k], pageBytes)
 	}
 	c.eng = make([]engCow, len(t.slots))
 	for s := range t.slots {
 		src := &t.slots[s]
 		img.slots[s] = slotRec{key: src.key, live: src.live, eng: engineTable{count: src.eng.count}}
 		if src.eng.e != nil {
-			c.eng[s].ctrl.Begin(src.eng.ctrl, nil, pageBytes)
-			c.eng[s].e.Begin(src.eng.e, nil, pageBytes)
+			c.eng[s].ctrl.Begin(src.eng.ctrl, pageBytes)
+			c.eng[s].e.Begin(src.eng.e, pageBytes)
 			src.eng.cw = &c.eng[s]
 		}
 	}
@@ -183,21 +183,13 @@ func (c *Capture) Step(budget int) bool {
 	return true
 }
 
-// finish hands the copies to the image and detaches the barrier.
+// finish detaches the barrier (on the tree's goroutine).
 func (c *Capture) finish() {
 	c.done = true
 	for i := range c.arenas() {
 		c.barrier += c.arena(i).Touched()
 	}
-	img, t := c.img, c.t
-	img.nodes, img.sets, img.tiers = c.nodes.Result(), c.sets.Result(), c.tiers.Result()
-	img.blocks, img.children.e = c.blocks.Result(), c.children.Result()
-	for k := range numClasses {
-		img.runs.loc[k], img.runs.ids[k] = c.loc[k].Result(), c.ids[k].Result()
-	}
-	for s := range c.eng {
-		img.slots[s].eng.ctrl, img.slots[s].eng.e = c.eng[s].ctrl.Result(), c.eng[s].e.Result()
-	}
+	t := c.t
 	if t.cw == c {
 		t.cw = nil
 	}
@@ -209,24 +201,38 @@ func (c *Capture) finish() {
 			t.slots[s].eng.cw = nil
 		}
 	}
-	c.eng = nil
 	c.t = nil
+}
+
+// Tree returns the image, the tree as it was at BeginCapture, once Step has
+// reported completion (nil before). The first call assembles the copied
+// pages into the image's arenas (O(tree), allocating them); it may run on
+// any goroutine that the completion happened before, one at a time. The
+// image is the caller's: no longer tied to the captured tree.
+func (c *Capture) Tree() *Tree {
+	if !c.done {
+		return nil
+	}
+	if c.eng == nil {
+		return c.img
+	}
+	img := c.img
+	img.nodes, img.sets, img.tiers = c.nodes.Result(), c.sets.Result(), c.tiers.Result()
+	img.blocks, img.children.e = c.blocks.Result(), c.children.Result()
+	for k := range numClasses {
+		img.runs.loc[k], img.runs.ids[k] = c.loc[k].Result(), c.ids[k].Result()
+	}
+	for s := range c.eng {
+		img.slots[s].eng.ctrl, img.slots[s].eng.e = c.eng[s].ctrl.Result(), c.eng[s].e.Result()
+	}
+	c.eng = nil
 	if invariants {
 		if err := sameArenas(img, c.check); err != nil {
 			panic(fmt.Sprintf("radix: capture differs from the tree at BeginCapture: %v", err))
 		}
 		c.check = nil
 	}
-}
-
-// Tree returns the image, the tree as it was at BeginCapture, once Step has
-// reported completion (nil before). The image is the caller's: no longer
-// tied to the captured tree.
-func (c *Capture) Tree() *Tree {
-	if !c.done {
-		return nil
-	}
-	return c.img
+	return img
 }
 
 // CaptureStats counts a capture's pages (a plain value).

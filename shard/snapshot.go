@@ -171,7 +171,7 @@ func (c *Core) startCapture(budget int) *capture {
 	for i := range a.workers {
 		cc.f.keys[i] = a.workers[i].key
 	}
-	cc.entries.Begin(a.entries, nil, entryPageBytes)
+	cc.entries.Begin(a.entries, entryPageBytes)
 	a.cw = &cc.entries
 	c.cap = cc
 	return cc
@@ -191,8 +191,6 @@ func (cc *capture) step(c *Core) bool {
 		return false
 	}
 	cc.done = true
-	cc.f.tree = cc.tc.Tree()
-	cc.f.entries = cc.entries.Result()
 	if c.ax.cw == &cc.entries {
 		c.ax.cw = nil
 	}
@@ -201,8 +199,18 @@ func (cc *capture) step(c *Core) bool {
 	}
 	st := cc.tc.Stats()
 	cc.st.Pages, cc.st.BarrierPages = st.Pages, st.BarrierPages+cc.entries.Touched()
-	cc.tc = nil
 	return true
+}
+
+// frozen assembles the copied pages into the frozen state (O(state)), on
+// the goroutine that writes the snapshot, after the capture completed.
+func (cc *capture) frozen() *frozen {
+	if cc.f.tree == nil {
+		cc.f.tree = cc.tc.Tree()
+		cc.f.entries = cc.entries.Result()
+		cc.tc = nil
+	}
+	return &cc.f
 }
 
 // arrive tells the Capture's waiter that this shard's copy is complete:
@@ -222,7 +230,7 @@ func (c *Core) freeze() *frozen {
 	cc := c.startCapture(1 << 30)
 	for !cc.step(c) {
 	}
-	return &cc.f
+	return cc.frozen()
 }
 
 // hashWriter feeds the section checksum and the compressor.
@@ -694,7 +702,7 @@ func (cp *Capture) WriteTo(w io.Writer) (int64, error) {
 	}
 	fs := make([]*frozen, len(cp.shards))
 	for i, cc := range cp.shards {
-		fs[i] = &cc.f
+		fs[i] = cc.frozen()
 	}
 	return writeSnapshot(w, SnapshotHeader{BlockSize: uint32(cp.ix.cfg.BlockSize), StreamSeq: cp.seq}, fs)
 }

@@ -24,38 +24,34 @@ import (
 // remaining pages from there. Writes beyond the length the slice had at Begin
 // need none either. So Touch is needed exactly before a write to an element
 // below that length in the array the capture began on.
+//
+// Pages are copied into page-sized buffers (small allocations: the owner
+// never waits for a large one to be zeroed); Result assembles them into one
+// slice, on any goroutine, once the capture is Done.
 type Slice[T any] struct {
-	src   []T      // the slice at Begin
-	dst   []T      // the copy, allocated on the first page copied
-	pend  []uint64 // bit p: page p not yet copied
-	left  int      // pages not yet copied
-	next  int      // Step's cursor: the first page that may be pending
-	shift uint     // elements per page = 1 << shift
-	size  int      // bytes per element
-	touch int      // pages copied by Touch
+	src   []T   // the slice at Begin; nil once Done
+	n     int   // len(src)
+	pages [][]T // copied pages; nil = pending
+	left  int   // pages not yet copied
+	next  int   // Step's cursor: the first page that may be pending
+	shift uint  // elements per page = 1 << shift
+	size  int   // bytes per element
+	touch int   // pages copied by Touch
 }
 
 // Begin starts capturing src (its elements [0, len(src))) in pages of about
-// pageBytes bytes. reuse, if its capacity suffices, holds the copy (so a
-// buffer kept from an earlier capture allocates nothing).
-func (s *Slice[T]) Begin(src, reuse []T, pageBytes int) {
+// pageBytes bytes (a power-of-two number of elements, at least one).
+func (s *Slice[T]) Begin(src []T, pageBytes int) {
 	var zero T
 	size := max(1, int(unsafe.Sizeof(zero)))
 	shift := uint(0)
 	if per := pageBytes / size; per > 1 {
 		shift = uint(bits.Len(uint(per)) - 1)
 	}
-	pages := (len(src) + 1<<shift - 1) >> shift
-	pend := s.pend[:0]
-	for range (pages + 63) / 64 {
-		pend = append(pend, ^uint64(0))
-	}
-	if r := pages % 64; r != 0 {
-		pend[len(pend)-1] = 1<<r - 1
-	}
-	*s = Slice[T]{src: src, pend: pend, left: pages, shift: shift, size: size}
-	if len(src) > 0 && cap(reuse) >= len(src) {
-		s.dst = reuse[:len(src)]
+	n := (len(src) + 1<<shift - 1) >> shift
+	*s = Slice[T]{src: src, n: len(src), left: n, shift: shift, size: size}
+	if n > 0 {
+		s.pages = make([][]T, n)
 	}
 }
 
@@ -66,7 +62,7 @@ func (s *Slice[T]) Touch(cur []T, i int) {
 	if s.left == 0 || i >= len(s.src) || unsafe.SliceData(cur) != unsafe.SliceData(s.src) {
 		return
 	}
-	if p := i >> s.shift; s.pend[p>>6]&(1<<(p&63)) != 0 {
+	if p := i >> s.shift; s.pages[p] == nil {
 		s.copyPage(p)
 		s.touch++
 	}
@@ -79,7 +75,7 @@ func (s *Slice[T]) TouchRange(cur []T, lo, hi int) {
 	}
 	hi = min(hi, len(s.src))
 	for p := lo >> s.shift; p <= (hi-1)>>s.shift; p++ {
-		if s.pend[p>>6]&(1<<(p&63)) != 0 {
+		if s.pages[p] == nil {
 			s.copyPage(p)
 			s.touch++
 		}
@@ -87,14 +83,12 @@ func (s *Slice[T]) TouchRange(cur []T, lo, hi int) {
 }
 
 func (s *Slice[T]) copyPage(p int) {
-	if s.dst == nil {
-		s.dst = make([]T, len(s.src))
-	}
 	lo := p << s.shift
 	hi := min(len(s.src), lo+1<<s.shift)
-	copy(s.dst[lo:hi], s.src[lo:hi])
-	s.pend[p>>6] &^= 1 << (p & 63)
-	s.left--
+	s.pages[p] = append([]T(nil), s.src[lo:hi]...)
+	if s.left--; s.left == 0 {
+		s.src = nil // let the owner's old arrays go
+	}
 }
 
 // Step copies pending pages until about budget bytes are copied (at least
@@ -102,16 +96,12 @@ func (s *Slice[T]) copyPage(p int) {
 func (s *Slice[T]) Step(budget int) int {
 	done := 0
 	for s.left > 0 && (done == 0 || done < budget) {
-		w := s.next >> 6
-		word := s.pend[w] &^ (1<<(s.next&63) - 1)
-		if word == 0 {
-			s.next = (w + 1) << 6
-			continue
+		for s.pages[s.next] != nil {
+			s.next++
 		}
-		p := w<<6 + bits.TrailingZeros64(word)
-		s.copyPage(p)
-		s.next = p + 1
-		done += (1 << s.shift) * s.size
+		s.copyPage(s.next)
+		done += len(s.pages[s.next]) * s.size
+		s.next++
 	}
 	return done
 }
@@ -125,16 +115,23 @@ func (s *Slice[T]) Touched() int { return s.touch }
 // Pending returns the pages not yet copied.
 func (s *Slice[T]) Pending() int { return s.left }
 
-// Result returns the copy (length: the slice's length at Begin) once Done,
-// and forgets the source.
+// Len returns the length of the slice captured.
+func (s *Slice[T]) Len() int { return s.n }
+
+// Result returns the copy (length: the slice's length at Begin; nil if it
+// was empty) and releases the pages. Call it once Done, from one
+// goroutine; it allocates the whole slice and copies the pages into it.
 func (s *Slice[T]) Result() []T {
 	if s.left != 0 {
 		panic("cow: Result before Done")
 	}
-	d := s.dst
-	if len(s.src) == 0 {
-		d = nil
+	var d []T
+	if s.n > 0 {
+		d = make([]T, 0, s.n)
+		for _, pg := range s.pages {
+			d = append(d, pg...)
+		}
 	}
-	s.src, s.dst = nil, nil
+	s.src, s.pages = nil, nil
 	return d
 }

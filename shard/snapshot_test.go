@@ -663,29 +663,51 @@ func threadCPU() time.Duration {
 }
 
 // BenchmarkMatchDuringSnapshots: Match latency and event throughput on the
-// fleet index while snapshots are taken back to back (capture, then encode
-// to io.Discard on another goroutine), against none.
+// fleet index under fleet churn (fleetChurn: each batch evicts and re-stores
+// fleet blocks all over the arenas), with no snapshots, with captures taken
+// back to back (Capture then Wait: the shard's share of a snapshot), and
+// with whole snapshots back to back (capture, then encode to io.Discard on
+// another goroutine). Reports the longest stalls the captures caused on the
+// shard (CaptureStats, wall time) over all of them.
 func BenchmarkMatchDuringSnapshots(b *testing.B) {
 	evs := fleet(1)
-	for _, snap := range []bool{false, true} {
-		b.Run(fmt.Sprint("snapshots=", snap), func(b *testing.B) {
+	churn := fleetChurn(evs, 3)
+	for _, mode := range []string{"none", "captures", "snapshots"} {
+		b.Run("mode="+mode, func(b *testing.B) {
 			ix := fleetIndex(b, Config{})
 			load := makeLoad(32, 256, 64)
 			var stop atomic.Bool
 			var wg sync.WaitGroup
 			var writes atomic.Int64
 			var snaps atomic.Int64
+			var worst CaptureStats
 			wg.Go(func() {
 				for i := 0; !stop.Load(); i++ {
-					ix.Apply(load.batches[i%len(load.batches)])
-					writes.Add(int64(len(load.batches[i%len(load.batches)])))
+					ix.Apply(churn[i%len(churn)])
+					writes.Add(int64(len(churn[i%len(churn)])))
 				}
 			})
-			if snap {
+			if mode != "none" {
 				wg.Go(func() {
 					for !stop.Load() {
-						if err := ix.Snapshot(io.Discard, 1); err != nil {
+						cp, err := ix.Capture(1)
+						if err != nil {
 							return
+						}
+						if mode == "snapshots" {
+							if _, err := cp.WriteTo(io.Discard); err != nil {
+								return
+							}
+						}
+						st, err := cp.Stats()
+						if err != nil {
+							return
+						}
+						for _, s := range st {
+							worst.Begin = max(worst.Begin, s.Begin)
+							worst.LongestStep = max(worst.LongestStep, s.LongestStep)
+							worst.LongestEventStep = max(worst.LongestEventStep, s.LongestEventStep)
+							worst.BarrierPages = max(worst.BarrierPages, s.BarrierPages)
 						}
 						snaps.Add(1)
 					}
@@ -707,8 +729,14 @@ func BenchmarkMatchDuringSnapshots(b *testing.B) {
 			stop.Store(true)
 			wg.Wait()
 			lat.report(b)
+			b.ReportMetric(float64(slices.Max(lat.s).Nanoseconds()), "max-ns")
 			b.ReportMetric(float64(writes.Load())/b.Elapsed().Seconds(), "events/s")
 			b.ReportMetric(float64(snaps.Load()), "snapshots")
+			if mode != "none" {
+				b.ReportMetric(float64(worst.Begin.Microseconds()), "µs-begin-max")
+				b.ReportMetric(float64(worst.LongestStep.Microseconds()), "µs-step-max")
+				b.ReportMetric(float64(worst.LongestEventStep.Microseconds()), "µs-event-step-max")
+			}
 		})
 	}
 }

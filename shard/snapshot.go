@@ -223,9 +223,10 @@ func (cc *capture) arrive() {
 
 // freeze captures the Core in one go (tests, and Cores without a Runner).
 func (c *Core) freeze() *frozen {
-	if c.cap != nil {
-		for !c.cap.step(c) {
+	if prev := c.cap; prev != nil {
+		for !prev.step(c) {
 		}
+		prev.arrive()
 	}
 	cc := c.startCapture(1 << 30)
 	for !cc.step(c) {

@@ -122,7 +122,7 @@
 //	start (at the queue    0.11–0.23 ms
 //	position)
 //	copy step, 256 KiB     longest 0.66 ms, p99 0.16–0.23 ms
-//	event step, capturing  longest 0.74–1.04 ms, p99 0.27–0.40 ms
+//	event step, capturing  longest 0.74–1.20 ms, p99 0.27–0.41 ms
 //	event step, none       longest 0.16–0.34 ms, p99 0.11–0.15 ms
 //	the same, 64 KiB steps copy step 0.21–0.55 ms, event step 1.1–1.7 ms
 //	the same, 1 MiB steps  copy step 0.65–1.0 ms, event step 0.36–2.7 ms
@@ -137,7 +137,7 @@
 //
 // The capture still copies the whole state once (the barrier copies each
 // page at most once, the steps the rest): ≈47 MB of page copies, as the
-// stepped copy did. A saturated shard applies 0.42× the events while a
+// stepped copy did. A saturated shard applies 0.42–0.47× the events while a
 // capture is in progress (0.59× with 64 KiB steps; ingest-ratio in the
 // benchmark: CPU per event step without a capture against CPU per event
 // step with the copy amortized over the capture), for the few tens of ms

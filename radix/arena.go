@@ -65,11 +65,13 @@ func classFor(n int) uint8 {
 	return uint8(bits.Len(uint(n - 1)))
 }
 
-func (r *runStore) alloc(c uint8) uint32 {
+func (t *Tree) allocRun(c uint8) uint32 {
+	r := &t.runs
 	r.live[c]++
 	if f := r.free[c]; f != 0 {
 		k := f - 1
 		r.free[c] = r.ids[c][k<<c]
+		t.wRun(c, int(k)<<c, int(k)<<c+1)
 		r.ids[c][k<<c] = 0
 		return k
 	}
@@ -80,10 +82,55 @@ func (r *runStore) alloc(c uint8) uint32 {
 	return uint32(l >> c)
 }
 
-func (r *runStore) release(c uint8, k uint32) {
+func (t *Tree) releaseRun(c uint8, k uint32) {
+	r := &t.runs
 	r.live[c]--
+	t.wRun(c, int(k)<<c, int(k)<<c+1)
 	r.ids[c][k<<c] = r.free[c]
 	r.free[c] = k + 1
+}
+
+// Write barriers (see Capture): each is called before a write to an arena
+// element below the arena's length; with no capture in progress they cost
+// one nil check.
+
+// wNode returns &t.nodes[x] for writing.
+func (t *Tree) wNode(x uint32) *node {
+	if t.cw != nil {
+		t.cw.nodes.Touch(t.nodes, int(x))
+	}
+	return &t.nodes[x]
+}
+
+// setBlock writes block record id.
+func (t *Tree) setBlock(id uint32, b block) {
+	if t.cw != nil {
+		t.cw.blocks.Touch(t.blocks, int(id))
+	}
+	t.blocks[id] = b
+}
+
+// wSets precedes writes to t.sets[lo:hi].
+func (t *Tree) wSets(lo, hi int) {
+	if t.cw != nil {
+		t.cw.sets.TouchRange(t.sets, lo, hi)
+	}
+}
+
+// wTiers precedes writes to t.tiers[lo:hi].
+func (t *Tree) wTiers(lo, hi int) {
+	if t.cw != nil {
+		t.cw.tiers.TouchRange(t.tiers, lo, hi)
+	}
+}
+
+// wRun precedes writes to elements [lo, hi) of class c's local hashes and
+// block ids.
+func (t *Tree) wRun(c uint8, lo, hi int) {
+	if t.cw != nil {
+		t.cw.loc[c].TouchRange(t.runs.loc[c], lo, hi)
+		t.cw.ids[c].TouchRange(t.runs.ids[c], lo, hi)
+	}
 }
 
 func (r *runStore) bytes() int64 {
@@ -114,14 +161,16 @@ func (t *Tree) chunkOf(x uint32) ([]wire.BlockHash, []uint32) {
 
 // moveRun moves x's run to a new chunk of class c (which must hold it).
 func (t *Tree) moveRun(x uint32, c uint8) {
-	k := t.runs.alloc(c)
+	k := t.allocRun(c)
 	oldC, oldK := t.nodes[x].class, t.nodes[x].run
 	loc, ids := t.runOf(x)
 	base := int(k) << c
+	t.wRun(c, base, base+len(loc))
 	copy(t.runs.loc[c][base:], loc)
 	copy(t.runs.ids[c][base:], ids)
-	t.runs.release(oldC, oldK)
-	t.nodes[x].class, t.nodes[x].run = c, k
+	t.releaseRun(oldC, oldK)
+	nd := t.wNode(x)
+	nd.class, nd.run = c, k
 }
 
 // ensureCap makes x's chunk hold at least need blocks.
@@ -145,7 +194,7 @@ func (t *Tree) allocNode() uint32 {
 	t.liveNodes++
 	if id := t.freeNode; id != 0 {
 		t.freeNode = t.nodes[id].next
-		t.nodes[id] = node{live: true}
+		*t.wNode(id) = node{live: true}
 		return id
 	}
 	t.nodes = append(t.nodes, node{live: true})
@@ -164,7 +213,7 @@ func (t *Tree) allocNode() uint32 {
 // be released and its set empty.
 func (t *Tree) releaseNode(x uint32) {
 	t.liveNodes--
-	t.nodes[x] = node{next: t.freeNode}
+	*t.wNode(x) = node{next: t.freeNode}
 	t.freeNode = x
 }
 
@@ -172,7 +221,7 @@ func (t *Tree) allocBlock(x, off uint32) uint32 {
 	t.liveBlocks++
 	if id := t.freeBlock; id != 0 {
 		t.freeBlock = t.blocks[id].node
-		t.blocks[id] = block{node: x, off: off}
+		t.setBlock(id, block{node: x, off: off})
 		return id
 	}
 	t.blocks = append(t.blocks, block{node: x, off: off})
@@ -181,7 +230,7 @@ func (t *Tree) allocBlock(x, off uint32) uint32 {
 
 func (t *Tree) releaseBlock(id uint32) {
 	t.liveBlocks--
-	t.blocks[id] = block{node: t.freeBlock, off: freeOff}
+	t.setBlock(id, block{node: t.freeBlock, off: freeOff})
 	t.freeBlock = id
 }
 
@@ -199,7 +248,9 @@ func (t *Tree) has(x, s uint32) bool {
 // setBit adds slot s to x's set with the tiers of tb (a tierBit mask; it
 // must be device-only while the tree has no tier sets).
 func (t *Tree) setBit(x, s uint32, tb uint8) {
-	t.sets[int(x)*t.w+int(s>>6)] |= 1 << (s & 63)
+	i := int(x)*t.w + int(s>>6)
+	t.wSets(i, i+1)
+	t.sets[i] |= 1 << (s & 63)
 	if t.tiers != nil {
 		t.setTiers(x, s, tb)
 	}
@@ -207,7 +258,9 @@ func (t *Tree) setBit(x, s uint32, tb uint8) {
 
 // clearBit removes slot s from x's set, in every tier.
 func (t *Tree) clearBit(x, s uint32) {
-	t.sets[int(x)*t.w+int(s>>6)] &^= 1 << (s & 63)
+	i := int(x)*t.w + int(s>>6)
+	t.wSets(i, i+1)
+	t.sets[i] &^= 1 << (s & 63)
 	if t.tiers != nil {
 		t.setTiers(x, s, 0)
 	}
@@ -263,6 +316,7 @@ func (t *Tree) maskOf(x, s uint32) uint8 {
 func (t *Tree) setTiers(x, s uint32, m uint8) {
 	i, b := int(s>>6), uint64(1)<<(s&63)
 	base := int(x) * numTiers * t.w
+	t.wTiers(base, base+numTiers*t.w)
 	for k := range numTiers {
 		if m&(1<<k) != 0 {
 			t.tiers[base+k*t.w+i] |= b
@@ -308,18 +362,22 @@ func (t *Tree) sameSet(x, y uint32) bool {
 
 // copySet gives y x's set and tier sets.
 func (t *Tree) copySet(y, x uint32) {
+	t.wSets(int(y)*t.w, int(y+1)*t.w)
 	copy(t.setOf(y), t.setOf(x))
 	if t.tiers != nil {
 		n := numTiers * t.w
+		t.wTiers(int(y)*n, int(y+1)*n)
 		copy(t.tiers[int(y)*n:int(y+1)*n], t.tiers[int(x)*n:int(x+1)*n])
 	}
 }
 
 // clearSet empties x's set and tier sets.
 func (t *Tree) clearSet(x uint32) {
+	t.wSets(int(x)*t.w, int(x+1)*t.w)
 	clear(t.setOf(x))
 	if t.tiers != nil {
 		n := numTiers * t.w
+		t.wTiers(int(x)*n, int(x+1)*n)
 		clear(t.tiers[int(x)*n : int(x+1)*n])
 	}
 }
@@ -382,11 +440,11 @@ func (t *Tree) child(x uint32, h wire.BlockHash) uint32 {
 
 // link makes c (whose head is set) a child of p.
 func (t *Tree) link(p, c uint32) {
-	pn := &t.nodes[p]
-	cn := &t.nodes[c]
+	pn := t.wNode(p)
+	cn := t.wNode(c)
 	cn.parent, cn.prev, cn.next = p, 0, pn.first
 	if pn.first != 0 {
-		t.nodes[pn.first].prev = c
+		t.wNode(pn.first).prev = c
 	}
 	pn.first = c
 	pn.nchild++
@@ -395,19 +453,19 @@ func (t *Tree) link(p, c uint32) {
 
 // unlink detaches c from its parent.
 func (t *Tree) unlink(c uint32) {
-	cn := &t.nodes[c]
+	cn := t.wNode(c)
 	p := cn.parent
 	t.children.del(p, cn.head)
 	if cn.prev != 0 {
-		t.nodes[cn.prev].next = cn.next
+		t.wNode(cn.prev).next = cn.next
 	} else {
-		t.nodes[p].first = cn.next
+		t.wNode(p).first = cn.next
 	}
 	if cn.next != 0 {
-		t.nodes[cn.next].prev = cn.prev
+		t.wNode(cn.next).prev = cn.prev
 	}
 	cn.parent, cn.prev, cn.next = 0, 0, 0
-	t.nodes[p].nchild--
+	t.wNode(p).nchild--
 }
 
 // adoptChildren moves every child of from to to (which must have none).
@@ -415,10 +473,10 @@ func (t *Tree) adoptChildren(from, to uint32) {
 	for c := t.nodes[from].first; c != 0; c = t.nodes[c].next {
 		h := t.nodes[c].head
 		t.children.del(from, h)
-		t.nodes[c].parent = to
+		t.wNode(c).parent = to
 		t.children.put(to, h, c)
 	}
-	f := &t.nodes[from]
-	t.nodes[to].first, t.nodes[to].nchild = f.first, f.nchild
+	f, tn := t.wNode(from), t.wNode(to)
+	tn.first, tn.nchild = f.first, f.nchild
 	f.first, f.nchild = 0, 0
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/bits"
 
+	"github.com/kvroute/kvroute/internal/cow"
 	"github.com/kvroute/kvroute/wire"
 )
 
@@ -55,6 +56,7 @@ type engineTable struct {
 	ctrl  []uint8 // len(e) + groupLen: the first groupLen bytes are mirrored at the end
 	e     []engEntry
 	count uint32
+	cw    *engCow // the capture in progress, if any (Tree.BeginCapture)
 }
 
 type engEntry struct {
@@ -87,10 +89,24 @@ func (m *engineTable) group(i int) uint64 {
 }
 
 func (m *engineTable) setCtrl(i int, c uint8) {
+	if m.cw != nil {
+		m.cw.ctrl.Touch(m.ctrl, i)
+	}
 	m.ctrl[i] = c
 	if i < groupLen {
+		if m.cw != nil {
+			m.cw.ctrl.Touch(m.ctrl, len(m.e)+i)
+		}
 		m.ctrl[len(m.e)+i] = c
 	}
+}
+
+// wE is the write barrier for entry i (see Capture).
+func (m *engineTable) wE(i int) *engEntry {
+	if m.cw != nil {
+		m.cw.e.Touch(m.e, i)
+	}
+	return &m.e[i]
 }
 
 // find returns k's slot, or -1 and the first empty slot of its probe
@@ -166,7 +182,7 @@ func (m *engineTable) insertNew(k wire.EngineHash, v uint32) bool {
 		return false
 	}
 	_, fp := probe(k, len(m.e))
-	m.e[free] = engEntry{lo: uint32(k), hi: uint32(k >> 32), val: v}
+	*m.wE(free) = engEntry{lo: uint32(k), hi: uint32(k >> 32), val: v}
 	m.setCtrl(free, fp)
 	m.count++
 	return true
@@ -200,12 +216,12 @@ func (m *engineTable) delAt(i int) {
 			break
 		}
 		if h, _ := probe(m.e[j].key(), n); movable(h, i, j) {
-			m.e[i] = m.e[j]
+			*m.wE(i) = m.e[j]
 			m.setCtrl(i, c)
 			i = j
 		}
 	}
-	m.e[i] = engEntry{}
+	*m.wE(i) = engEntry{}
 	m.setCtrl(i, 0)
 	m.count--
 }
@@ -243,7 +259,7 @@ func (m *engineTable) resize(n int) {
 		}
 		k := oldE[i].key()
 		_, free := m.find(k)
-		m.e[free] = oldE[i]
+		*m.wE(free) = oldE[i]
 		m.setCtrl(free, c)
 	}
 }
@@ -272,6 +288,7 @@ type childEntry struct {
 type childTable struct {
 	e     []childEntry
 	count int
+	cw    *cow.Slice[childEntry] // the capture in progress, if any
 }
 
 func childKey(parent uint32, head wire.BlockHash) uint64 {
@@ -308,12 +325,13 @@ func (m *childTable) put(parent uint32, head wire.BlockHash, child uint32) {
 	for {
 		e := &m.e[i]
 		if e.child == 0 {
+			e = m.wE(i)
 			*e = childEntry{head: head, parent: parent, child: child}
 			m.count++
 			return
 		}
 		if e.head == head && e.parent == parent {
-			e.child = child
+			m.wE(i).child = child
 			return
 		}
 		if i++; i == n {
@@ -350,16 +368,24 @@ func (m *childTable) del(parent uint32, head wire.BlockHash) bool {
 			break
 		}
 		if movable(home(childKey(m.e[j].parent, m.e[j].head), n), i, j) {
-			m.e[i] = m.e[j]
+			*m.wE(i) = m.e[j]
 			i = j
 		}
 	}
-	m.e[i] = childEntry{}
+	*m.wE(i) = childEntry{}
 	m.count--
 	if len(m.e) > shrinkFloor && m.count*minLoadDen < len(m.e) {
 		m.resize(max(shrinkFloor, shrinkCap(m.count)))
 	}
 	return true
+}
+
+// wE is the write barrier for entry i (see Capture).
+func (m *childTable) wE(i int) *childEntry {
+	if m.cw != nil {
+		m.cw.Touch(m.e, i)
+	}
+	return &m.e[i]
 }
 
 func (m *childTable) resize(n int) {

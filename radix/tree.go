@@ -101,6 +101,10 @@ type Tree struct {
 
 	sink uint32 // keeps engineTable.touch's loads alive
 
+	// cw is the capture in progress (BeginCapture), nil otherwise: every
+	// write to an arena calls its barrier first (the w* helpers in arena.go).
+	cw *Capture
+
 	// scratch, reused so steady-state mutations do not allocate
 	ids       []uint32
 	stack     []uint32
@@ -343,14 +347,18 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 			}
 			y = t.allocNode()
 			c := classFor(room)
-			k := t.runs.alloc(c)
-			nd := &t.nodes[y]
+			k := t.allocRun(c)
+			nd := t.wNode(y)
 			nd.class, nd.run, nd.head = c, k, rest[0].Local
 			t.setBit(y, s, tb)
 			t.link(x, y)
 		}
 		base := int(t.nodes[y].n)
 		loc, ids := t.chunkOf(y)
+		if t.cw != nil {
+			cb := int(t.nodes[y].run) << t.nodes[y].class
+			t.wRun(t.nodes[y].class, cb+base, cb+base+room)
+		}
 		i := 0
 		for ; i < room; i++ {
 			id := t.allocBlock(y, uint32(base+i))
@@ -360,7 +368,7 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 			}
 			loc[base+i], ids[base+i] = rest[i].Local, id
 		}
-		t.nodes[y].n = uint32(base + i)
+		t.wNode(y).n = uint32(base + i)
 		stored += i
 		if i < room {
 			break
@@ -403,19 +411,20 @@ func (t *Tree) split(x, j uint32) uint32 {
 	y := t.allocNode()
 	tail := int(t.nodes[x].n - j)
 	c := classFor(tail)
-	k := t.runs.alloc(c)
-	yn := &t.nodes[y]
+	k := t.allocRun(c)
+	yn := t.wNode(y)
 	yn.class, yn.run, yn.n = c, k, uint32(tail)
 	xl, xi := t.runOf(x)
 	yl, yi := t.runOf(y)
+	t.wRun(c, int(k)<<c, int(k)<<c+tail)
 	copy(yl, xl[j:])
 	copy(yi, xi[j:])
 	for i, id := range yi {
-		t.blocks[id] = block{node: y, off: uint32(i)}
+		t.setBlock(id, block{node: y, off: uint32(i)})
 	}
 	yn.head = yl[0]
 	t.adoptChildren(x, y)
-	t.nodes[x].n = j
+	t.wNode(x).n = j
 	t.copySet(y, x)
 	t.link(x, y)
 	t.shrinkRun(x)
@@ -438,15 +447,19 @@ func (t *Tree) tryMerge(x uint32) {
 		t.ensureCap(x, xn+cn)
 		xl, xi := t.chunkOf(x)
 		cl, ci := t.runOf(c)
+		if t.cw != nil {
+			xb := int(t.nodes[x].run) << t.nodes[x].class
+			t.wRun(t.nodes[x].class, xb+xn, xb+xn+cn)
+		}
 		copy(xl[xn:], cl)
 		copy(xi[xn:], ci)
 		for i, id := range ci {
-			t.blocks[id] = block{node: x, off: uint32(xn + i)}
+			t.setBlock(id, block{node: x, off: uint32(xn + i)})
 		}
-		t.nodes[x].n = uint32(xn + cn)
+		t.wNode(x).n = uint32(xn + cn)
 		t.unlink(c)
 		t.adoptChildren(c, x)
-		t.runs.release(t.nodes[c].class, t.nodes[c].run)
+		t.releaseRun(t.nodes[c].class, t.nodes[c].run)
 		t.clearSet(c)
 		t.releaseNode(c)
 	}
@@ -460,7 +473,7 @@ func (t *Tree) dropNode(x uint32) {
 	for _, id := range ids {
 		t.releaseBlock(id)
 	}
-	t.runs.release(t.nodes[x].class, t.nodes[x].run)
+	t.releaseRun(t.nodes[x].class, t.nodes[x].run)
 	t.releaseNode(x)
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/cow"
 	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/wire"
 )
@@ -43,6 +44,10 @@ type approx struct {
 
 	group  []gEnt       // scratch: one expiry group
 	blocks []wire.Block // scratch: blocks of one tree event
+
+	// cw is the snapshot capture of entries in progress, if any: every
+	// write to an entry calls wEntry first (see capture in snapshot.go).
+	cw *cow.Slice[aEntry]
 }
 
 type aEntry struct {
@@ -107,27 +112,35 @@ func (a *approx) alloc() uint32 {
 	return uint32(len(a.entries) - 1)
 }
 
+// wEntry returns &a.entries[e] for writing, after the capture's write
+// barrier.
+func (a *approx) wEntry(e uint32) *aEntry {
+	if a.cw != nil {
+		a.cw.Touch(a.entries, int(e))
+	}
+	return &a.entries[e]
+}
+
 func (a *approx) pushBack(e uint32) {
 	last := a.entries[0].prev
-	a.entries[e].prev = last
-	a.entries[e].next = 0
-	a.entries[last].next = e
-	a.entries[0].prev = e
+	en := a.wEntry(e)
+	en.prev, en.next = last, 0
+	a.wEntry(last).next = e
+	a.wEntry(0).prev = e
 }
 
 func (a *approx) unlink(e uint32) {
 	p, n := a.entries[e].prev, a.entries[e].next
-	a.entries[p].next = n
-	a.entries[n].prev = p
+	a.wEntry(p).next = n
+	a.wEntry(n).prev = p
 }
 
 // release unlinks entry e, forgets it in its worker's index and frees it.
 func (a *approx) release(e uint32) {
-	en := &a.entries[e]
-	wi := en.worker
-	delete(a.workers[wi].m, en.seq)
+	wi := a.entries[e].worker
+	delete(a.workers[wi].m, a.entries[e].seq)
 	a.unlink(e)
-	*en = aEntry{worker: freeWorker, next: a.free}
+	*a.wEntry(e) = aEntry{worker: freeWorker, next: a.free}
 	a.free = e
 	a.n--
 	if len(a.workers[wi].m) == 0 {
@@ -179,7 +192,7 @@ func (c *Core) RecordDecision(k wire.WorkerKey, local []wire.BlockHash, seq []wi
 	for i, s := range seq {
 		m := a.workers[wi].m
 		if e, ok := m[s]; ok {
-			a.entries[e].expiry = exp
+			a.wEntry(e).expiry = exp
 			a.unlink(e)
 			a.pushBack(e)
 			c.cnt.BlocksRefreshed++
@@ -189,7 +202,7 @@ func (c *Core) RecordDecision(k wire.WorkerKey, local []wire.BlockHash, seq []wi
 			first = i
 		}
 		e := a.alloc()
-		a.entries[e] = aEntry{seq: s, expiry: exp, worker: wi, depth: uint32(i + 1)}
+		*a.wEntry(e) = aEntry{seq: s, expiry: exp, worker: wi, depth: uint32(i + 1)}
 		a.pushBack(e)
 		m[s] = e
 		a.n++

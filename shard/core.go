@@ -172,6 +172,7 @@ type Core struct {
 	cnt     Counters
 	gaps    []Gap
 	ax      approx
+	cap     *capture // the snapshot capture in progress, if any (snapshot.go)
 }
 
 // NewCore returns an empty Core.

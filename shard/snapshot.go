@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
 
+	"github.com/kvroute/kvroute/internal/cow"
 	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/wire"
 )
@@ -116,48 +117,121 @@ type frozen struct {
 	nApprox int
 }
 
-// capture freezes a Core in bounded steps on the Core's goroutine.
+// capture freezes a Core by copy-on-write on the Core's goroutine: begun at
+// a point of the event queue (startCapture), it copies the tree's arenas
+// (radix.Capture) and the approximate-mode entries (a cow.Slice) page by
+// page, before the first write to each page and in bounded steps between
+// event steps, until the frozen state is complete.
 type capture struct {
-	f      frozen
-	cp     *radix.Copier
-	pos    int
-	budget int
-	done   bool
+	f       frozen
+	tc      *radix.Capture
+	entries cow.Slice[aEntry]
+	budget  int
+	done    bool
+	wt      *waiter // arrived at when done, if set
+
+	// Measured by the Runner while the capture is in progress (see
+	// CaptureStats).
+	st CaptureStats
 }
 
+// CaptureStats describes one shard's part of a capture (a plain value).
+// Durations are wall time on the shard's goroutine, so they include any
+// preemption of its thread by the OS.
+type CaptureStats struct {
+	// Begin is the capture's start at its queue position (the scalar state
+	// and the worker table, copied at once).
+	Begin time.Duration
+	// Steps is the number of background copy steps (at most
+	// Config.CaptureStepBytes each) and LongestStep the longest.
+	Steps       int
+	LongestStep time.Duration
+	// EventSteps counts the event steps applied while the capture was in
+	// progress; LongestEventStep is the longest of them, write-barrier
+	// page copies included.
+	EventSteps       int
+	LongestEventStep time.Duration
+	// Pages is the tree's arena pages at the start (radix.PageBytes each);
+	// BarrierPages those copied by the write barrier rather than by steps.
+	Pages, BarrierPages int
+}
+
+// entryPageBytes is the copy-on-write page of the approximate-mode entries
+// (radix.PageBytes; tests shrink it).
+var entryPageBytes = radix.PageBytes
+
+// startCapture begins a capture of the Core as it is now; the Core must not
+// be capturing already (c.cap == nil).
 func (c *Core) startCapture(budget int) *capture {
 	cc := &capture{budget: budget}
-	cc.f.tree = &radix.Tree{}
-	cc.cp = c.tree.CopyTo(cc.f.tree)
+	cc.tc = c.tree.BeginCapture()
 	a := &c.ax
 	cc.f.now, cc.f.nApprox = a.now, a.n
 	cc.f.keys = make([]wire.WorkerKey, len(a.workers))
 	for i := range a.workers {
 		cc.f.keys[i] = a.workers[i].key
 	}
-	cc.f.entries = make([]aEntry, len(a.entries))
+	cc.entries.Begin(a.entries, entryPageBytes)
+	a.cw = &cc.entries
+	c.cap = cc
 	return cc
 }
 
-// step copies about budget bytes; true when the capture is complete.
+// step copies about budget bytes; true when the capture is complete (the
+// caller then records its figures and calls arrive).
 func (cc *capture) step(c *Core) bool {
-	if !cc.cp.Step(cc.budget) {
+	if cc.done {
+		return true
+	}
+	if !cc.tc.Step(cc.budget) {
 		return false
 	}
-	const entryBytes = 40
-	hi := min(len(cc.f.entries), cc.pos+max(1, cc.budget/entryBytes))
-	copy(cc.f.entries[cc.pos:hi], c.ax.entries[cc.pos:hi])
-	cc.pos = hi
-	cc.done = hi == len(cc.f.entries)
-	return cc.done
+	cc.entries.Step(cc.budget)
+	if !cc.entries.Done() {
+		return false
+	}
+	cc.done = true
+	if c.ax.cw == &cc.entries {
+		c.ax.cw = nil
+	}
+	if c.cap == cc {
+		c.cap = nil
+	}
+	st := cc.tc.Stats()
+	cc.st.Pages, cc.st.BarrierPages = st.Pages, st.BarrierPages+cc.entries.Touched()
+	return true
+}
+
+// frozen assembles the copied pages into the frozen state (O(state)), on
+// the goroutine that writes the snapshot, after the capture completed.
+func (cc *capture) frozen() *frozen {
+	if cc.f.tree == nil {
+		cc.f.tree = cc.tc.Tree()
+		cc.f.entries = cc.entries.Result()
+		cc.tc = nil
+	}
+	return &cc.f
+}
+
+// arrive tells the Capture's waiter that this shard's copy is complete:
+// the last write to cc on the shard's goroutine.
+func (cc *capture) arrive() {
+	if cc.wt != nil {
+		cc.wt.arrive()
+	}
 }
 
 // freeze captures the Core in one go (tests, and Cores without a Runner).
 func (c *Core) freeze() *frozen {
+	if prev := c.cap; prev != nil {
+		for !prev.step(c) {
+		}
+		prev.arrive()
+	}
 	cc := c.startCapture(1 << 30)
 	for !cc.step(c) {
 	}
-	return &cc.f
+	return cc.frozen()
 }
 
 // hashWriter feeds the section checksum and the compressor.
@@ -534,13 +608,15 @@ func InspectSnapshot(r io.Reader) (SnapshotInfo, error) {
 	return info, err
 }
 
-// DefaultCaptureStepBytes bounds the arena bytes a shard copies per capture
-// step (Config.CaptureStepBytes): lookups are served between steps.
-const DefaultCaptureStepBytes = 1 << 20
+// DefaultCaptureStepBytes bounds the bytes a shard copies per capture step
+// (Config.CaptureStepBytes): events and lookups are served between steps.
+// 256 KiB is ≈0.1 ms of copying (doc.go § Snapshots).
+const DefaultCaptureStepBytes = 256 << 10
 
 // Capture is a consistent snapshot of every shard in progress or taken: each
-// shard copies its state in bounded steps at its position in its event
-// queue. Write it out (WriteTo) on any goroutine; the shards go on.
+// shard freezes its state at its position in its event queue and copies it
+// by copy-on-write while it goes on applying events and answering lookups.
+// Write it out (WriteTo) on any goroutine; the shards go on.
 type Capture struct {
 	ix     *Index
 	seq    uint64
@@ -548,43 +624,48 @@ type Capture struct {
 	wt     *waiter
 	once   sync.Once
 	err    error
-	// Per shard, on its goroutine: steps taken and the longest one.
-	steps   []int
-	longest []time.Duration
 }
 
 // Capture starts a snapshot of every shard at its current event-queue
-// position and returns without waiting: each shard first applies the writes
-// queued before the call, then copies its tree and approximate-mode state in
-// steps of Config.CaptureStepBytes, answering lookups between steps (the
-// writes queued behind the capture wait until it is done). streamSeq is
-// recorded as the last applied stream sequence: for it to be exact, call
-// Capture from the goroutine that calls Apply, right after applying that
-// sequence. The copies cost as much memory as the index until the Capture
-// is written and dropped.
+// position and returns without waiting: each shard applies the writes
+// queued before the call, then begins a copy-on-write capture of its tree
+// and approximate-mode state (O(workers)) and goes on at once with the
+// writes queued behind it. Until the copy is complete, each write first
+// copies the pages it is about to change (radix.PageBytes each), and the
+// shard copies the rest in steps of Config.CaptureStepBytes between event
+// steps, so neither queue waits for more than a step. A shard still
+// copying an earlier capture finishes that one first (in steps, serving
+// lookups; the writes behind wait). streamSeq is recorded as the last
+// applied stream sequence: for it to be exact, call Capture from the
+// goroutine that calls Apply, right after applying that sequence. The
+// copies cost as much memory as the index until the Capture is written and
+// dropped.
 func (ix *Index) Capture(streamSeq uint64) (*Capture, error) {
 	if ix.closed.Load() {
 		return nil, ErrClosed
 	}
 	n := len(ix.runners)
-	cp := &Capture{ix: ix, seq: streamSeq, shards: make([]*capture, n), wt: newWaiter(n),
-		steps: make([]int, n), longest: make([]time.Duration, n)}
+	cp := &Capture{ix: ix, seq: streamSeq, shards: make([]*capture, n), wt: newWaiter(n)}
 	budget := ix.cfg.CaptureStepBytes
 	if budget <= 0 {
 		budget = DefaultCaptureStepBytes
 	}
 	for s, r := range ix.runners {
 		w := ix.works.get()
-		w.kind, w.waiter = wkStep, cp.wt
+		w.kind = wkStep
 		w.stepFn = func(c *Core) bool {
-			t0 := time.Now()
-			if cp.shards[s] == nil {
-				cp.shards[s] = c.startCapture(budget)
+			if prev := c.cap; prev != nil {
+				if prev.step(c) {
+					prev.arrive()
+				}
+				return false // begin once the earlier capture is complete
 			}
-			done := cp.shards[s].step(c)
-			cp.steps[s]++
-			cp.longest[s] = max(cp.longest[s], time.Since(t0))
-			return done
+			t0 := time.Now()
+			cc := c.startCapture(budget)
+			cc.wt = cp.wt
+			cc.st.Begin = time.Since(t0)
+			cp.shards[s] = cc
+			return true
 		}
 		if err := r.pushWork(w); err != nil {
 			return nil, err
@@ -599,13 +680,18 @@ func (cp *Capture) Wait() error {
 	return cp.err
 }
 
-// Steps returns, after Wait, the number of capture steps each shard took and
-// the longest one (the longest the shard kept its queues waiting).
-func (cp *Capture) Steps() ([]int, []time.Duration, error) {
+// Stats returns, after Wait, each shard's capture figures: how long it kept
+// its queues waiting at the start, in its longest copy step and in its
+// longest event step meanwhile.
+func (cp *Capture) Stats() ([]CaptureStats, error) {
 	if err := cp.Wait(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return cp.steps, cp.longest, nil
+	out := make([]CaptureStats, len(cp.shards))
+	for i, cc := range cp.shards {
+		out[i] = cc.st
+	}
+	return out, nil
 }
 
 // WriteTo waits for the capture and writes the snapshot to w (the header,
@@ -617,7 +703,7 @@ func (cp *Capture) WriteTo(w io.Writer) (int64, error) {
 	}
 	fs := make([]*frozen, len(cp.shards))
 	for i, cc := range cp.shards {
-		fs[i] = &cc.f
+		fs[i] = cc.frozen()
 	}
 	return writeSnapshot(w, SnapshotHeader{BlockSize: uint32(cp.ix.cfg.BlockSize), StreamSeq: cp.seq}, fs)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -258,16 +259,16 @@ func TestCaptureConsistent(t *testing.T) {
 	if _, err := cp.WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
-	steps, longest, err := cp.Steps()
+	st, err := cp.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for s := range steps {
-		if steps[s] < 2 {
-			t.Fatalf("shard %d captured in %d steps of 512 bytes", s, steps[s])
+	for s := range st {
+		if st[s].Steps < 2 || st[s].Pages == 0 {
+			t.Fatalf("shard %d captured %d pages in %d steps of 512 bytes", s, st[s].Pages, st[s].Steps)
 		}
 	}
-	t.Logf("steps %v, longest %v", steps, longest)
+	t.Logf("%+v", st)
 	re := newTestIndex(t, Config{Shards: 2})
 	if _, err := re.Restore(&buf); err != nil {
 		t.Fatal(err)
@@ -278,6 +279,104 @@ func TestCaptureConsistent(t *testing.T) {
 	if slices.Equal(indexDump(t, ix), indexDump(t, ref)) {
 		t.Fatal("the writes after the capture were not applied")
 	}
+}
+
+// TestCaptureCopyOnWrite: a Core captured while events, decisions and
+// expiries keep being applied between its copy steps (one approximate-mode
+// entry per page, so every entry write meets the barrier) writes the very
+// snapshot that a twin Core, fed the same operations up to the capture point
+// and frozen there, writes; and that snapshot restores. Over random
+// histories; with -tags invariants radix also checks each tree capture
+// against a Clone taken at its start.
+func TestCaptureCopyOnWrite(t *testing.T) {
+	defer func(p int) { entryPageBytes = p }(entryPageBytes)
+	entryPageBytes = 1
+	for seed := range uint64(6) {
+		live := NewCore(CoreConfig{})
+		var log []func(*Core) // every operation applied to live, in order
+		var keys []wire.WorkerKey
+		for w := uint64(1); w <= 5; w++ {
+			keys = append(keys, wire.WorkerKey{Worker: w}, wire.WorkerKey{Worker: w, Dp: 1})
+		}
+		g := newEventGen(seed, keys)
+		g.tierPct = 20
+		r := rand.New(rand.NewPCG(seed, 5))
+		now := time.Duration(0)
+		var evs []wire.Event
+		op := func() {
+			var f func(*Core)
+			switch p := r.IntN(10); {
+			case p < 6:
+				ev := slices.Clone(g.event(evs[:0]))
+				f = func(c *Core) { c.Apply(ev) }
+			case p < 9:
+				local := make([]wire.BlockHash, 1+r.IntN(8))
+				for j := range local {
+					local[j] = wire.BlockHash(r.IntN(4)*100 + j + 1)
+				}
+				k := wire.WorkerKey{Worker: 100 + uint64(r.IntN(3))}
+				now += time.Duration(r.IntN(3)) * time.Second
+				at := now
+				f = func(c *Core) {
+					if err := c.RecordDecision(k, local, wire.SequenceHashes(nil, local), at); err != nil {
+						t.Fatal(err)
+					}
+				}
+			default:
+				now += 10 * time.Second
+				at := now
+				f = func(c *Core) { c.Tick(at) }
+			}
+			log = append(log, f)
+			f(live)
+		}
+		barrier := 0
+		for round := range 4 {
+			for range 150 {
+				op()
+			}
+			cc := live.startCapture(1 + r.IntN(4096))
+			twin := NewCore(CoreConfig{})
+			for _, f := range log {
+				f(twin)
+			}
+			want := snapBytes(t, twin.freeze())
+			steps := 0
+			for !cc.step(live) {
+				steps++
+				for range r.IntN(4) {
+					op()
+				}
+			}
+			if live.cap != nil || live.ax.cw != nil || live.tree.Capturing() {
+				t.Fatal("capture still attached after completion")
+			}
+			if got := snapBytes(t, cc.frozen()); !bytes.Equal(got, want) {
+				t.Fatalf("seed %d round %d: capture differs from the twin frozen at the capture point", seed, round)
+			}
+			re := newTestIndex(t, Config{})
+			if _, err := re.Restore(bytes.NewReader(want)); err != nil {
+				t.Fatal(err)
+			}
+			if err := live.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			barrier += cc.entries.Touched()
+			t.Logf("seed %d round %d: %d steps, %d approximate-mode pages by barrier", seed, round, steps, cc.entries.Touched())
+		}
+		if barrier == 0 {
+			t.Fatal("no approximate-mode entry was copied by the barrier")
+		}
+	}
+}
+
+func snapBytes(t *testing.T, f *frozen) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := writeSnapshot(&buf, SnapshotHeader{StreamSeq: 1}, []*frozen{f}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 func TestCaptureClosed(t *testing.T) {
@@ -452,45 +551,126 @@ func BenchmarkSnapshot(b *testing.B) {
 			ix.runners[0].Do(func(c *Core) { c.tree.Clone() })
 		}
 	})
-	// Per step on the shard's goroutine: wall time (includes preemption by
-	// other processes on a shared machine) and the thread's CPU time.
-	b.Run("capture-steps", func(b *testing.B) {
-		var wall, cpu time.Duration
-		steps := 0
-		for b.Loop() {
-			ix.runners[0].Do(func(c *Core) {
-				cc := c.startCapture(DefaultCaptureStepBytes)
-				for done := false; !done; steps++ {
-					w0, c0 := time.Now(), threadCPU()
-					done = cc.step(c)
-					wall, cpu = max(wall, time.Since(w0)), max(cpu, threadCPU()-c0)
-				}
-			})
-		}
-		b.ReportMetric(float64(wall.Microseconds()), "µs-longest-wall")
-		b.ReportMetric(float64(cpu.Microseconds()), "µs-longest-cpu")
-		b.ReportMetric(float64(steps)/float64(b.N), "steps")
-	})
-	for _, step := range []int{256 << 10, 1 << 20, 4 << 20} {
-		b.Run(fmt.Sprintf("capture/step=%dKiB", step>>10), func(b *testing.B) {
-			ix.cfg.CaptureStepBytes = step
-			var longest time.Duration
-			steps := 0
+	// The stalls a capture causes on the shard's goroutine, measured there
+	// as the Runner interleaves them (capture-stalls: one event step of
+	// fleet churn, then one copy step, until the copy is complete), in wall
+	// time (which includes preemption by other processes on a shared
+	// machine) and the thread's CPU time: the capture's start, its longest
+	// copy step, and the longest event step while it runs (write-barrier
+	// copies included) against the longest without a capture.
+	churn := fleetChurn(fleet(1), 2)
+	for _, step := range []int{64 << 10, DefaultCaptureStepBytes, 1 << 20} {
+		b.Run(fmt.Sprintf("capture-stalls/step=%dKiB", step>>10), func(b *testing.B) {
+			var begin, copyStep, ev, base stall
+			steps, barrier, pages := 0, 0, 0
 			for b.Loop() {
-				cp, err := ix.Capture(1)
-				if err != nil {
-					b.Fatal(err)
-				}
-				n, l, err := cp.Steps()
-				if err != nil {
-					b.Fatal(err)
-				}
-				longest, steps = max(longest, l[0]), n[0]
+				ix.runners[0].Do(func(c *Core) {
+					runtime.LockOSThread() // the thread CPU clock follows the goroutine
+					defer runtime.UnlockOSThread()
+					i := 0
+					for range 64 {
+						base.time(func() { c.Apply(churn[i%len(churn)]) })
+						i++
+					}
+					var cc *capture
+					begin.time(func() { cc = c.startCapture(step) })
+					for done := false; !done; {
+						for range captureEvery { // as the Runner does under saturation
+							ev.time(func() { c.Apply(churn[i%len(churn)]) })
+							i++
+						}
+						copyStep.time(func() { done = cc.step(c) })
+						steps++
+					}
+					for range 64 {
+						base.time(func() { c.Apply(churn[i%len(churn)]) })
+						i++
+					}
+					barrier, pages = cc.st.BarrierPages, cc.st.Pages
+				})
 			}
-			b.ReportMetric(float64(longest.Microseconds()), "µs-longest-step")
-			b.ReportMetric(float64(steps), "steps")
+			// A saturated shard's event throughput while capturing,
+			// relative to without: CPU per event step without a capture
+			// against CPU per event step plus the copy steps and the
+			// start, amortized over the capture's event steps.
+			during := sum(begin.cpu) + sum(copyStep.cpu) + sum(ev.cpu)
+			b.ReportMetric((float64(sum(base.cpu))/float64(len(base.cpu)))/(float64(during)/float64(len(ev.cpu))), "ingest-ratio")
+			begin.report(b, "begin")
+			copyStep.report(b, "step")
+			ev.report(b, "event")
+			base.report(b, "event-nocapture")
+			b.ReportMetric(float64(steps)/float64(b.N), "steps")
+			b.ReportMetric(float64(barrier), "barrier-pages")
+			b.ReportMetric(float64(pages), "pages")
 		})
 	}
+}
+
+func sum(ds []time.Duration) (t time.Duration) {
+	for _, d := range ds {
+		t += d
+	}
+	return t
+}
+
+// stall records timed calls, in wall and thread CPU time.
+type stall struct{ wall, cpu []time.Duration }
+
+func (s *stall) time(f func()) {
+	w0, c0 := time.Now(), threadCPU()
+	f()
+	s.wall, s.cpu = append(s.wall, time.Since(w0)), append(s.cpu, threadCPU()-c0)
+}
+
+// report reports the longest wall and CPU time and the CPU time's 99th
+// percentile.
+func (s *stall) report(b *testing.B, name string) {
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	slices.Sort(s.wall)
+	slices.Sort(s.cpu)
+	b.ReportMetric(us(s.wall[len(s.wall)-1]), "µs-"+name+"-wall-max")
+	b.ReportMetric(us(s.cpu[len(s.cpu)-1]), "µs-"+name+"-cpu-max")
+	b.ReportMetric(us(s.cpu[len(s.cpu)*99/100]), "µs-"+name+"-cpu-p99")
+}
+
+// fleetChurn returns batches of about DefaultStepBlocks blocks (one event
+// step) that remove a fleet leaf event's blocks and store them again:
+// writes spread over the fleet workers' engine tables, blocks and runs, as
+// eviction and re-prefill do, so that a capture's write barrier meets pages
+// all over the arenas. Each batch leaves the tree as it found it.
+func fleetChurn(evs []wire.Event, seed uint64) [][]wire.Event {
+	r := rand.New(rand.NewPCG(seed, 9))
+	type key struct {
+		w wire.WorkerKey
+		h wire.EngineHash
+	}
+	parents := map[key]bool{}
+	for _, ev := range evs {
+		if ev.HasParent {
+			parents[key{ev.Worker, ev.Parent}] = true
+		}
+	}
+	var leaves []wire.Event
+	for _, ev := range evs {
+		if ev.HasParent && len(ev.Blocks) <= DefaultStepBlocks/2 && !parents[key{ev.Worker, ev.Blocks[len(ev.Blocks)-1].Engine}] {
+			leaves = append(leaves, ev)
+		}
+	}
+	var out [][]wire.Event
+	for range 512 {
+		var batch []wire.Event
+		for n := 0; n < DefaultStepBlocks; {
+			ev := leaves[r.IntN(len(leaves))]
+			if slices.ContainsFunc(batch, func(e wire.Event) bool { return e.Worker == ev.Worker && e.Parent == ev.Parent }) {
+				continue
+			}
+			rm := wire.Event{Worker: ev.Worker, Kind: wire.KindRemoved, Blocks: ev.Blocks}
+			batch = append(batch, rm, ev)
+			n += 2 * len(ev.Blocks)
+		}
+		out = append(out, batch)
+	}
+	return out
 }
 
 func threadCPU() time.Duration {
@@ -502,29 +682,51 @@ func threadCPU() time.Duration {
 }
 
 // BenchmarkMatchDuringSnapshots: Match latency and event throughput on the
-// fleet index while snapshots are taken back to back (capture, then encode
-// to io.Discard on another goroutine), against none.
+// fleet index under fleet churn (fleetChurn: each batch evicts and re-stores
+// fleet blocks all over the arenas), with no snapshots, with captures taken
+// back to back (Capture then Wait: the shard's share of a snapshot), and
+// with whole snapshots back to back (capture, then encode to io.Discard on
+// another goroutine). Reports the longest stalls the captures caused on the
+// shard (CaptureStats, wall time) over all of them.
 func BenchmarkMatchDuringSnapshots(b *testing.B) {
 	evs := fleet(1)
-	for _, snap := range []bool{false, true} {
-		b.Run(fmt.Sprint("snapshots=", snap), func(b *testing.B) {
+	churn := fleetChurn(evs, 3)
+	for _, mode := range []string{"none", "captures", "snapshots"} {
+		b.Run("mode="+mode, func(b *testing.B) {
 			ix := fleetIndex(b, Config{})
 			load := makeLoad(32, 256, 64)
 			var stop atomic.Bool
 			var wg sync.WaitGroup
 			var writes atomic.Int64
 			var snaps atomic.Int64
+			var worst CaptureStats
 			wg.Go(func() {
 				for i := 0; !stop.Load(); i++ {
-					ix.Apply(load.batches[i%len(load.batches)])
-					writes.Add(int64(len(load.batches[i%len(load.batches)])))
+					ix.Apply(churn[i%len(churn)])
+					writes.Add(int64(len(churn[i%len(churn)])))
 				}
 			})
-			if snap {
+			if mode != "none" {
 				wg.Go(func() {
 					for !stop.Load() {
-						if err := ix.Snapshot(io.Discard, 1); err != nil {
+						cp, err := ix.Capture(1)
+						if err != nil {
 							return
+						}
+						if mode == "snapshots" {
+							if _, err := cp.WriteTo(io.Discard); err != nil {
+								return
+							}
+						}
+						st, err := cp.Stats()
+						if err != nil {
+							return
+						}
+						for _, s := range st {
+							worst.Begin = max(worst.Begin, s.Begin)
+							worst.LongestStep = max(worst.LongestStep, s.LongestStep)
+							worst.LongestEventStep = max(worst.LongestEventStep, s.LongestEventStep)
+							worst.BarrierPages = max(worst.BarrierPages, s.BarrierPages)
 						}
 						snaps.Add(1)
 					}
@@ -546,8 +748,14 @@ func BenchmarkMatchDuringSnapshots(b *testing.B) {
 			stop.Store(true)
 			wg.Wait()
 			lat.report(b)
+			b.ReportMetric(float64(slices.Max(lat.s).Nanoseconds()), "max-ns")
 			b.ReportMetric(float64(writes.Load())/b.Elapsed().Seconds(), "events/s")
 			b.ReportMetric(float64(snaps.Load()), "snapshots")
+			if mode != "none" {
+				b.ReportMetric(float64(worst.Begin.Microseconds()), "µs-begin-max")
+				b.ReportMetric(float64(worst.LongestStep.Microseconds()), "µs-step-max")
+				b.ReportMetric(float64(worst.LongestEventStep.Microseconds()), "µs-event-step-max")
+			}
 		})
 	}
 }

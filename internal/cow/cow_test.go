@@ -1,0 +1,82 @@
+package cow
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestSlice: random writes (each after Touch), appends that reallocate and
+// steps of random budgets leave Result equal to the slice at Begin.
+func TestSlice(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	touched := 0
+	for round := range 200 {
+		cur := make([]uint32, r.IntN(300))
+		for i := range cur {
+			cur[i] = r.Uint32()
+		}
+		want := slices.Clone(cur)
+		var s Slice[uint32]
+		s.Begin(cur, 1+r.IntN(64))
+		for !s.Done() {
+			for range r.IntN(8) {
+				if len(cur) == 0 {
+					break
+				}
+				switch i := r.IntN(len(cur)); r.IntN(10) {
+				case 0:
+					cur = append(cur, r.Uint32()) // may reallocate: the old array is frozen
+				case 1:
+					hi := min(len(cur), i+r.IntN(20))
+					s.TouchRange(cur, i, hi)
+					for j := i; j < hi; j++ {
+						cur[j] = r.Uint32()
+					}
+				default:
+					s.Touch(cur, i)
+					cur[i] = r.Uint32()
+				}
+			}
+			s.Step(r.IntN(64))
+		}
+		touched += s.Touched()
+		if got := s.Result(); !slices.Equal(got, want) {
+			t.Fatalf("round %d: copy differs from the slice at Begin", round)
+		}
+		s.Touch(cur, 0) // idle after Done
+	}
+	if touched == 0 {
+		t.Fatal("no page was copied by Touch")
+	}
+	var idle Slice[byte]
+	idle.Touch(nil, 3)
+	if !idle.Done() || idle.Result() != nil {
+		t.Fatal("zero Slice is not an idle capture")
+	}
+}
+
+// TestSliceReallocated: once the owner's slice is a new array, Touch copies
+// nothing and the old array's pages are still copied by Step.
+func TestSliceReallocated(t *testing.T) {
+	src := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	var s Slice[int]
+	s.Begin(src, 8) // one element per page
+	cur := append(slices.Clone(src), 9)
+	s.Touch(cur, 0)
+	cur[0] = 100
+	if s.Touched() != 0 || s.Pending() != 8 {
+		t.Fatalf("touched %d, pending %d", s.Touched(), s.Pending())
+	}
+	s.Touch(src, 3)
+	if s.Touched() != 1 {
+		t.Fatal("a write to the captured array was not copied first")
+	}
+	src[3] = 40
+	for !s.Done() {
+		s.Step(1)
+	}
+	if got := s.Result(); !slices.Equal(got, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Fatalf("got %v", got)
+	}
+}

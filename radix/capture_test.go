@@ -1,0 +1,119 @@
+package radix
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// TestCaptureCopyOnWrite: a capture taken while random events keep being
+// applied between its steps is exactly the tree at BeginCapture (arena for
+// arena against a Clone taken then, and by content), over random histories
+// with tiers, many workers, worker removal and a tree emptied mid-capture.
+// Pages are one element, so every write site's barrier is exercised.
+func TestCaptureCopyOnWrite(t *testing.T) {
+	defer func(p int) { pageBytes = p }(pageBytes)
+	seed := testSeed(t)
+	rounds := 12
+	if testing.Short() {
+		rounds = 4
+	}
+	barrier := 0
+	for round := range uint64(rounds) {
+		pageBytes = []int{1, 64, 512, PageBytes}[round%4]
+		tr, m := New(), newModel()
+		g := newGen(seed+round, m)
+		switch round % 3 {
+		case 1:
+			g.tierPct = 40
+		case 2:
+			g.alpha, g.maxLen, g.remove, g.leafPct = 8, 12, 30, 90
+			for w := uint64(4); w <= 70; w++ { // more than 64 slots: two-word sets
+				g.keys = append(g.keys, wire.WorkerKey{Worker: w})
+			}
+		}
+		apply := func(n int) {
+			for range n {
+				ev := g.next()
+				m.apply(&ev)
+				tr.Apply(&ev)
+			}
+		}
+		apply(400)
+		for capt := range 6 {
+			ref := tr.Clone()
+			want := sortedDump(ref)
+			c := tr.BeginCapture()
+			if !tr.Capturing() || c.Tree() != nil {
+				t.Fatal("capture not in progress")
+			}
+			steps := 0
+			for !c.Step(1 + g.r.IntN(256)) {
+				steps++
+				apply(g.r.IntN(4))
+				switch g.r.IntN(200) {
+				case 0:
+					k := g.keys[g.r.IntN(len(g.keys))]
+					m.removeKey(k)
+					tr.RemoveDpRank(k)
+				case 1:
+					if capt == 3 { // empty the tree: its arenas are replaced
+						for _, k := range g.keys {
+							m.removeKey(k)
+							tr.RemoveDpRank(k)
+						}
+					}
+				}
+			}
+			if tr.Capturing() {
+				t.Fatal("tree still capturing after the last step")
+			}
+			img := c.Tree()
+			if err := sameArenas(img, ref); err != nil {
+				t.Fatalf("round %d capture %d: %v", round, capt, err)
+			}
+			if err := img.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(sortedDump(img), want) {
+				t.Fatalf("round %d capture %d: content differs", round, capt)
+			}
+			st := c.Stats()
+			barrier += st.BarrierPages
+			t.Logf("round %d capture %d: %d steps, %+v", round, capt, steps, st)
+			// The image is independent of the tree from now on.
+			apply(50)
+			if !slices.Equal(sortedDump(img), want) {
+				t.Fatal("image changed with the tree")
+			}
+			if err := tr.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			compareTree(t, tr, m, g.probes())
+		}
+	}
+	if barrier == 0 {
+		t.Fatal("the write barrier never copied a page")
+	}
+}
+
+// TestCaptureTwice: a second BeginCapture while one is in progress panics.
+func TestCaptureTwice(t *testing.T) {
+	tr := newWorkload(smallParams, 1).tree(t, 0)
+	c := tr.BeginCapture()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("no panic")
+			}
+		}()
+		tr.BeginCapture()
+	}()
+	for !c.Step(1 << 20) {
+	}
+	c2 := tr.BeginCapture()
+	for !c2.Step(1 << 30) {
+	}
+	assertSameTree(t, tr, c2.Tree())
+}

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,12 +198,14 @@ func BenchmarkNATSIngest(b *testing.B) {
 		if err := in.SubscribeNATS(nc); err != nil {
 			b.Fatal(err)
 		}
+		cpu := startCPU()
 		b.ReportAllocs()
 		publishAll(b, pub, subj.KVEvents, c)
 		if err := ix.Flush(); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
+		cpu.report(b, b.N)
 		st := in.Stats().Sources[SourceNATSDynamo]
 		if st.Gaps != 0 || st.Duplicates != 0 || st.Dropped != 0 || st.Malformed != 0 || st.SinkErrors != 0 || st.Events != uint64(b.N) {
 			b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
@@ -224,23 +227,32 @@ func BenchmarkNATSIngest(b *testing.B) {
 		if err := in.SubscribeNATS(nc); err != nil {
 			b.Fatal(err)
 		}
+		cpu := startCPU()
 		b.ReportAllocs()
 		publishAll(b, pub, subj.KVEvents, c)
 		b.StopTimer()
+		cpu.report(b, b.N)
 		if st := in.Stats().Sources[SourceNATSDynamo]; st.Gaps != 0 || st.Dropped != 0 || st.Events != uint64(b.N) {
 			b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
 	// The same as "ingest" through JetStream: the publisher's plain publishes
-	// are stored by a file-backed stream, and Ingest consumes them through
-	// its ordered consumer (ConsumeJetStream).
-	b.Run("jetstream", func(b *testing.B) {
-		benchJetStream(b, s, subj, true)
-	})
-	b.Run("jetstream-discard", func(b *testing.B) {
-		benchJetStream(b, s, subj, false)
-	})
+	// are stored by a stream, and Ingest consumes them through its ordered
+	// consumer (ConsumeJetStream). The variants measure what limits it (see
+	// doc.go): -noop counts the ordered consumer's messages without
+	// decoding (the server's and the client library's ceiling), -mem keeps
+	// the stream in memory instead of files, -fetch4096 pulls 4096 ahead.
+	for _, v := range []jsVariant{
+		{name: "jetstream", index: true},
+		{name: "jetstream-discard"},
+		{name: "jetstream-noop", noop: true},
+		{name: "jetstream-mem", index: true, mem: true},
+		{name: "jetstream-mem-noop", noop: true, mem: true},
+		{name: "jetstream-fetch4096", index: true, fetch: 4096},
+	} {
+		b.Run(v.name, func(b *testing.B) { benchJetStream(b, s, subj, v) })
+	}
 	// Native messages of nativeBatch events each, through a core
 	// subscription and through the stream: the stream's cost is per message.
 	b.Run("ingest-native16", func(b *testing.B) {
@@ -305,9 +317,11 @@ func BenchmarkNATSIngest(b *testing.B) {
 		if err := nc.Flush(); err != nil {
 			b.Fatal(err)
 		}
+		cpu := startCPU()
 		b.ReportAllocs()
 		publishAll(b, pub, subj.KVEvents, c)
 		b.StopTimer()
+		cpu.report(b, b.N)
 		if d, _ := sub.Dropped(); d != 0 {
 			b.Fatalf("%d dropped", d)
 		}
@@ -315,27 +329,61 @@ func BenchmarkNATSIngest(b *testing.B) {
 	})
 }
 
-// benchJetStream is BenchmarkNATSIngest's JetStream variant, into a
-// one-shard index (index) or a sink that only counts.
-func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, index bool) {
+// jsVariant is one configuration of BenchmarkNATSIngest's JetStream path.
+type jsVariant struct {
+	name  string
+	index bool // into a one-shard index (else a sink that only counts)
+	noop  bool // an ordered consumer that only counts (no Ingest)
+	mem   bool // memory storage
+	fetch int  // Config.FetchBatch (0: the default)
+}
+
+// benchJetStream is BenchmarkNATSIngest's JetStream variant v. Each variant
+// has its own stream (deleted at the end), so that none replays another's
+// messages.
+func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, v jsVariant) {
 	pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := EnsureStream(context.Background(), js, StreamConfig{Subjects: subj, MaxBytes: 256 << 20})
+	ctx := context.Background()
+	sc := StreamConfig{Subjects: subj, MaxBytes: 256 << 20, Name: "BENCH_" + strings.ReplaceAll(v.name, "-", "_")}
+	if v.mem {
+		sc.Storage = jetstream.MemoryStorage
+	}
+	st, err := EnsureStream(ctx, js, sc)
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer js.DeleteStream(ctx, sc.Name)
 	c := newCounter()
+	if v.noop {
+		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cc, err := cons.Consume(func(jetstream.Msg) { c.add() }, jetstream.PullMaxMessages(DefaultFetchBatch))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cc.Stop()
+		cpu := startCPU()
+		b.ReportAllocs()
+		publishAll(b, pub, subj.KVEvents, c)
+		b.StopTimer()
+		cpu.report(b, b.N)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		return
+	}
 	sink := &countingSink{c: c}
-	if index {
+	if v.index {
 		if sink.ix, err = shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet}); err != nil {
 			b.Fatal(err)
 		}
 		defer sink.ix.Close()
 	}
-	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, sink)
+	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet, FetchBatch: v.fetch}, sink)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -343,20 +391,22 @@ func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, index b
 	if err := in.ConsumeJetStream(nc, st); err != nil {
 		b.Fatal(err)
 	}
+	cpu := startCPU()
 	b.ReportAllocs()
 	publishAll(b, pub, subj.KVEvents, c)
-	if index {
+	if v.index {
 		if err := sink.ix.Flush(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
+	cpu.report(b, b.N)
 	sst := in.Stats()
 	if st := sst.Sources[SourceNATSDynamo]; st.Gaps != 0 || st.Duplicates != 0 || st.Malformed != 0 || st.SinkErrors != 0 || st.Events != uint64(b.N) || sst.StreamDuplicates != 0 {
 		b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-	if index {
+	if v.index {
 		st := sst.Sources[SourceNATSDynamo]
 		b.ReportMetric(float64(st.DispatchMax.Microseconds()), "max-dispatch-µs")
 		b.ReportMetric(float64(quantileBound(&st, 0.99).Microseconds()), "p99-dispatch-bound-µs")

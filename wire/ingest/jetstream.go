@@ -47,6 +47,10 @@ type StreamConfig struct {
 	MaxBytes int64
 	// Replicas of the stream (1, or 3 in a cluster); zero: 1.
 	Replicas int
+	// Storage of a stream EnsureStream creates: jetstream.FileStorage (the
+	// zero value) or MemoryStorage (lost with its server; MaxBytes of RAM).
+	// An existing stream keeps its storage.
+	Storage jetstream.StorageType
 }
 
 // StreamName returns the name of the stream that keeps the KV events of
@@ -104,8 +108,8 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 			Subjects:    subjects,
 			Retention:   jetstream.LimitsPolicy,
 			Discard:     jetstream.DiscardOld,
-			Storage:     jetstream.FileStorage,
-			PersistMode: persistMode(cfg.Replicas),
+			Storage:     cfg.Storage,
+			PersistMode: persistMode(cfg.Replicas, cfg.Storage),
 			MaxAge:      cfg.MaxAge,
 			MaxBytes:    cfg.MaxBytes,
 			Replicas:    cfg.Replicas,
@@ -144,8 +148,8 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 // events if the server crashes: acceptable for a cache mirror that the
 // workers' next events correct. Replicated streams flush asynchronously by
 // themselves and refuse the setting.
-func persistMode(replicas int) jetstream.PersistModeType {
-	if replicas > 1 {
+func persistMode(replicas int, storage jetstream.StorageType) jetstream.PersistModeType {
+	if replicas > 1 || storage == jetstream.MemoryStorage {
 		return jetstream.DefaultPersistMode
 	}
 	return jetstream.AsyncPersistMode

@@ -176,7 +176,7 @@
 //	kvroute_ingest_missing_events_total{source}             event ids skipped by gaps (NATS)
 //	kvroute_ingest_missing_batches_total{source}            batches lost (ZMQ)
 //	kvroute_ingest_restarts_total{source}                   workers that started over
-//	kvroute_ingest_sink_errors_total{source}                failed Apply calls
+//	kvroute_ingest_sink_errors_total{source}                messages whose events Apply refused
 //	kvroute_ingest_dropped_messages_total{source}           NATS slow-consumer drops; ZMQ batches lost
 //	kvroute_ingest_pending_messages{source}                 NATS messages waiting for the callback (gauge)
 //	kvroute_ingest_pending_messages_high_water{source}      their maximum (gauge)

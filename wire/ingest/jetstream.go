@@ -269,7 +269,7 @@ func (in *Ingest) RestartJetStream(stream jetstream.Stream) (int, error) {
 	dyn, nat := in.mu.dynPipe, in.mu.natPipe
 	marked := 0
 	for _, p := range [...]*pipe{dyn, nat} {
-		p.mu.Lock()
+		p.lock()
 		marked += p.tr.markSuspect()
 		p.mu.Unlock()
 	}
@@ -301,10 +301,12 @@ type jsPipe struct {
 
 func (j *jsPipe) onMsg(m jetstream.Msg) { j.onNATS(m.Subject(), m.Reply(), m.Data()) }
 
+// onNATS handles one stream message. It does not coalesce (see doc.go):
+// each message is applied, LastSeq set and AfterApply called before the
+// next.
 func (j *jsPipe) onNATS(subject, reply string, data []byte) {
 	seq := replyStreamSeq(reply)
-	last := j.in.seq.Load()
-	if seq != 0 && seq <= last {
+	if seq != 0 && seq <= j.in.seq.Load() {
 		j.in.streamDups.Add(1) // a redelivery after a reset
 		return
 	}
@@ -319,12 +321,8 @@ func (j *jsPipe) onNATS(subject, reply string, data []byte) {
 	if subject == j.dynSubject {
 		p = j.dyn
 	}
-	p.onData(data)
-	if seq != 0 {
-		j.in.seq.Store(seq)
-		if j.after != nil {
-			j.after(seq)
-		}
+	if p.onData(data, seq) && seq != 0 && j.after != nil {
+		j.after(seq)
 	}
 }
 
@@ -338,20 +336,25 @@ func (j *jsPipe) onErr(_ jetstream.ConsumeContext, err error) {
 }
 
 // onData handles one NATS message body of the pipe's format (the JetStream
-// path's counterpart of onDynamo and onNative).
-func (p *pipe) onData(data []byte) {
+// path's counterpart of onDynamo and onNative) with its stream sequence seq,
+// without coalescing. It reports whether the events went to the sink
+// (LastSeq is then seq; false: the pipe is closed).
+func (p *pipe) onData(data []byte, seq uint64) bool {
 	start := time.Now()
 	p.mu.Lock()
+	flushed := false
 	if !p.closed {
-		p.batch.Reset()
+		var err error
 		if p.src == SourceNATSDynamo {
-			p.deliver(wire.DecodeDynamoAny(&p.batch, data))
+			err = wire.DecodeDynamoAny(&p.batch, data)
 		} else {
-			p.deliver(wire.DecodeNative(&p.batch, data))
+			err = wire.DecodeNative(&p.batch, data)
 		}
+		flushed = p.decoded(err, 1, seq)
 	}
 	p.mu.Unlock()
 	p.c.observe(time.Since(start))
+	return flushed
 }
 
 // replyStreamSeq returns the stream sequence in a JetStream message's reply

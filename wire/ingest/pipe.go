@@ -205,6 +205,7 @@ func (p *pipe) decoded(err error, pending int, seq uint64) bool {
 // batch, and on the JetStream path advances LastSeq.
 func (p *pipe) flush() {
 	p.deliver()
+	p.c.messages.Add(uint64(p.held)) // after the sink has them: a reader that sees them counted can Flush the index
 	p.batch.Reset()
 	p.held = 0
 	if p.heldSeq != 0 {
@@ -213,13 +214,12 @@ func (p *pipe) flush() {
 	}
 }
 
-// deliver counts the held messages, filters the batch's events through the
-// id tracker and hands the rest to the sink. The batch holds the events of
-// p.held messages (a malformed message contributes none; the decoders
-// leave the batch as they found it).
+// deliver filters the batch's events through the id tracker and hands the
+// rest to the sink. The batch holds the events of p.held messages (a
+// malformed message contributes none; the decoders leave the batch as they
+// found it); the caller counts the messages after it.
 func (p *pipe) deliver() {
 	c := p.c
-	c.messages.Add(uint64(p.held))
 	b := &p.batch
 	if b.Rejected > 0 {
 		p.rejected()

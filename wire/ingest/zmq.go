@@ -288,6 +288,7 @@ func (p *pipe) onZMQ(seq uint64, payload []byte, _ bool) {
 		p.held = 1
 		p.deliver()
 		p.held = 0
+		p.c.messages.Add(1)
 	}
 	p.mu.Unlock()
 	p.c.observe(time.Since(start))

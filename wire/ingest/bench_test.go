@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,8 +93,10 @@ func (p *publisher) next() []byte {
 	return p.buf
 }
 
-// counter counts delivered messages and rings a doorbell every 256, so that
-// the publisher can keep a bounded window in flight.
+// counter counts delivered events and rings a doorbell every 256, so that
+// the publisher can keep a bounded window in flight. (Events, not Apply
+// calls: ingest hands the events of several messages to one Apply when they
+// queue up.)
 type counter struct {
 	n    atomic.Uint64
 	bell chan struct{}
@@ -101,8 +104,10 @@ type counter struct {
 
 func newCounter() *counter { return &counter{bell: make(chan struct{}, 1)} }
 
-func (c *counter) add() {
-	if c.n.Add(1)%256 == 0 {
+func (c *counter) add() { c.addN(1) }
+
+func (c *counter) addN(n int) {
+	if v := c.n.Add(uint64(n)); v/256 != (v-uint64(n))/256 {
 		select {
 		case c.bell <- struct{}{}:
 		default:
@@ -113,8 +118,9 @@ func (c *counter) add() {
 // countingSink is the ingest side's delivery counter in front of the index
 // (nil: events are dropped).
 type countingSink struct {
-	ix *shard.Index
-	c  *counter
+	ix      *shard.Index
+	c       *counter
+	applies atomic.Uint64
 }
 
 func (s *countingSink) Apply(evs []wire.Event) error {
@@ -122,7 +128,8 @@ func (s *countingSink) Apply(evs []wire.Event) error {
 	if s.ix != nil {
 		err = s.ix.Apply(evs)
 	}
-	s.c.add()
+	s.c.addN(len(evs))
+	s.applies.Add(1)
 	return err
 }
 
@@ -134,7 +141,7 @@ const benchWindowMsgs = 4096
 // benchWindowMsgs in flight, and waits until all are delivered.
 func publishAll(b *testing.B, nc *nats.Conn, subject string, c *counter) {
 	pub := &publisher{wl: newWorkload()}
-	publishEach(b, nc, subject, c, pub.next)
+	publishEach(b, nc, subject, c, 1, pub.next)
 }
 
 // nativeBatch is the number of events per message of the native variants.
@@ -157,16 +164,16 @@ func (p *publisher) nextNative() []byte {
 	return p.buf
 }
 
-// publishEach publishes b.N messages made by next, with at most
-// benchWindowMsgs in flight, and waits until all are delivered.
-func publishEach(b *testing.B, nc *nats.Conn, subject string, c *counter, next func() []byte) {
+// publishEach publishes b.N messages of perMsg events made by next, with at
+// most benchWindowMsgs in flight, and waits until all are delivered.
+func publishEach(b *testing.B, nc *nats.Conn, subject string, c *counter, perMsg int, next func() []byte) {
 	sent := uint64(0)
 	for b.Loop() {
 		if err := nc.Publish(subject, next()); err != nil {
 			b.Fatal(err)
 		}
-		sent++
-		for sent-c.n.Load() > benchWindowMsgs {
+		sent += uint64(perMsg)
+		for sent-c.n.Load() > benchWindowMsgs*uint64(perMsg) {
 			<-c.bell
 		}
 	}
@@ -193,21 +200,25 @@ func BenchmarkNATSIngest(b *testing.B) {
 	}
 	b.Run("ingest", func(b *testing.B) {
 		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
-		ix, in, c := newIndexIngest(b, subj)
+		ix, in, sink := newIndexIngest(b, subj)
+		c := sink.c
 		if err := in.SubscribeNATS(nc); err != nil {
 			b.Fatal(err)
 		}
+		cpu := startCPU()
 		b.ReportAllocs()
 		publishAll(b, pub, subj.KVEvents, c)
 		if err := ix.Flush(); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
+		cpu.report(b, b.N)
 		st := in.Stats().Sources[SourceNATSDynamo]
 		if st.Gaps != 0 || st.Duplicates != 0 || st.Dropped != 0 || st.Malformed != 0 || st.SinkErrors != 0 || st.Events != uint64(b.N) {
 			b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		b.ReportMetric(float64(b.N)/float64(sink.applies.Load()), "events/apply")
 		b.ReportMetric(float64(st.DispatchMax.Microseconds()), "max-dispatch-µs")
 		b.ReportMetric(float64(quantileBound(&st, 0.99).Microseconds()), "p99-dispatch-bound-µs")
 	})
@@ -224,33 +235,43 @@ func BenchmarkNATSIngest(b *testing.B) {
 		if err := in.SubscribeNATS(nc); err != nil {
 			b.Fatal(err)
 		}
+		cpu := startCPU()
 		b.ReportAllocs()
 		publishAll(b, pub, subj.KVEvents, c)
 		b.StopTimer()
+		cpu.report(b, b.N)
 		if st := in.Stats().Sources[SourceNATSDynamo]; st.Gaps != 0 || st.Dropped != 0 || st.Events != uint64(b.N) {
 			b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
 	// The same as "ingest" through JetStream: the publisher's plain publishes
-	// are stored by a file-backed stream, and Ingest consumes them through
-	// its ordered consumer (ConsumeJetStream).
-	b.Run("jetstream", func(b *testing.B) {
-		benchJetStream(b, s, subj, true)
-	})
-	b.Run("jetstream-discard", func(b *testing.B) {
-		benchJetStream(b, s, subj, false)
-	})
+	// are stored by a stream, and Ingest consumes them through its ordered
+	// consumer (ConsumeJetStream). The variants measure what limits it (see
+	// doc.go): -noop counts the ordered consumer's messages without
+	// decoding (the server's and the client library's ceiling), -mem keeps
+	// the stream in memory instead of files, -fetch4096 pulls 4096 ahead.
+	for _, v := range []jsVariant{
+		{name: "jetstream", index: true},
+		{name: "jetstream-discard"},
+		{name: "jetstream-noop", noop: true},
+		{name: "jetstream-mem", index: true, mem: true},
+		{name: "jetstream-mem-noop", noop: true, mem: true},
+		{name: "jetstream-fetch4096", index: true, fetch: 4096},
+	} {
+		b.Run(v.name, func(b *testing.B) { benchJetStream(b, s, subj, v) })
+	}
 	// Native messages of nativeBatch events each, through a core
 	// subscription and through the stream: the stream's cost is per message.
 	b.Run("ingest-native16", func(b *testing.B) {
 		pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
-		ix, in, c := newIndexIngest(b, subj)
+		ix, in, sink := newIndexIngest(b, subj)
+		c := sink.c
 		if err := in.SubscribeNATS(nc); err != nil {
 			b.Fatal(err)
 		}
 		p := &publisher{wl: newWorkload()}
-		publishEach(b, pub, subj.KVEventsNative, c, p.nextNative)
+		publishEach(b, pub, subj.KVEventsNative, c, nativeBatch, p.nextNative)
 		if err := ix.Flush(); err != nil {
 			b.Fatal(err)
 		}
@@ -270,12 +291,13 @@ func BenchmarkNATSIngest(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ix, in, c := newIndexIngest(b, subj)
+		ix, in, sink := newIndexIngest(b, subj)
+		c := sink.c
 		if err := in.ConsumeJetStream(nc, st); err != nil {
 			b.Fatal(err)
 		}
 		p := &publisher{wl: newWorkload()}
-		publishEach(b, pub, subj.KVEventsNative, c, p.nextNative)
+		publishEach(b, pub, subj.KVEventsNative, c, nativeBatch, p.nextNative)
 		if err := ix.Flush(); err != nil {
 			b.Fatal(err)
 		}
@@ -305,9 +327,11 @@ func BenchmarkNATSIngest(b *testing.B) {
 		if err := nc.Flush(); err != nil {
 			b.Fatal(err)
 		}
+		cpu := startCPU()
 		b.ReportAllocs()
 		publishAll(b, pub, subj.KVEvents, c)
 		b.StopTimer()
+		cpu.report(b, b.N)
 		if d, _ := sub.Dropped(); d != 0 {
 			b.Fatalf("%d dropped", d)
 		}
@@ -315,27 +339,61 @@ func BenchmarkNATSIngest(b *testing.B) {
 	})
 }
 
-// benchJetStream is BenchmarkNATSIngest's JetStream variant, into a
-// one-shard index (index) or a sink that only counts.
-func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, index bool) {
+// jsVariant is one configuration of BenchmarkNATSIngest's JetStream path.
+type jsVariant struct {
+	name  string
+	index bool // into a one-shard index (else a sink that only counts)
+	noop  bool // an ordered consumer that only counts (no Ingest)
+	mem   bool // memory storage
+	fetch int  // Config.FetchBatch (0: the default)
+}
+
+// benchJetStream is BenchmarkNATSIngest's JetStream variant v. Each variant
+// has its own stream (deleted at the end), so that none replays another's
+// messages.
+func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, v jsVariant) {
 	pub, nc := natstest.Connect(b, s), natstest.Connect(b, s)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := EnsureStream(context.Background(), js, StreamConfig{Subjects: subj, MaxBytes: 256 << 20})
+	ctx := context.Background()
+	sc := StreamConfig{Subjects: subj, MaxBytes: 256 << 20, Name: "BENCH_" + strings.ReplaceAll(v.name, "-", "_")}
+	if v.mem {
+		sc.Storage = jetstream.MemoryStorage
+	}
+	st, err := EnsureStream(ctx, js, sc)
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer js.DeleteStream(ctx, sc.Name)
 	c := newCounter()
+	if v.noop {
+		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cc, err := cons.Consume(func(jetstream.Msg) { c.add() }, jetstream.PullMaxMessages(DefaultFetchBatch))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cc.Stop()
+		cpu := startCPU()
+		b.ReportAllocs()
+		publishAll(b, pub, subj.KVEvents, c)
+		b.StopTimer()
+		cpu.report(b, b.N)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		return
+	}
 	sink := &countingSink{c: c}
-	if index {
+	if v.index {
 		if sink.ix, err = shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet}); err != nil {
 			b.Fatal(err)
 		}
 		defer sink.ix.Close()
 	}
-	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, sink)
+	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet, FetchBatch: v.fetch}, sink)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -343,20 +401,23 @@ func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, index b
 	if err := in.ConsumeJetStream(nc, st); err != nil {
 		b.Fatal(err)
 	}
+	cpu := startCPU()
 	b.ReportAllocs()
 	publishAll(b, pub, subj.KVEvents, c)
-	if index {
+	if v.index {
 		if err := sink.ix.Flush(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
+	cpu.report(b, b.N)
 	sst := in.Stats()
 	if st := sst.Sources[SourceNATSDynamo]; st.Gaps != 0 || st.Duplicates != 0 || st.Malformed != 0 || st.SinkErrors != 0 || st.Events != uint64(b.N) || sst.StreamDuplicates != 0 {
 		b.Fatalf("ingest lost or rejected events: %+v (N=%d)", st, b.N)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-	if index {
+	b.ReportMetric(float64(b.N)/float64(sink.applies.Load()), "events/apply")
+	if v.index {
 		st := sst.Sources[SourceNATSDynamo]
 		b.ReportMetric(float64(st.DispatchMax.Microseconds()), "max-dispatch-µs")
 		b.ReportMetric(float64(quantileBound(&st, 0.99).Microseconds()), "p99-dispatch-bound-µs")
@@ -414,7 +475,7 @@ func benchJetStreamReplay(b *testing.B, s *server.Server, subj plane.Subjects) {
 		b.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
-	for c.n.Load() < uint64(b.N) {
+	for c.n.Load() < uint64(b.N) { // one event per message
 		select {
 		case <-c.bell:
 		case <-time.After(time.Millisecond):
@@ -536,18 +597,18 @@ func BenchmarkHandler(b *testing.B) {
 
 // newIndexIngest is an Ingest into a real one-shard index through a sink
 // that counts the events it applies; both close when the benchmark ends.
-func newIndexIngest(b *testing.B, subj plane.Subjects) (*shard.Index, *Ingest, *counter) {
+func newIndexIngest(b *testing.B, subj plane.Subjects) (*shard.Index, *Ingest, *countingSink) {
 	b.Helper()
 	ix, err := shard.NewIndex(shard.Config{TickInterval: -1, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ix.Close() })
-	c := newCounter()
-	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, &countingSink{ix: ix, c: c})
+	sink := &countingSink{ix: ix, c: newCounter()}
+	in, err := New(Config{BlockSize: 16, Subjects: subj, Logger: quiet}, sink)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { in.Close() })
-	return ix, in, c
+	return ix, in, sink
 }

@@ -332,7 +332,7 @@ func (in *Ingest) MarkReconnected() int {
 	n := 0
 	for _, p := range pipes {
 		if p != nil {
-			p.mu.Lock()
+			p.lock()
 			n += p.tr.markSuspect()
 			p.mu.Unlock()
 		}
@@ -351,7 +351,7 @@ func (in *Ingest) Forget(worker uint64) {
 	in.mu.Unlock()
 	for _, p := range pipes {
 		if p != nil {
-			p.mu.Lock()
+			p.lock()
 			p.tr.forget(worker)
 			p.mu.Unlock()
 		}
@@ -464,7 +464,8 @@ type SourceStats struct {
 	// the router joined a running worker, or restarted without the
 	// tracking of its snapshot); each asks the worker for a dump.
 	FirstSightings uint64
-	// SinkErrors counts Apply calls that failed (their events are lost).
+	// SinkErrors counts messages (ZMQ: batches) whose events Apply refused
+	// (the events are lost).
 	SinkErrors uint64
 	// Unknown counts events dropped because Config.Admit refused their
 	// worker (not registered).

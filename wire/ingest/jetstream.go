@@ -47,6 +47,10 @@ type StreamConfig struct {
 	MaxBytes int64
 	// Replicas of the stream (1, or 3 in a cluster); zero: 1.
 	Replicas int
+	// Storage of a stream EnsureStream creates: jetstream.FileStorage (the
+	// zero value) or MemoryStorage (lost with its server; MaxBytes of RAM).
+	// An existing stream keeps its storage.
+	Storage jetstream.StorageType
 }
 
 // StreamName returns the name of the stream that keeps the KV events of
@@ -104,8 +108,8 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 			Subjects:    subjects,
 			Retention:   jetstream.LimitsPolicy,
 			Discard:     jetstream.DiscardOld,
-			Storage:     jetstream.FileStorage,
-			PersistMode: persistMode(cfg.Replicas),
+			Storage:     cfg.Storage,
+			PersistMode: persistMode(cfg.Replicas, cfg.Storage),
 			MaxAge:      cfg.MaxAge,
 			MaxBytes:    cfg.MaxBytes,
 			Replicas:    cfg.Replicas,
@@ -144,8 +148,8 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 // events if the server crashes: acceptable for a cache mirror that the
 // workers' next events correct. Replicated streams flush asynchronously by
 // themselves and refuse the setting.
-func persistMode(replicas int) jetstream.PersistModeType {
-	if replicas > 1 {
+func persistMode(replicas int, storage jetstream.StorageType) jetstream.PersistModeType {
+	if replicas > 1 || storage == jetstream.MemoryStorage {
 		return jetstream.DefaultPersistMode
 	}
 	return jetstream.AsyncPersistMode
@@ -265,7 +269,7 @@ func (in *Ingest) RestartJetStream(stream jetstream.Stream) (int, error) {
 	dyn, nat := in.mu.dynPipe, in.mu.natPipe
 	marked := 0
 	for _, p := range [...]*pipe{dyn, nat} {
-		p.mu.Lock()
+		p.lock()
 		marked += p.tr.markSuspect()
 		p.mu.Unlock()
 	}
@@ -297,10 +301,12 @@ type jsPipe struct {
 
 func (j *jsPipe) onMsg(m jetstream.Msg) { j.onNATS(m.Subject(), m.Reply(), m.Data()) }
 
+// onNATS handles one stream message. It does not coalesce (see doc.go):
+// each message is applied, LastSeq set and AfterApply called before the
+// next.
 func (j *jsPipe) onNATS(subject, reply string, data []byte) {
 	seq := replyStreamSeq(reply)
-	last := j.in.seq.Load()
-	if seq != 0 && seq <= last {
+	if seq != 0 && seq <= j.in.seq.Load() {
 		j.in.streamDups.Add(1) // a redelivery after a reset
 		return
 	}
@@ -315,12 +321,8 @@ func (j *jsPipe) onNATS(subject, reply string, data []byte) {
 	if subject == j.dynSubject {
 		p = j.dyn
 	}
-	p.onData(data)
-	if seq != 0 {
-		j.in.seq.Store(seq)
-		if j.after != nil {
-			j.after(seq)
-		}
+	if p.onData(data, seq) && seq != 0 && j.after != nil {
+		j.after(seq)
 	}
 }
 
@@ -334,20 +336,25 @@ func (j *jsPipe) onErr(_ jetstream.ConsumeContext, err error) {
 }
 
 // onData handles one NATS message body of the pipe's format (the JetStream
-// path's counterpart of onDynamo and onNative).
-func (p *pipe) onData(data []byte) {
+// path's counterpart of onDynamo and onNative) with its stream sequence seq,
+// without coalescing. It reports whether the events went to the sink
+// (LastSeq is then seq; false: the pipe is closed).
+func (p *pipe) onData(data []byte, seq uint64) bool {
 	start := time.Now()
 	p.mu.Lock()
+	flushed := false
 	if !p.closed {
-		p.batch.Reset()
+		var err error
 		if p.src == SourceNATSDynamo {
-			p.deliver(wire.DecodeDynamoAny(&p.batch, data))
+			err = wire.DecodeDynamoAny(&p.batch, data)
 		} else {
-			p.deliver(wire.DecodeNative(&p.batch, data))
+			err = wire.DecodeNative(&p.batch, data)
 		}
+		flushed = p.decoded(err, 1, seq)
 	}
 	p.mu.Unlock()
 	p.c.observe(time.Since(start))
+	return flushed
 }
 
 // replyStreamSeq returns the stream sequence in a JetStream message's reply

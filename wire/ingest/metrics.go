@@ -32,7 +32,7 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_ingest_missing_batches_total", Type: promtext.Counter, Help: "Event batches lost (ZMQ), by source"},
 	{Name: "kvroute_ingest_restarts_total", Type: promtext.Counter, Help: "Workers seen starting their event numbering over, by source"},
 	{Name: "kvroute_ingest_first_sightings_total", Type: promtext.Counter, Help: "Worker keys first seen at an event id above 1 (a running worker joined, or a restart without its snapshot's tracking); each is asked for a dump"},
-	{Name: "kvroute_ingest_sink_errors_total", Type: promtext.Counter, Help: "Failed applies of events to the index, by source"},
+	{Name: "kvroute_ingest_sink_errors_total", Type: promtext.Counter, Help: "Messages whose events the index refused (a failed apply), by source"},
 	{Name: "kvroute_ingest_dropped_messages_total", Type: promtext.Counter, Help: "NATS messages dropped by the slow-consumer limit, or ZMQ batches lost, by source"},
 	{Name: "kvroute_ingest_pending_messages", Type: promtext.Gauge, Help: "NATS messages waiting for the ingest callback, by source"},
 	{Name: "kvroute_ingest_pending_messages_high_water", Type: promtext.Gauge, Help: "Largest number of NATS messages waiting for the ingest callback, by source"},

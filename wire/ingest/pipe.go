@@ -80,6 +80,11 @@ type pipe struct {
 	trackIDs bool // NATS: check event ids; ZMQ checks sequence numbers instead
 	tr       tracker
 	batch    wire.Batch
+	// held counts the messages decoded into batch and not yet handed to the
+	// sink (coalescing, see onDynamo); heldSeq is the stream sequence of
+	// the last of them on the JetStream path (0: none).
+	held    int
+	heldSeq uint64
 
 	// ZMQ only.
 	zw      ZMQWorker
@@ -94,11 +99,63 @@ func newPipe(in *Ingest, src Source) *pipe {
 	return p
 }
 
-// close marks the pipe closed after waiting for a handler call in progress.
+// close marks the pipe closed after waiting for a handler call in progress
+// (and handing the events it held to the sink).
 func (p *pipe) close() {
-	p.mu.Lock()
+	p.lock()
 	p.closed = true
 	p.mu.Unlock()
+}
+
+// lock locks p.mu for a caller other than the pipe's handler and first
+// hands the events held by coalescing to the sink, so that the caller sees
+// every message received so far applied (as without coalescing). On the
+// JetStream path LastSeq advances to the held messages' last sequence;
+// Config.AfterApply is not called (it runs on the handler goroutine with
+// the next message).
+func (p *pipe) lock() {
+	p.mu.Lock()
+	if p.held > 0 {
+		p.flush()
+	}
+}
+
+// Coalescing. A NATS callback that finds more messages of its subscription
+// already queued in the client (Subscription.Pending above 1: the current
+// one counts until it returns) decodes its message into the batch and
+// returns without handing it to the sink; the next callback appends to the
+// same batch, and the first that finds the queue empty, or the batch at
+// coalesceMsgs messages or coalesceEvents events, hands them all to the
+// sink in one Apply. Under load this turns one shard hand-off (a work item,
+// a queue push, often a wake-up of the shard's goroutine) per message into
+// one per batch; an idle subscription delivers each message at once, as
+// before. A held message always has a successor on its way (the queued
+// one), and every other user of the pipe flushes first (lock), so held
+// events are never stranded. The JetStream path does the same with the
+// stream's own count of pending messages (the reply subject's last token).
+const (
+	coalesceMsgs   = 64
+	coalesceEvents = 1024
+)
+
+// more reports whether the pipe should hold the message just decoded:
+// another is queued behind it (pending > 1, the current one included) and
+// the batch has room.
+func (p *pipe) more(pending int) bool {
+	return pending > 1 && p.held < coalesceMsgs && len(p.batch.Events) < coalesceEvents
+}
+
+// subPending returns the messages queued for m's subscription, the current
+// one included (0: unknown).
+func subPending(m *nats.Msg) int {
+	if m.Sub == nil {
+		return 0
+	}
+	n, _, err := m.Sub.Pending()
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // onDynamo is the callback of the Dynamo subjects (the event plane's
@@ -107,8 +164,7 @@ func (p *pipe) onDynamo(m *nats.Msg) {
 	start := time.Now()
 	p.mu.Lock()
 	if !p.closed {
-		p.batch.Reset()
-		p.deliver(wire.DecodeDynamoAny(&p.batch, m.Data))
+		p.decoded(wire.DecodeDynamoAny(&p.batch, m.Data), subPending(m), 0)
 	}
 	p.mu.Unlock()
 	p.c.observe(time.Since(start))
@@ -119,24 +175,51 @@ func (p *pipe) onNative(m *nats.Msg) {
 	start := time.Now()
 	p.mu.Lock()
 	if !p.closed {
-		p.batch.Reset()
-		p.deliver(wire.DecodeNative(&p.batch, m.Data))
+		p.decoded(wire.DecodeNative(&p.batch, m.Data), subPending(m), 0)
 	}
 	p.mu.Unlock()
 	p.c.observe(time.Since(start))
 }
 
-// deliver counts a decoded message, filters its events through the id
-// tracker and hands the rest to the sink. err is the decoder's message-level
-// error (the batch is then empty).
-func (p *pipe) deliver(err error) {
-	c := p.c
-	c.messages.Add(1)
-	if err != nil {
-		c.malformed.Add(1)
-		p.in.malformed(p.src, p.zw.key(), err)
-		return
+// decoded takes one message decoded (appended) into the batch, with the
+// decoder's message-level error err (its events are then not in the batch),
+// pending as subPending, and its stream sequence seq (0: core NATS). It
+// holds the message or flushes the batch. It reports whether it flushed.
+func (p *pipe) decoded(err error, pending int, seq uint64) bool {
+	p.held++
+	if seq != 0 {
+		p.heldSeq = seq
 	}
+	if err != nil {
+		p.c.malformed.Add(1)
+		p.in.malformed(p.src, p.zw.key(), err)
+	}
+	if p.more(pending) {
+		return false
+	}
+	p.flush()
+	return true
+}
+
+// flush hands the held messages' events to the sink (deliver), resets the
+// batch, and on the JetStream path advances LastSeq.
+func (p *pipe) flush() {
+	p.deliver()
+	p.c.messages.Add(uint64(p.held)) // after the sink has them: a reader that sees them counted can Flush the index
+	p.batch.Reset()
+	p.held = 0
+	if p.heldSeq != 0 {
+		p.in.seq.Store(p.heldSeq)
+		p.heldSeq = 0
+	}
+}
+
+// deliver filters the batch's events through the id tracker and hands the
+// rest to the sink. The batch holds the events of p.held messages (a
+// malformed message contributes none; the decoders leave the batch as they
+// found it); the caller counts the messages after it.
+func (p *pipe) deliver() {
+	c := p.c
 	b := &p.batch
 	if b.Rejected > 0 {
 		p.rejected()
@@ -205,7 +288,7 @@ func (p *pipe) deliver(err error) {
 		return
 	}
 	if err := p.in.sink.Apply(evs[:n]); err != nil {
-		c.sinkErrs.Add(1)
+		c.sinkErrs.Add(uint64(p.held))
 		p.in.sinkError(p.src, err)
 		return
 	}

@@ -65,7 +65,7 @@ func (in *Ingest) holdNATSPipes() (pipes [2]*pipe, unlock func()) {
 	in.mu.Unlock()
 	for _, p := range pipes {
 		if p != nil {
-			p.mu.Lock()
+			p.lock()
 		}
 	}
 	return pipes, func() {
@@ -87,7 +87,7 @@ func (in *Ingest) Tracked(dst []TrackedKey) []TrackedKey {
 		if p == nil {
 			continue
 		}
-		p.mu.Lock()
+		p.lock()
 		for k, id := range p.tr.last {
 			dst = append(dst, TrackedKey{Worker: k, Last: id})
 		}

@@ -281,7 +281,14 @@ func (p *pipe) onZMQ(seq uint64, payload []byte, _ bool) {
 				}
 			}
 		}
-		p.deliver(err)
+		if err != nil {
+			p.c.malformed.Add(1)
+			p.in.malformed(p.src, p.zw.key(), err)
+		}
+		p.held = 1
+		p.deliver()
+		p.held = 0
+		p.c.messages.Add(1)
 	}
 	p.mu.Unlock()
 	p.c.observe(time.Since(start))

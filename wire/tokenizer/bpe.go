@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/binary"
 	"unicode/utf8"
 )
@@ -88,6 +89,70 @@ func (t *Tokenizer) bpeWord(sc *scratch, dst []uint32, w []byte) []uint32 {
 			return append(dst, id)
 		}
 	}
+	if t.cut != nil {
+		return t.bpeCut(sc, dst, w)
+	}
+	return t.bpeChunk(sc, dst, w)
+}
+
+// bpeCut runs BPE on the chunks of w between the cuts, the positions where
+// no merge can join the symbols on either side (see cutter): merges on one
+// side never see the other, so the ids are those of the whole word, and a
+// Metaspace text, which is one word without a pre-tokenizer (Llama 2), is
+// merged word by word through the cache instead of as one long word.
+func (t *Tokenizer) bpeCut(sc *scratch, dst []uint32, w []byte) []uint32 {
+	c := t.cut
+	start := 0
+	for i := 1; ; {
+		j := bytes.Index(w[i:], c.repl)
+		if j < 0 {
+			break
+		}
+		p := i + j
+		i = p + len(c.repl)
+		if c.cuttable(t, w[start:p]) {
+			dst = t.bpeChunk(sc, dst, w[start:p])
+			start = p
+		}
+	}
+	return t.bpeChunk(sc, dst, w[start:])
+}
+
+// cutter says where a word may be cut: before the replacement character
+// (▁) whenever the character before it cannot end the left operand of a
+// merge whose right operand starts with ▁. Load derives bad, those
+// characters, from the merges (Llama 2: only ▁ itself; Gemma 3: ▁ and >).
+type cutter struct {
+	repl []byte
+	bad  []rune // last characters of the left operands of merges (A, ▁…)
+	// vocabOnly: bad holds the last character of a byte-fallback token
+	// (<0xXX>) or of the unk token, so a character spelled with those (not in
+	// the vocab) must not end a chunk either.
+	vocabOnly bool
+	ascii     [utf8.RuneSelf]bool // the ASCII characters that are vocab tokens
+}
+
+// cuttable reports whether a chunk ending with left's last character may be
+// cut off before a ▁; left is not empty.
+func (c *cutter) cuttable(t *Tokenizer, left []byte) bool {
+	r, n := utf8.DecodeLastRune(left)
+	for _, b := range c.bad {
+		if r == b {
+			return false
+		}
+	}
+	if c.vocabOnly {
+		if r < utf8.RuneSelf {
+			return c.ascii[r]
+		}
+		_, ok := t.vocab[string(left[len(left)-n:])]
+		return ok
+	}
+	return true
+}
+
+// bpeChunk is BPE on w through the word cache.
+func (t *Tokenizer) bpeChunk(sc *scratch, dst []uint32, w []byte) []uint32 {
 	var set []cacheEntry
 	var k0, k1 uint64
 	if len(w) <= cacheKeyMax && !t.noCache {

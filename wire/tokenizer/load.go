@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
 )
@@ -353,7 +354,63 @@ func (t *Tokenizer) loadModel(m *jsonModel) error {
 		}
 		t.merges.put(a, b, uint32(rank), ab)
 	}
+	t.cut = t.newCutter(pairs, m)
 	return nil
+}
+
+// newCutter returns the cutter of a character-level BPE (not byte-level)
+// whose vocab has the Metaspace replacement ▁, or nil. A merge joins the
+// symbols on both sides of a ▁ at p only if it is (A, B) with A ending with
+// the character before p and B starting with ▁; with no such merge for that
+// character, no symbol ever spans p, and the merges on either side proceed
+// as if the other did not exist.
+func (t *Tokenizer) newCutter(pairs [][2]string, m *jsonModel) *cutter {
+	repl := "\u2581"
+	if t.metaspace != nil {
+		repl = string(t.metaspace.repl)
+	}
+	if t.byteLevel || repl == "" {
+		return nil
+	}
+	if _, ok := t.vocab[repl]; !ok {
+		return nil
+	}
+	c := &cutter{repl: []byte(repl)}
+	fallbackLast := map[rune]bool{}
+	if t.byteFallback {
+		fallbackLast['>'] = true // <0xXX>
+	}
+	if m.UnkToken != nil && t.unk >= 0 {
+		if r, _ := utf8.DecodeLastRuneInString(*m.UnkToken); r != utf8.RuneError {
+			fallbackLast[r] = true
+		} else {
+			return nil
+		}
+	}
+	// A character with no token and no fallback is dropped: the symbol
+	// before the cut would end with the character before it.
+	c.vocabOnly = !t.byteFallback && t.unk < 0
+	seen := map[rune]bool{}
+	for _, p := range pairs {
+		if !strings.HasPrefix(p[1], repl) {
+			continue
+		}
+		r, _ := utf8.DecodeLastRuneInString(p[0])
+		if !seen[r] {
+			seen[r] = true
+			c.bad = append(c.bad, r)
+			c.vocabOnly = c.vocabOnly || fallbackLast[r]
+		}
+	}
+	// Checked by a linear scan per ▁: a model merging many characters
+	// into ▁-words is merged whole instead.
+	if len(c.bad) > 8 {
+		return nil
+	}
+	for r := rune(0); r < utf8.RuneSelf; r++ {
+		_, c.ascii[r] = t.vocab[string(r)]
+	}
+	return c
 }
 
 func parseMerges(raw json.RawMessage) ([][2]string, error) {

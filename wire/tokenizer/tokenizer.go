@@ -35,6 +35,7 @@ type Tokenizer struct {
 	vocab     map[string]uint32 // raw bytes (byte-level spellings decoded) -> id
 	vocabSize int
 	merges    pairTable
+	cut       *cutter // nil: words are merged whole
 
 	rawAdded  addedSet // matched on the input before normalization
 	normAdded addedSet // matched on the normalized text

@@ -48,7 +48,7 @@ type Tokenizer struct {
 	bos, eos       int64
 
 	// Scratches: a few kept for good in free (a sync.Pool drops its items at
-	// every other GC, and a scratch with its word cache is ~300 KiB), more in
+	// every other GC, and a scratch with its word caches is ~530 KiB), more in
 	// pool under bursts.
 	free chan *scratch
 	pool sync.Pool
@@ -154,11 +154,12 @@ type scratch struct {
 	marks  []mark
 	roff   []int32
 	cache  []cacheEntry
+	long   []longEntry
 	iter   norm.Iter
 }
 
 func (t *Tokenizer) newScratch() any {
-	return &scratch{cache: make([]cacheEntry, cacheSize)}
+	return &scratch{cache: make([]cacheEntry, cacheSize), long: make([]longEntry, longSize)}
 }
 
 // Name implements openai.Tokenizer: the path the tokenizer was loaded from.
@@ -353,7 +354,9 @@ func (t *Tokenizer) encodeSegment(sc *scratch, dst []uint32, text []byte, first 
 	}
 	pieces := t.pretokenize(sc, text)
 	for _, p := range pieces {
-		dst = t.bpeWord(sc, dst, text[p.s:p.e])
+		// The capacity stops at the text's end: bpeChunk reads up to 16
+		// bytes from a word's start within it.
+		dst = t.bpeWord(sc, dst, text[p.s:p.e:len(text)])
 	}
 	return dst
 }

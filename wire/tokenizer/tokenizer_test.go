@@ -276,7 +276,12 @@ func TestCacheKey(t *testing.T) {
 		words = append(words, string(b))
 	}
 	for _, w := range words {
-		k0, k1 := cacheKey([]byte(w))
+		k0, k1 := cacheKey([]byte(w)[:len(w):len(w)])
+		// The fast path reads 16 bytes and masks what follows the word.
+		buf := append([]byte(w), "\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8\xf7\xf6\xf5\xf4\xf3\xf2\xf1\xf0"...)
+		if f0, f1 := cacheKey(buf[:len(w)]); f0 != k0 || f1 != k1 {
+			t.Fatalf("%q: key %x %x with the text after it, %x %x without", w, f0, f1, k0, k1)
+		}
 		if k1&nMask != 0 {
 			t.Fatalf("%q: key uses the count byte", w)
 		}

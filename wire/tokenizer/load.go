@@ -369,7 +369,8 @@ func (t *Tokenizer) newCutter(pairs [][2]string, m *jsonModel) *cutter {
 	if t.metaspace != nil {
 		repl = string(t.metaspace.repl)
 	}
-	if t.byteLevel || repl == "" {
+	// ignore_merges looks the whole word up first: chunks would not.
+	if t.byteLevel || repl == "" || t.ignoreMerges {
 		return nil
 	}
 	if _, ok := t.vocab[repl]; !ok {
@@ -571,6 +572,7 @@ func (t *Tokenizer) vocabToken(s string) (uint32, bool) {
 // addedSet matches added tokens leftmost-longest.
 type addedSet struct {
 	first   [256]bool
+	one     int // the only byte starting an added token, or -1
 	byText  map[string]addedToken
 	lengths [256][]int // by first byte: the distinct lengths, longest first
 }
@@ -598,9 +600,39 @@ func (s *addedSet) finish() {
 			s.lengths[k[0]] = append(s.lengths[k[0]], len(k))
 		}
 	}
+	s.one = -1
 	for i := range s.lengths {
 		sort.Sort(sort.Reverse(sort.IntSlice(s.lengths[i])))
+		if len(s.lengths[i]) > 0 {
+			s.one = i
+		}
 	}
+	for i := range s.lengths {
+		if len(s.lengths[i]) > 0 && i != s.one {
+			s.one = -1
+		}
+	}
+}
+
+// next returns the first position from i where an added token may start, or
+// len(text). All the added tokens of current models start with '<': the
+// search is then bytes.IndexByte's, not a loop over every byte.
+func (s *addedSet) next(text []byte, i int) int {
+	if s.byText == nil || i >= len(text) {
+		return len(text)
+	}
+	if s.one >= 0 {
+		if j := bytes.IndexByte(text[i:], byte(s.one)); j >= 0 {
+			return i + j
+		}
+		return len(text)
+	}
+	for ; i < len(text); i++ {
+		if s.first[text[i]] {
+			return i
+		}
+	}
+	return i
 }
 
 // byte-level alphabet (GPT-2's bytes_to_unicode).

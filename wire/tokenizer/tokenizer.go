@@ -214,10 +214,7 @@ func (t *Tokenizer) encode(sc *scratch, dst []uint32, text []byte) []uint32 {
 		text = sc.clean
 	}
 	last := 0
-	for i := 0; i < len(text); i++ {
-		if !t.rawAdded.first[text[i]] {
-			continue
-		}
+	for i := t.rawAdded.next(text, 0); i < len(text); i = t.rawAdded.next(text, i+1) {
 		a, s, e, ok := t.rawAdded.match(text, i, last)
 		if !ok {
 			continue
@@ -242,10 +239,7 @@ func (t *Tokenizer) encodeGap(sc *scratch, dst []uint32, text []byte, first bool
 		return t.encodeSegment(sc, dst, text, first)
 	}
 	last := 0
-	for i := 0; i < len(text); i++ {
-		if !t.normAdded.first[text[i]] {
-			continue
-		}
+	for i := t.normAdded.next(text, 0); i < len(text); i = t.normAdded.next(text, i+1) {
 		a, s, e, ok := t.normAdded.match(text, i, last)
 		if !ok {
 			continue

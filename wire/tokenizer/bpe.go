@@ -82,14 +82,6 @@ type mergeItem struct {
 // words use a heap (O(n log n)), so a long run of one class stays linear-ish.
 var naiveMax = 48
 
-// bpeWord appends the ids of one pre-tokenized piece.
-func (t *Tokenizer) bpeWord(sc *scratch, dst []uint32, w []byte) []uint32 {
-	if t.cut != nil { // never with ignore_merges
-		return t.bpeCut(sc, dst, w)
-	}
-	return t.bpeChunk(sc, dst, w)
-}
-
 // bpeCut runs BPE on the chunks of w between the cuts, the positions where
 // no merge can join the symbols on either side (see cutter): merges on one
 // side never see the other, so the ids are those of the whole word, and a

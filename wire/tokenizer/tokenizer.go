@@ -347,10 +347,16 @@ func (t *Tokenizer) encodeSegment(sc *scratch, dst []uint32, text []byte, first 
 		text = m.apply(sc, text, first)
 	}
 	pieces := t.pretokenize(sc, text)
+	// The capacity stops at the text's end: bpeChunk reads up to 16 bytes
+	// from a word's start within it.
+	if t.cut == nil {
+		for _, p := range pieces {
+			dst = t.bpeChunk(sc, dst, text[p.s:p.e:len(text)])
+		}
+		return dst
+	}
 	for _, p := range pieces {
-		// The capacity stops at the text's end: bpeChunk reads up to 16
-		// bytes from a word's start within it.
-		dst = t.bpeWord(sc, dst, text[p.s:p.e:len(text)])
+		dst = t.bpeCut(sc, dst, text[p.s:p.e:len(text)])
 	}
 	return dst
 }

@@ -291,3 +291,28 @@ func TestCacheKey(t *testing.T) {
 		seen[[2]uint64{k0, k1}] = w
 	}
 }
+
+// TestASCIILetters: the eight-byte letter and digit tests agree with \p{L}
+// and [0-9] or non-ASCII on every byte value, in every lane.
+func TestASCIILetters(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		want := c < 0x80 && asciiClass[c]&cL != 0
+		for lane := range 8 {
+			x := uint64(0x2e2e2e2e2e2e2e2e) // '.' elsewhere
+			x = x&^(0xff<<(8*lane)) | uint64(c)<<(8*lane)
+			if got, want := digitsOrNonASCII(x)>>(8*lane+7)&1 == 1, c >= 0x80 || (c >= '0' && c <= '9'); got != want {
+				t.Fatalf("byte %#x in lane %d: digit or non-ASCII %v, want %v", c, lane, got, want)
+			}
+			if digitsOrNonASCII(x)&^(0x80<<(8*lane)) != 0 {
+				t.Fatalf("byte %#x in lane %d: other lanes marked as digits", c, lane)
+			}
+			m := asciiLetters(x)
+			if got := m>>(8*lane+7)&1 == 1; got != want {
+				t.Fatalf("byte %#x in lane %d: letter %v, want %v", c, lane, got, want)
+			}
+			if m&^(0x80<<(8*lane)) != 0 {
+				t.Fatalf("byte %#x in lane %d: other lanes marked: %#x", c, lane, m)
+			}
+		}
+	}
+}

@@ -187,7 +187,9 @@ func (t *Tokenizer) TokenID(s string) (uint32, bool) {
 // add_special_tokens=false does: added and special tokens written in the text
 // are matched, nothing is added around it. Invalid UTF-8 is read as U+FFFD
 // (one per maximal invalid subsequence, as WHATWG and Python decode it).
-// It allocates nothing once dst has room and the pool is warm.
+// It allocates nothing once dst has room and the pool is warm. It may write
+// dst's spare capacity past the ids it appends (a cached word's ids are
+// copied four at a time).
 func (t *Tokenizer) Encode(dst []uint32, text []byte) []uint32 {
 	sc := t.getScratch()
 	dst = t.encode(sc, dst, text)

@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: tokenizers golden replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
+.PHONY: tokenizers golden bench-tokenizer replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
 
 all: build
 
@@ -88,7 +88,7 @@ bench-gate:
 fuzz:
 	perf/fuzz-all.sh '$(FUZZTIME)'
 
-# Every fuzz target for 10 minutes (28 targets: about 4.7 hours on one
+# Every fuzz target for 10 minutes (29 targets: about 4.8 hours on one
 # core); not part of make test. Split it over cores or machines with
 # FUZZ_SHARD=i/n (and FUZZ_PARALLEL=1), e.g. FUZZ_SHARD=0/2 and 1/2 side by side.
 fuzz-long:
@@ -102,6 +102,14 @@ golden: tokenizers
 	npm install --prefix out/tokref --no-audit --no-fund --no-save @anush008/tokenizers@0.6.0 @anush008/tokenizers-linux-x64-gnu@0.6.0
 	node wire/tokenizer/testdata/golden.mjs out/tokenizers out/tokref
 	node wire/tokenizer/testdata/bench.mjs out/tokenizers out/tokref
+
+# wire/tokenizer against the reference on the same 32 KiB prompt in one run
+# (perf/bench-tokenizer.sh): µs per call, Go's and the reference's, and the
+# ratio, per tokenizer. ROUNDS rounds, medians.
+ROUNDS    ?= 5
+bench-tokenizer: tokenizers
+	npm install --prefix out/tokref --no-audit --no-fund --no-save @anush008/tokenizers@0.6.0 @anush008/tokenizers-linux-x64-gnu@0.6.0
+	perf/bench-tokenizer.sh '$(ROUNDS)' out/tokref
 
 # The router with an embedded NATS server and a simulated fleet of 4 workers
 # (Dynamo-format KV events over NATS), serving on 127.0.0.1:8000.

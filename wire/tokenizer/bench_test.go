@@ -20,7 +20,7 @@ func BenchmarkEncode(b *testing.B) {
 	for _, c := range []struct {
 		name, tok string
 		generic   bool
-	}{{"qwen3", "qwen3", false}, {"llama3", "llama3", false}, {"deepseek_v3", "deepseek_v3", false}, {"llama2", "llama2", false}, {"qwen3-regexp2", "qwen3", true}} {
+	}{{"qwen3", "qwen3", false}, {"llama3", "llama3", false}, {"deepseek_v3", "deepseek_v3", false}, {"llama2", "llama2", false}, {"gemma3", "gemma3", false}, {"qwen3-regexp2", "qwen3", true}} {
 		b.Run(c.name, func(b *testing.B) {
 			tk := realTokenizer(b, c.tok)
 			tk.generic = c.generic

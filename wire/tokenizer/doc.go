@@ -48,7 +48,8 @@
 //
 // The pre-tokenizer patterns need look-ahead (\s+(?!\S)), which Go's regexp
 // lacks; github.com/dlclark/regexp2 has it and is the generic path for any
-// Split pattern. Measured on the 32 KiB English prompt (BenchmarkEncode,
+// Split pattern. Measured when the splitters were chosen (before the caches,
+// cuts and ASCII paths below) on the 32 KiB English prompt (BenchmarkEncode,
 // testdata/english32k.txt, about 8.7k tokens; -cpu 1; the process's CPU time
 // per call, cpu-ns/op, on the 2-core development machine shared with other
 // jobs at load 8-12, where wall time was 1.5-3× that):
@@ -72,11 +73,52 @@
 // by the id pair (rank and merged id in one probe), and applied lowest rank
 // first, leftmost among equals, as HF does: by rescanning the pair ranks for
 // words of up to 48 symbols, with HF's heap for longer ones (a run of 100k
-// spaces stays O(n log n)). A per-scratch, two-way set-associative cache of
-// 8192 words (up to 14 bytes and 4 ids; a set of two entries is one 64-byte
-// cache line) skips BPE for repeated words.
-// Every buffer lives in a scratch taken per call (2×GOMAXPROCS of them kept
-// for good, more from a sync.Pool under bursts), so Encode is safe for
-// concurrent use and allocates nothing in steady state (TestEncodeAllocs),
-// garbage collections included.
+// spaces stays O(n log n)).
+//
+// Repeated words skip BPE through two caches per scratch: a short one (8192
+// entries of 32 bytes: words of up to 14 bytes and 4 ids, the key read in two
+// masked 8-byte loads) and a long one (2048 entries of 128 bytes: up to 64
+// bytes and 13 ids, compared byte for byte), both eight-way set-associative,
+// a hit swapped to the front of its set, the set chosen by a hash that
+// reaches every key bit. With two ways and a multiply-only hash a warm cache
+// still merged 130-200 of the prompt's words per call (sets of three words
+// thrashing); now it merges only what no entry holds (TestWarmCacheMerges).
+// ignore_merges' whole-word lookup (Llama 3) happens on misses only.
+//
+// Metaspace models without a pre-tokenizer (Llama 2; Gemma 3, whose Split on
+// " " sees no space after the normalizer) make the whole text one word. Load
+// derives from the merges where such a word may be cut: before a ▁ whose
+// preceding character never ends the left operand of a merge whose right
+// operand starts with ▁ (Llama 2: any but ▁; Gemma 3: any but ▁ and >, and
+// only after a character with its own token, as <0xXX> ends with >). No
+// merge then joins the two sides, so merging the chunks apart gives the ids
+// of merging the word whole (TestCutMatchesWhole, FuzzCut), and each chunk
+// goes through the caches.
+//
+// The pre-tokenizers take ASCII eight bytes at a time where runs are long
+// (letters; DeepSeek's split at digits), and added tokens, which all start
+// with '<' in current models, are found with bytes.IndexByte.
+//
+// Measured on the prompt, per-call CPU time (the minimum of 200 calls, several
+// runs alternating old and new binaries, on the shared machine; before → after):
+//
+//	qwen3        318 → 187 µs
+//	llama3       263 → 177 µs
+//	deepseek_v3  356 → 212 µs
+//	llama2      6440 → 313 µs (cut into words)
+//
+// and BenchmarkEncode, -cpu 1, old and new binaries alternating, -count 10,
+// benchstat medians of cpu-ns/op on the loaded machine (load 15-20 on 2
+// cores, so the absolute figures are inflated; the ratios are the result):
+// qwen3 586 → 262 µs (-55%), llama3 484 → 252 µs (-48%), deepseek_v3
+// 600 → 339 µs (-43%), llama2 12.4 → 0.42 ms (-97%), all p < 0.002, 0
+// allocs. `make bench-tokenizer` (perf/bench-tokenizer.sh) runs the
+// reference on the same text in the same run; reference CPU ÷ Go CPU per
+// call, 3 rounds: qwen3 77×, llama3 85×, deepseek_v3 75×, llama2 38× (it was
+// 1.7× before the cuts), gemma3 11×.
+//
+// Every buffer lives in a scratch (about 530 KiB with its caches) taken per
+// call (2×GOMAXPROCS of them kept for good, more from a sync.Pool under
+// bursts), so Encode is safe for concurrent use and allocates nothing in
+// steady state (TestEncodeAllocs), garbage collections included.
 package tokenizer

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
 )
@@ -353,7 +354,64 @@ func (t *Tokenizer) loadModel(m *jsonModel) error {
 		}
 		t.merges.put(a, b, uint32(rank), ab)
 	}
+	t.cut = t.newCutter(pairs, m)
 	return nil
+}
+
+// newCutter returns the cutter of a character-level BPE (not byte-level)
+// whose vocab has the Metaspace replacement ▁, or nil. A merge joins the
+// symbols on both sides of a ▁ at p only if it is (A, B) with A ending with
+// the character before p and B starting with ▁; with no such merge for that
+// character, no symbol ever spans p, and the merges on either side proceed
+// as if the other did not exist.
+func (t *Tokenizer) newCutter(pairs [][2]string, m *jsonModel) *cutter {
+	repl := "\u2581"
+	if t.metaspace != nil {
+		repl = string(t.metaspace.repl)
+	}
+	// ignore_merges looks the whole word up first: chunks would not.
+	if t.byteLevel || repl == "" || t.ignoreMerges {
+		return nil
+	}
+	if _, ok := t.vocab[repl]; !ok {
+		return nil
+	}
+	c := &cutter{repl: []byte(repl)}
+	fallbackLast := map[rune]bool{}
+	if t.byteFallback {
+		fallbackLast['>'] = true // <0xXX>
+	}
+	if m.UnkToken != nil && t.unk >= 0 {
+		if r, _ := utf8.DecodeLastRuneInString(*m.UnkToken); r != utf8.RuneError {
+			fallbackLast[r] = true
+		} else {
+			return nil
+		}
+	}
+	// A character with no token and no fallback is dropped: the symbol
+	// before the cut would end with the character before it.
+	c.vocabOnly = !t.byteFallback && t.unk < 0
+	seen := map[rune]bool{}
+	for _, p := range pairs {
+		if !strings.HasPrefix(p[1], repl) {
+			continue
+		}
+		r, _ := utf8.DecodeLastRuneInString(p[0])
+		if !seen[r] {
+			seen[r] = true
+			c.bad = append(c.bad, r)
+			c.vocabOnly = c.vocabOnly || fallbackLast[r]
+		}
+	}
+	// Checked by a linear scan per ▁: a model merging many characters
+	// into ▁-words is merged whole instead.
+	if len(c.bad) > 8 {
+		return nil
+	}
+	for r := rune(0); r < utf8.RuneSelf; r++ {
+		_, c.ascii[r] = t.vocab[string(r)]
+	}
+	return c
 }
 
 func parseMerges(raw json.RawMessage) ([][2]string, error) {
@@ -514,6 +572,7 @@ func (t *Tokenizer) vocabToken(s string) (uint32, bool) {
 // addedSet matches added tokens leftmost-longest.
 type addedSet struct {
 	first   [256]bool
+	one     int // the only byte starting an added token, or -1
 	byText  map[string]addedToken
 	lengths [256][]int // by first byte: the distinct lengths, longest first
 }
@@ -541,9 +600,39 @@ func (s *addedSet) finish() {
 			s.lengths[k[0]] = append(s.lengths[k[0]], len(k))
 		}
 	}
+	s.one = -1
 	for i := range s.lengths {
 		sort.Sort(sort.Reverse(sort.IntSlice(s.lengths[i])))
+		if len(s.lengths[i]) > 0 {
+			s.one = i
+		}
 	}
+	for i := range s.lengths {
+		if len(s.lengths[i]) > 0 && i != s.one {
+			s.one = -1
+		}
+	}
+}
+
+// next returns the first position from i where an added token may start, or
+// len(text). All the added tokens of current models start with '<': the
+// search is then bytes.IndexByte's, not a loop over every byte.
+func (s *addedSet) next(text []byte, i int) int {
+	if s.byText == nil || i >= len(text) {
+		return len(text)
+	}
+	if s.one >= 0 {
+		if j := bytes.IndexByte(text[i:], byte(s.one)); j >= 0 {
+			return i + j
+		}
+		return len(text)
+	}
+	for ; i < len(text); i++ {
+		if s.first[text[i]] {
+			return i
+		}
+	}
+	return i
 }
 
 // byte-level alphabet (GPT-2's bytes_to_unicode).

@@ -2,6 +2,8 @@ package tokenizer
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"slices"
 	"unicode"
 	"unicode/utf8"
@@ -330,8 +332,24 @@ func splitQwen(out []span, text []byte, from, to int, digits3 bool) []span {
 	return out
 }
 
-// letters returns the end of the run of characters of class mask from i.
+// letters returns the end of the run of characters of class mask (\p{L},
+// or \p{L}\p{M}) from i. ASCII goes eight bytes at a time: most words end
+// within the first eight, so the loop exit is not a mispredicted branch per
+// word as a byte loop's is.
 func letters(text []byte, i, to int, mask uint8) int {
+	for i+8 <= to {
+		x := binary.LittleEndian.Uint64(text[i:])
+		m := asciiLetters(x)
+		if m == 0x8080808080808080 {
+			i += 8
+			continue
+		}
+		i += bits.TrailingZeros64(^m&0x8080808080808080) >> 3
+		if text[i] < utf8.RuneSelf {
+			return i // an ASCII non-letter
+		}
+		break // a non-ASCII character: class by class from here
+	}
 	for i < to {
 		c := text[i]
 		if c < utf8.RuneSelf {
@@ -348,6 +366,28 @@ func letters(text []byte, i, to int, mask uint8) int {
 		i += n
 	}
 	return i
+}
+
+// asciiLetters has the high bit of each byte of x that is an ASCII letter
+// ([A-Za-z], all of ASCII's \p{L}) set, the rest clear: lowered (| 0x20), a
+// letter is 0x61-0x7a, tested by two per-byte additions that cannot carry
+// across bytes once the high bits are cleared.
+func asciiLetters(x uint64) uint64 {
+	const hi, lo7 = 0x8080808080808080, 0x7f7f7f7f7f7f7f7f
+	t := (x | 0x2020202020202020) & lo7
+	ge := t + 0x1f1f1f1f1f1f1f1f // high bit: t >= 0x61
+	gt := t + 0x0505050505050505 // high bit: t >= 0x7b
+	return ge &^ gt &^ x & hi
+}
+
+// digitsOrNonASCII has the high bit of each byte of x that is an ASCII digit
+// or not ASCII set (the same per-byte additions as asciiLetters).
+func digitsOrNonASCII(x uint64) uint64 {
+	const hi, lo7 = 0x8080808080808080, 0x7f7f7f7f7f7f7f7f
+	t := x & lo7
+	ge := t + 0x5050505050505050 // high bit: t >= 0x30
+	gt := t + 0x4646464646464646 // high bit: t >= 0x3a
+	return (ge&^gt | x) & hi
 }
 
 func isCJK(r rune) bool {
@@ -381,6 +421,10 @@ func splitDeepSeek(sc *scratch, out []span, text []byte) []span {
 				e += n
 			}
 		default:
+			// Eight bytes at a time over ASCII without digits.
+			for e+8 <= len(text) && digitsOrNonASCII(binary.LittleEndian.Uint64(text[e:])) == 0 {
+				e += 8
+			}
 			for e < len(text) {
 				if c := text[e]; c < utf8.RuneSelf {
 					if c >= '0' && c <= '9' {

@@ -35,6 +35,7 @@ type Tokenizer struct {
 	vocab     map[string]uint32 // raw bytes (byte-level spellings decoded) -> id
 	vocabSize int
 	merges    pairTable
+	cut       *cutter // nil: words are merged whole
 
 	rawAdded  addedSet // matched on the input before normalization
 	normAdded addedSet // matched on the normalized text
@@ -47,7 +48,7 @@ type Tokenizer struct {
 	bos, eos       int64
 
 	// Scratches: a few kept for good in free (a sync.Pool drops its items at
-	// every other GC, and a scratch with its word cache is ~300 KiB), more in
+	// every other GC, and a scratch with its word caches is ~530 KiB), more in
 	// pool under bursts.
 	free chan *scratch
 	pool sync.Pool
@@ -153,11 +154,12 @@ type scratch struct {
 	marks  []mark
 	roff   []int32
 	cache  []cacheEntry
+	long   []longEntry
 	iter   norm.Iter
 }
 
 func (t *Tokenizer) newScratch() any {
-	return &scratch{cache: make([]cacheEntry, cacheSize)}
+	return &scratch{cache: make([]cacheEntry, cacheSize), long: make([]longEntry, longSize)}
 }
 
 // Name implements openai.Tokenizer: the path the tokenizer was loaded from.
@@ -185,7 +187,9 @@ func (t *Tokenizer) TokenID(s string) (uint32, bool) {
 // add_special_tokens=false does: added and special tokens written in the text
 // are matched, nothing is added around it. Invalid UTF-8 is read as U+FFFD
 // (one per maximal invalid subsequence, as WHATWG and Python decode it).
-// It allocates nothing once dst has room and the pool is warm.
+// It allocates nothing once dst has room and the pool is warm. It may write
+// dst's spare capacity past the ids it appends (a cached word's ids are
+// copied four at a time).
 func (t *Tokenizer) Encode(dst []uint32, text []byte) []uint32 {
 	sc := t.getScratch()
 	dst = t.encode(sc, dst, text)
@@ -212,10 +216,7 @@ func (t *Tokenizer) encode(sc *scratch, dst []uint32, text []byte) []uint32 {
 		text = sc.clean
 	}
 	last := 0
-	for i := 0; i < len(text); i++ {
-		if !t.rawAdded.first[text[i]] {
-			continue
-		}
+	for i := t.rawAdded.next(text, 0); i < len(text); i = t.rawAdded.next(text, i+1) {
 		a, s, e, ok := t.rawAdded.match(text, i, last)
 		if !ok {
 			continue
@@ -240,10 +241,7 @@ func (t *Tokenizer) encodeGap(sc *scratch, dst []uint32, text []byte, first bool
 		return t.encodeSegment(sc, dst, text, first)
 	}
 	last := 0
-	for i := 0; i < len(text); i++ {
-		if !t.normAdded.first[text[i]] {
-			continue
-		}
+	for i := t.normAdded.next(text, 0); i < len(text); i = t.normAdded.next(text, i+1) {
 		a, s, e, ok := t.normAdded.match(text, i, last)
 		if !ok {
 			continue
@@ -351,8 +349,16 @@ func (t *Tokenizer) encodeSegment(sc *scratch, dst []uint32, text []byte, first 
 		text = m.apply(sc, text, first)
 	}
 	pieces := t.pretokenize(sc, text)
+	// The capacity stops at the text's end: bpeChunk reads up to 16 bytes
+	// from a word's start within it.
+	if t.cut == nil {
+		for _, p := range pieces {
+			dst = t.bpeChunk(sc, dst, text[p.s:p.e:len(text)])
+		}
+		return dst
+	}
 	for _, p := range pieces {
-		dst = t.bpeWord(sc, dst, text[p.s:p.e])
+		dst = t.bpeCut(sc, dst, text[p.s:p.e:len(text)])
 	}
 	return dst
 }

@@ -276,7 +276,12 @@ func TestCacheKey(t *testing.T) {
 		words = append(words, string(b))
 	}
 	for _, w := range words {
-		k0, k1 := cacheKey([]byte(w))
+		k0, k1 := cacheKey([]byte(w)[:len(w):len(w)])
+		// The fast path reads 16 bytes and masks what follows the word.
+		buf := append([]byte(w), "\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8\xf7\xf6\xf5\xf4\xf3\xf2\xf1\xf0"...)
+		if f0, f1 := cacheKey(buf[:len(w)]); f0 != k0 || f1 != k1 {
+			t.Fatalf("%q: key %x %x with the text after it, %x %x without", w, f0, f1, k0, k1)
+		}
 		if k1&nMask != 0 {
 			t.Fatalf("%q: key uses the count byte", w)
 		}
@@ -284,5 +289,30 @@ func TestCacheKey(t *testing.T) {
 			t.Fatalf("%q and %q share a key", prev, w)
 		}
 		seen[[2]uint64{k0, k1}] = w
+	}
+}
+
+// TestASCIILetters: the eight-byte letter and digit tests agree with \p{L}
+// and [0-9] or non-ASCII on every byte value, in every lane.
+func TestASCIILetters(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		want := c < 0x80 && asciiClass[c]&cL != 0
+		for lane := range 8 {
+			x := uint64(0x2e2e2e2e2e2e2e2e) // '.' elsewhere
+			x = x&^(0xff<<(8*lane)) | uint64(c)<<(8*lane)
+			if got, want := digitsOrNonASCII(x)>>(8*lane+7)&1 == 1, c >= 0x80 || (c >= '0' && c <= '9'); got != want {
+				t.Fatalf("byte %#x in lane %d: digit or non-ASCII %v, want %v", c, lane, got, want)
+			}
+			if digitsOrNonASCII(x)&^(0x80<<(8*lane)) != 0 {
+				t.Fatalf("byte %#x in lane %d: other lanes marked as digits", c, lane)
+			}
+			m := asciiLetters(x)
+			if got := m>>(8*lane+7)&1 == 1; got != want {
+				t.Fatalf("byte %#x in lane %d: letter %v, want %v", c, lane, got, want)
+			}
+			if m&^(0x80<<(8*lane)) != 0 {
+				t.Fatalf("byte %#x in lane %d: other lanes marked: %#x", c, lane, m)
+			}
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,20 @@ const (
 	// an empty lookup queue costs one atomic load, so smaller steps cost no
 	// measurable throughput (BenchmarkMatchUnderLoad, step=64..1024).
 	DefaultStepBlocks = 256
+	// lookupSpin bounds how long a Match caller (and the runner, taking the
+	// core back) spins on the core's lock before parking. It covers the
+	// usual wait, one event's apply or one Match (a few µs), so the hand-off
+	// costs no scheduler wake-up, and caps the CPU burnt when the holder's
+	// thread was preempted.
+	lookupSpin = 20 * time.Microsecond
+	// maxSpinTries bounds the same spin in tries of the lock.
+	maxSpinTries = 1 << 16
+	// lookupStepBlocks is the event work (blocks; an event counts as at
+	// least one) a step does before it ends for a waiting lookup caller:
+	// the writes' share when lookups come back to back. Each hand-off costs
+	// about one Match plus two cache-line transfers of the lock, so steps
+	// much shorter than this cost ingest throughput (BenchmarkMatchUnderLoad).
+	lookupStepBlocks = 32
 )
 
 // RunnerConfig configures a Runner. It is a plain value that NewRunner
@@ -50,6 +65,12 @@ type RunnerConfig struct {
 	// StepBlocks bounds the event work between lookup checks
 	// (DefaultStepBlocks).
 	StepBlocks int
+	// QueuedLookups answers Match and MatchBatch on the runner's goroutine,
+	// from the lookup queue between steps (every shard in parallel), as
+	// before issue 17, instead of on the caller's goroutine under the core's
+	// lock. Kept for comparison (BenchmarkMatchUnderLoad) and for many
+	// shards with large batches, where the parallel answers may win.
+	QueuedLookups bool
 	// LockOSThread locks the goroutine to its OS thread even when no CPUs
 	// are configured (pinning always locks: affinity belongs to a thread).
 	// Off by default, by measurement: locking turns every wake-up of an
@@ -72,12 +93,35 @@ type RunnerConfig struct {
 // bounded lock-free MPSC queues with a one-slot doorbell; an idle runner
 // parks on the doorbell.
 //
+// Matches do not go through the queue (unless RunnerConfig.QueuedLookups):
+// the caller takes the core's lock and runs Core.Match itself, so a lookup
+// never waits for the runner's goroutine to be scheduled or woken. The
+// runner holds the lock for one step at a time and ends a step after the
+// current event when a caller is waiting for it, so a lookup waits for at
+// most one event (see doc.go for the measurements).
+//
 // Runner's methods are goroutine-safe. The zero value is not usable; create
 // one with NewRunner and Start it. After Start, the Core belongs to the
-// runner's goroutine: reach it only through Do.
+// runner's goroutine and to lookups holding mu: reach it only through Do.
 type Runner struct {
 	core *Core
 	cfg  RunnerConfig
+
+	// mu guards core: the runner holds it for each step and each batch of
+	// queued lookups (lockStep), a Match caller for its matches (lockLookup).
+	mu sync.Mutex
+	// Lookup callers that found mu taken count themselves in arrived, and
+	// in entered once they hold it. While arrived != entered the runner
+	// ends its step after the current event once it has applied
+	// lookupStepBlocks, and after each step lets in every caller that had
+	// arrived by then (a ticket hand-off: later arrivals wait for the next
+	// step, so writes are never starved).
+	_       [cacheLine]byte
+	arrived atomic.Uint64
+	entered atomic.Uint64
+	writer  atomic.Bool // the runner waits for mu: lookups leave it the lock
+	_       [cacheLine - 17]byte
+	spin    bool // more than one P: spinning on mu can succeed
 
 	evq  *queue[work]
 	lkq  *queue[lookup]
@@ -120,6 +164,7 @@ func NewRunner(core *Core, cfg RunnerConfig) *Runner {
 	return &Runner{
 		core:    core,
 		cfg:     cfg,
+		spin:    runtime.GOMAXPROCS(0) > 1,
 		evq:     newQueue[work](cfg.QueueSize),
 		lkq:     newQueue[lookup](cfg.LookupQueueSize),
 		bell:    make(chan struct{}, 1),
@@ -199,10 +244,14 @@ func (r *Runner) run() {
 			}
 		}
 		if w := r.cur; w != nil {
-			if r.step(w) {
+			r.lockStep()
+			done := r.step(w)
+			r.mu.Unlock()
+			if done {
 				r.cur = nil
 				r.finish(w)
 			}
+			r.yieldToLookups()
 			busy = true
 		}
 		if !busy {
@@ -229,6 +278,10 @@ func (r *Runner) pin() {
 // serveLookups answers at most one queue's worth of lookup batches (so a
 // stream of lookups cannot starve event work) and reports whether it did any.
 func (r *Runner) serveLookups() bool {
+	if r.lkq.len() == 0 {
+		return false
+	}
+	r.lockStep()
 	n := 0
 	for ; n < r.lkq.cap(); n++ {
 		lk := r.lkq.tryPop()
@@ -239,7 +292,89 @@ func (r *Runner) serveLookups() bool {
 		signal(r.lkSpace)
 		r.serve(lk)
 	}
+	r.mu.Unlock()
 	return n > 0
+}
+
+// lockLookup takes mu for a lookup caller: at once if it is free and the
+// runner is not waiting for it; else the caller counts itself in arrived
+// (so the runner cuts its step short and lets it in) and waits.
+func (r *Runner) lockLookup() {
+	if !r.writer.Load() && r.mu.TryLock() {
+		return
+	}
+	r.arrived.Add(1)
+	r.spinLock(true)
+	r.entered.Add(1)
+}
+
+// lockStep takes mu for the runner's next step. Lookup callers that arrive
+// while it waits do not take the lock first (they wait for the next cut):
+// without that, a caller matching in a loop would starve the writes.
+func (r *Runner) lockStep() {
+	if r.mu.TryLock() {
+		return
+	}
+	r.writer.Store(true)
+	r.spinLock(false)
+	r.writer.Store(false)
+}
+
+// spinLock takes mu after spinning up to lookupSpin (when another P can be
+// running the holder), else parked in mu.Lock. A lookup caller (lookup)
+// leaves the lock to the runner while it waits for it.
+func (r *Runner) spinLock(lookup bool) {
+	if r.spin {
+		// Bounded by time and by tries (the clock stands still inside a
+		// testing/synctest bubble).
+		start := time.Now()
+		for i := 1; i <= maxSpinTries; i++ {
+			if !(lookup && r.writer.Load()) && r.mu.TryLock() {
+				return
+			}
+			if i%64 == 0 && time.Since(start) > lookupSpin {
+				break
+			}
+		}
+	}
+	r.mu.Lock()
+}
+
+// yieldToLookups lets every lookup caller that has arrived take mu before
+// the runner takes it back for its next step: without this the runner,
+// still running, would win the race for the lock it just released. Those
+// callers are spinning or parked in mu.Lock, which the runner's Unlock
+// woke (onto this P: Gosched runs it), so the wait is short and bounded.
+func (r *Runner) yieldToLookups() {
+	a := r.arrived.Load()
+	for r.entered.Load() < a {
+		runtime.Gosched()
+	}
+}
+
+// lookupsWaiting reports whether a lookup caller is waiting for mu.
+func (r *Runner) lookupsWaiting() bool { return r.arrived.Load() != r.entered.Load() }
+
+// match appends to dst the overlaps of this runner's core for hashes, on
+// the caller's goroutine.
+func (r *Runner) match(dst []radix.Overlap, hashes []wire.BlockHash) []radix.Overlap {
+	r.lockLookup()
+	dst = r.core.Match(dst, hashes)
+	r.core.cnt.LookupBatches++
+	r.mu.Unlock()
+	return dst
+}
+
+// matchBatch appends this runner's overlaps to every request, on the
+// caller's goroutine, holding the core for the whole batch.
+func (r *Runner) matchBatch(reqs []MatchRequest) {
+	r.lockLookup()
+	c := r.core
+	for i := range reqs {
+		reqs[i].Overlaps = c.Match(reqs[i].Overlaps, reqs[i].Hashes)
+	}
+	c.cnt.LookupBatches++
+	r.mu.Unlock()
 }
 
 func (r *Runner) serve(lk *lookup) {
@@ -276,6 +411,10 @@ func (r *Runner) step(w *work) bool {
 			ev := &w.events[i]
 			c.applyEvent(ev)
 			budget -= 1 + len(ev.Blocks)
+			if budget <= r.cfg.StepBlocks-lookupStepBlocks && r.lookupsWaiting() {
+				i++ // a lookup waits for the core: end the step here
+				break
+			}
 		}
 		w.pos = i
 		return i == len(w.events)

@@ -28,20 +28,22 @@ const (
 	DefaultLookupQueueSize = 256
 	// DefaultStepBlocks bounds the event work done between two looks at the
 	// lookup queue: events are applied until this many blocks (an event
-	// counts as at least one) have been processed. It bounds the lookup
-	// latency added by a saturated event stream: at the ~3.5M blocks/s one
-	// core applies (BenchmarkCoreApply), 256 blocks is ~75 µs, and a look at
-	// an empty lookup queue costs one atomic load, so smaller steps cost no
-	// measurable throughput (BenchmarkMatchUnderLoad, step=64..1024).
+	// counts as at least one) have been processed. It bounds the latency a
+	// saturated event stream adds to queued lookups (Stats, Gaps; Match
+	// with QueuedLookups): at the ~3.5M blocks/s one core applies
+	// (BenchmarkCoreApply), 256 blocks is ~75 µs, and a look at an empty
+	// lookup queue costs one atomic load, so smaller steps cost no
+	// measurable throughput (BenchmarkMatchUnderLoad, step=64..1024). A
+	// Match waiting on the core ends a step sooner (lookupStepBlocks).
 	DefaultStepBlocks = 256
-	// lookupSpin bounds how long a Match caller (and the runner, taking the
-	// core back) spins on the core's lock before parking. It covers the
-	// usual wait, one event's apply or one Match (a few µs), so the hand-off
-	// costs no scheduler wake-up, and caps the CPU burnt when the holder's
-	// thread was preempted.
-	lookupSpin = 20 * time.Microsecond
-	// maxSpinTries bounds the same spin in tries of the lock.
-	maxSpinTries = 1 << 16
+	// spinTries is how many times a Match caller (and the runner, taking the
+	// core back) tries the core's lock before parking in mu.Lock (which
+	// spins briefly itself): ~0.1–0.5 µs, enough for a hand-off between two
+	// running threads. A 20 µs spin was worse on the shared 2-vCPU machine
+	// (trace replay, 256 workers: lower ops/s in 3 of 3 interleaved runs
+	// against 64 tries), where the lock holder is often preempted and a
+	// spinning waiter takes CPU from it.
+	spinTries = 64
 	// lookupStepBlocks is the event work (blocks; an event counts as at
 	// least one) a step does before it ends for a waiting lookup caller:
 	// the writes' share when lookups come back to back. Each hand-off costs
@@ -320,20 +322,14 @@ func (r *Runner) lockStep() {
 	r.writer.Store(false)
 }
 
-// spinLock takes mu after spinning up to lookupSpin (when another P can be
+// spinLock takes mu after up to spinTries tries (when another P can be
 // running the holder), else parked in mu.Lock. A lookup caller (lookup)
-// leaves the lock to the runner while it waits for it.
+// leaves the lock to the runner while the runner waits for it.
 func (r *Runner) spinLock(lookup bool) {
 	if r.spin {
-		// Bounded by time and by tries (the clock stands still inside a
-		// testing/synctest bubble).
-		start := time.Now()
-		for i := 1; i <= maxSpinTries; i++ {
+		for range spinTries {
 			if !(lookup && r.writer.Load()) && r.mu.TryLock() {
 				return
-			}
-			if i%64 == 0 && time.Since(start) > lookupSpin {
-				break
 			}
 		}
 	}

@@ -74,10 +74,26 @@
 // Cost, measured on the shared 2-vCPU machine (benchstat, 6 interleaved
 // runs of the binaries before and after tiers): Apply on a device-only tree
 // unchanged (4.09 vs 4.33 µs per op, p = 1.0); Match of 512 blocks on a
-// device-only tree 0.45 → 0.61–0.67 µs (+30–49%, p = 0.04): Overlap grew
-// from 24 to 32 bytes (removing the dispatch to the tiered path measured no
-// difference), still within issue 2's 2 µs. On the tiered tree Match takes
-// 1.1 µs and Apply 6.9 µs per op (the same schedule).
+// device-only tree 0.45 → 0.61–0.67 µs (+30–49%, p = 0.04), still within
+// issue 2's 2 µs. On the tiered tree Match takes 1.1 µs and Apply 6.9 µs per
+// op (the same schedule).
+//
+// The Match regression and its fix (issue 17): removing the dispatch to the
+// tiered path measured no difference; the cause was Overlap growing from 3
+// fields (24 bytes) to 5 (32). The compiler keeps a struct of at most 4
+// fields in registers; past that, append(dst, Overlap{...}) in emit built
+// the literal in a stack temporary with 8- and 4-byte stores and copied it
+// into dst with two 16-byte loads, which the store buffer cannot forward
+// from narrower stores (a stall on each). The CPU profile of BenchmarkMatch
+// put half of Match's time in emit, its hottest instruction the store right
+// after that reload. emit now grows dst once per set word and writes each
+// field in place (matchTiered uses it too). Thread CPU time per Match of 512
+// blocks (BenchmarkMatch/runs timed with getrusage, 6 runs per binary,
+// interleaved, load average ≈20): before tiers median 780 ns (fastest 542),
+// HEAD with tiers 1136 ns (841), with the fix 737 ns (600): −35% against
+// HEAD (p = 0.004), and no significant difference from before tiers
+// (p = 1.0). Wall-clock ns/op on that machine varied ±50–360% and showed
+// nothing.
 //
 // # Layout
 //

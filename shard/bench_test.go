@@ -245,50 +245,35 @@ func (l *latencies) report(b *testing.B) {
 	b.ReportMetric(q(0.999), "p99.9-ns")
 }
 
-// BenchmarkMatchUnderLoad times single Match calls while another goroutine
-// saturates Apply, and reports latency percentiles and the write rate
-// achieved, for several step sizes (blocks applied between two looks at the
-// lookup queue), against a mutex-guarded tree under the same write load.
+// BenchmarkMatchUnderLoad is the lookup-latency-under-ingest benchmark: it
+// times single Match calls while another goroutine saturates Apply, and
+// reports latency percentiles and the write rate achieved, for several step
+// sizes (blocks applied between two looks at the lookup queue), with the
+// queued lookup path of before issue 17 (/queued), and against a
+// mutex-guarded tree under the same write load.
 func BenchmarkMatchUnderLoad(b *testing.B) {
 	load := makeLoad(32, 1024, 64)
 	run := func(b *testing.B, apply func([]wire.Event), match func([]radix.Overlap, []wire.BlockHash) []radix.Overlap) {
-		for _, batch := range load.batches {
-			apply(batch)
-		}
-		var stop atomic.Bool
-		var writes atomic.Int64
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for i := 0; !stop.Load(); i++ {
-				apply(load.batches[i%len(load.batches)])
-				writes.Add(int64(len(load.batches[i%len(load.batches)])))
-			}
-		})
-		b.ReportAllocs()
-		lat := latencies{s: make([]time.Duration, 0, 1<<16), rng: 88172645463325252}
-		var ov []radix.Overlap
-		i := 0
-		for b.Loop() {
-			t0 := time.Now()
-			ov = match(ov[:0], load.probes[i%len(load.probes)])
-			lat.add(time.Since(t0))
-			i++
-		}
-		stop.Store(true)
-		wg.Wait()
-		lat.report(b)
-		b.ReportMetric(float64(writes.Load())/b.Elapsed().Seconds(), "events/s")
+		runUnderIngest(b, load, 0, apply, match)
 	}
 	for _, c := range []struct {
-		shards, step int
-		unlocked     bool
-	}{{1, 64, false}, {1, 256, false}, {1, 1024, false}, {1, 256, true}, {2, 256, false}} {
+		shards, step     int
+		unlocked, queued bool
+	}{
+		{1, 64, false, false}, {1, 256, false, false}, {1, 1024, false, false}, {1, 256, true, false}, {2, 256, false, false},
+		// The lookup path before issue 17, in the same binary: Match queued
+		// to the shard's goroutine and answered between steps.
+		{1, 256, false, true}, {1, 256, true, true},
+	} {
 		name := fmt.Sprintf("index/shards=%d/step=%d", c.shards, c.step)
 		if c.unlocked {
 			name += "/unlocked"
 		}
+		if c.queued {
+			name += "/queued"
+		}
 		b.Run(name, func(b *testing.B) {
-			ix := newTestIndex(b, Config{Shards: c.shards, StepBlocks: c.step, LockOSThread: !c.unlocked})
+			ix := newTestIndex(b, Config{Shards: c.shards, StepBlocks: c.step, LockOSThread: !c.unlocked, QueuedLookups: c.queued})
 			run(b, func(evs []wire.Event) {
 				if err := ix.Apply(evs); err != nil {
 					panic(err)
@@ -306,6 +291,74 @@ func BenchmarkMatchUnderLoad(b *testing.B) {
 		m := &mutexIndex{tree: radix.New()}
 		run(b, m.apply, m.match)
 	})
+}
+
+// runUnderIngest applies load's batches at full rate on another goroutine
+// while b.Loop times one Match per iteration, every pace (time.Sleep between
+// lookups, so the lookup goroutine takes no CPU in between) or back to back
+// (pace 0). It reports Match latency percentiles, events/s and lookups/s.
+func runUnderIngest(b *testing.B, load *benchLoad, pace time.Duration, apply func([]wire.Event), match func([]radix.Overlap, []wire.BlockHash) []radix.Overlap) {
+	for _, batch := range load.batches {
+		apply(batch)
+	}
+	var stop atomic.Bool
+	var writes atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; !stop.Load(); i++ {
+			apply(load.batches[i%len(load.batches)])
+			writes.Add(int64(len(load.batches[i%len(load.batches)])))
+		}
+	})
+	b.ReportAllocs()
+	lat := latencies{s: make([]time.Duration, 0, 1<<16), rng: 88172645463325252}
+	var ov []radix.Overlap
+	i := 0
+	for b.Loop() {
+		if pace > 0 {
+			time.Sleep(pace)
+		}
+		t0 := time.Now()
+		ov = match(ov[:0], load.probes[i%len(load.probes)])
+		lat.add(time.Since(t0))
+		i++
+	}
+	stop.Store(true)
+	wg.Wait()
+	lat.report(b)
+	b.ReportMetric(float64(writes.Load())/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "lookups/s")
+}
+
+// BenchmarkLookupUnderIngest is the lookup-latency-under-ingest benchmark
+// of issue 17 with a lookup load both paths can serve: one Match every
+// millisecond from its own goroutine while another applies events at full
+// rate (BenchmarkMatchUnderLoad's lookups come back to back, so there the
+// inline path, which never parks its caller, takes a whole P from the
+// writes). Cases: the default unlocked shard and one locked to its thread,
+// each with lookups on the caller's goroutine and /queued (the path before
+// issue 17). events/s compares the ingest each leaves.
+func BenchmarkLookupUnderIngest(b *testing.B) {
+	load := makeLoad(32, 1024, 64)
+	for _, c := range []struct {
+		name           string
+		locked, queued bool
+	}{{"unlocked", false, false}, {"unlocked/queued", false, true}, {"locked", true, false}, {"locked/queued", true, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			ix := newTestIndex(b, Config{Shards: 1, LockOSThread: c.locked, QueuedLookups: c.queued})
+			runUnderIngest(b, load, time.Millisecond, func(evs []wire.Event) {
+				if err := ix.Apply(evs); err != nil {
+					panic(err)
+				}
+			}, func(dst []radix.Overlap, h []wire.BlockHash) []radix.Overlap {
+				dst, err := ix.Match(dst, h)
+				if err != nil {
+					panic(err)
+				}
+				return dst
+			})
+		})
+	}
 }
 
 // BenchmarkRecordDecision measures approximate-mode recording on one Core:

@@ -39,6 +39,9 @@ type Config struct {
 	// every shard's Runner (see RunnerConfig).
 	QueueSize, LookupQueueSize, StepBlocks int
 	LockOSThread                           bool
+	// QueuedLookups answers Match and MatchBatch on the shards' goroutines
+	// (RunnerConfig.QueuedLookups) instead of on the caller's.
+	QueuedLookups bool
 	// Core configures every shard's Core. Approx.MaxBlocks is the cap for
 	// the whole index and is split evenly across shards.
 	Core CoreConfig
@@ -203,6 +206,7 @@ func NewIndex(cfg Config) (*Index, error) {
 			LookupQueueSize: cfg.LookupQueueSize,
 			StepBlocks:      cfg.StepBlocks,
 			LockOSThread:    cfg.LockOSThread,
+			QueuedLookups:   cfg.QueuedLookups,
 			id:              i,
 			works:           ix.works,
 		}
@@ -509,10 +513,20 @@ func (ix *Index) broadcast(lk *lookup) error {
 }
 
 // Match appends to dst the overlap of every worker holding at least the
-// first of hashes, from every shard (one lookup broadcast). hashes is read
-// by the shards while Match waits, not retained. Amortized, Match does not
-// allocate.
+// first of hashes, from every shard in shard order. It runs on the caller's
+// goroutine, taking each shard's core in turn between two of its events
+// (Config.QueuedLookups: one lookup broadcast the shards answer between
+// steps). hashes is not retained. Amortized, Match does not allocate.
 func (ix *Index) Match(dst []radix.Overlap, hashes []wire.BlockHash) ([]radix.Overlap, error) {
+	if ix.closed.Load() {
+		return dst, ErrClosed
+	}
+	if !ix.cfg.QueuedLookups {
+		for _, r := range ix.runners {
+			dst = r.match(dst, hashes)
+		}
+		return dst, nil
+	}
 	lk := ix.lookups.get()
 	lk.kind = lkMatch
 	lk.one[0].Hashes = hashes
@@ -527,11 +541,22 @@ func (ix *Index) Match(dst []radix.Overlap, hashes []wire.BlockHash) ([]radix.Ov
 	return dst, nil
 }
 
-// MatchBatch matches every request with one broadcast: each shard answers
-// the whole batch in one go, and each request's overlaps are appended to its
-// Overlaps. Amortized, MatchBatch does not allocate beyond growing Overlaps.
+// MatchBatch matches every request, shard by shard, each shard's core taken
+// once for the whole batch (as Match, on the caller's goroutine, or with
+// Config.QueuedLookups one broadcast), and appends each request's overlaps
+// to its Overlaps. Amortized, MatchBatch does not allocate beyond growing
+// Overlaps.
 func (ix *Index) MatchBatch(reqs []MatchRequest) error {
 	if len(reqs) == 0 {
+		return nil
+	}
+	if ix.closed.Load() {
+		return ErrClosed
+	}
+	if !ix.cfg.QueuedLookups {
+		for _, r := range ix.runners {
+			r.matchBatch(reqs)
+		}
 		return nil
 	}
 	lk := ix.lookups.get()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -610,13 +611,55 @@ func TestBackpressure(t *testing.T) {
 	})
 }
 
-// TestLookupsOvertakeWrites shows a lookup queued behind writes is answered
-// before them: the shard is stalled in a write-queue function, a write and a
-// lookup queue up behind it, and on release the lookup sees the state before
-// the queued write.
+// TestLookupsOvertakeWrites shows a lookup waiting behind writes is
+// answered before them: the shard is stalled in a write-queue function, a
+// write queues up behind it and a Match waits for the core; on release the
+// Match sees the state before the queued write. Matches run on the caller's
+// goroutine and wait on the core's lock (not a durable block for synctest),
+// so the test waits for the runner's count of waiting lookups instead.
 func TestLookupsOvertakeWrites(t *testing.T) {
+	ix := newTestIndex(t, Config{Shards: 1})
+	r := ix.runners[0]
+	k := wire.WorkerKey{Worker: 1}
+	if err := ix.Apply([]wire.Event{stored(k, 0, 1, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	go func() { _ = ix.ordered(func(int, *Core) { close(inside); <-release }) }()
+	<-inside // the shard now holds its core
+	if err := ix.Apply([]wire.Event{stored(k, 2, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []radix.Overlap)
+	go func() {
+		ov, err := ix.Match(nil, locals(1, 2, 3))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ov
+	}()
+	for !r.lookupsWaiting() { // the lookup waits for the core
+		runtime.Gosched()
+	}
+	close(release)
+	if ov, want := <-got, []radix.Overlap{{Worker: k, Blocks: 2, TreeSize: 2}}; !slices.Equal(ov, want) {
+		t.Fatalf("lookup waiting behind a write saw %v, want the state before the write %v", ov, want)
+	}
+	if err := ix.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ov, _ := ix.Match(nil, locals(1, 2, 3))
+	if want := []radix.Overlap{{Worker: k, Blocks: 3, TreeSize: 3}}; !slices.Equal(ov, want) {
+		t.Fatalf("after Flush Match = %v, want %v", ov, want)
+	}
+}
+
+// TestQueuedLookupsOvertakeWrites is TestLookupsOvertakeWrites with
+// Config.QueuedLookups: the lookup is queued (a durable block) and answered
+// by the shard between work items.
+func TestQueuedLookupsOvertakeWrites(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ix := newTestIndex(t, Config{Shards: 1})
+		ix := newTestIndex(t, Config{Shards: 1, QueuedLookups: true})
 		k := wire.WorkerKey{Worker: 1}
 		if err := ix.Apply([]wire.Event{stored(k, 0, 1, 2)}); err != nil {
 			t.Fatal(err)
@@ -639,13 +682,6 @@ func TestLookupsOvertakeWrites(t *testing.T) {
 		close(release)
 		if ov, want := <-got, []radix.Overlap{{Worker: k, Blocks: 2, TreeSize: 2}}; !slices.Equal(ov, want) {
 			t.Fatalf("lookup queued behind a write saw %v, want the state before the write %v", ov, want)
-		}
-		if err := ix.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		ov, _ := ix.Match(nil, locals(1, 2, 3))
-		if want := []radix.Overlap{{Worker: k, Blocks: 3, TreeSize: 3}}; !slices.Equal(ov, want) {
-			t.Fatalf("after Flush Match = %v, want %v", ov, want)
 		}
 	})
 }
@@ -875,5 +911,47 @@ func TestRunnerDo(t *testing.T) {
 	r.Close()
 	if err := r.Do(func(*Core) {}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Do after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestStepEndsForWaitingLookup checks the bound on a lookup's wait: with a
+// lookup caller waiting for the core, a step ends after the event in
+// progress once it has applied lookupStepBlocks (however large StepBlocks
+// is), and with none it runs to its budget. The runner is not started: step
+// is called directly.
+func TestStepEndsForWaitingLookup(t *testing.T) {
+	r := NewRunner(NewCore(CoreConfig{}), RunnerConfig{StepBlocks: 1 << 20})
+	k := wire.WorkerKey{Worker: 1}
+	w := r.cfg.works.get()
+	w.kind = wkEvents
+	// Ten 40-block chains (a step counts 41 each), then forty 1-block
+	// chains (2 each).
+	for i := range 10 {
+		blocks := make([]uint64, 40)
+		for j := range blocks {
+			blocks[j] = uint64(i*100 + j + 1)
+		}
+		ev := stored(k, 0, blocks...)
+		w.add(&ev)
+	}
+	for i := range 40 {
+		ev := stored(k, 0, uint64(5000+i))
+		w.add(&ev)
+	}
+	w.seal()
+	r.arrived.Add(1) // a lookup caller waits for the core
+	if done := r.step(w); done || w.pos != 1 {
+		t.Fatalf("with a lookup waiting: done %v after %d events, want 1 event and not done", done, w.pos)
+	}
+	w.pos = 10
+	if done := r.step(w); done || w.pos != 10+lookupStepBlocks/2 {
+		t.Fatalf("with a lookup waiting: done %v at event %d, want %d", done, w.pos, 10+lookupStepBlocks/2)
+	}
+	r.entered.Add(1) // it took the core
+	if done := r.step(w); !done || w.pos != 50 {
+		t.Fatalf("with no lookup waiting: done %v at event %d, want all 50", done, w.pos)
+	}
+	if ov := r.match(nil, locals(1, 2, 3)); len(ov) != 1 || ov[0].Blocks != 3 {
+		t.Fatalf("Match = %v, want 3 blocks of worker 1", ov)
 	}
 }

@@ -32,7 +32,7 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_shard_pending_gaps", Type: promtext.Gauge, Help: "Gap notices waiting in the shard's outbox"},
 	{Name: "kvroute_shard_event_queue_depth", Type: promtext.Gauge, Help: "Event batches queued behind the shard: its ingest lag, in batches"},
 	{Name: "kvroute_shard_event_queue_high_water", Type: promtext.Gauge, Help: "Largest event queue depth seen"},
-	{Name: "kvroute_shard_lookup_queue_high_water", Type: promtext.Gauge, Help: "Largest lookup queue depth seen"},
+	{Name: "kvroute_shard_lookup_queue_high_water", Type: promtext.Gauge, Help: "Largest lookup queue depth seen (Stats, Gaps, Workers, TreeSize; Match uses the queue only with QueuedLookups)"},
 	{Name: "kvroute_shard_pinned", Type: promtext.Gauge, Help: "1 when the shard's thread is pinned to CPUs"},
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,12 +28,28 @@ const (
 	DefaultLookupQueueSize = 256
 	// DefaultStepBlocks bounds the event work done between two looks at the
 	// lookup queue: events are applied until this many blocks (an event
-	// counts as at least one) have been processed. It bounds the lookup
-	// latency added by a saturated event stream: at the ~3.5M blocks/s one
-	// core applies (BenchmarkCoreApply), 256 blocks is ~75 µs, and a look at
-	// an empty lookup queue costs one atomic load, so smaller steps cost no
-	// measurable throughput (BenchmarkMatchUnderLoad, step=64..1024).
+	// counts as at least one) have been processed. It bounds the latency a
+	// saturated event stream adds to queued lookups (Stats, Gaps; Match
+	// with QueuedLookups): at the ~3.5M blocks/s one core applies
+	// (BenchmarkCoreApply), 256 blocks is ~75 µs, and a look at an empty
+	// lookup queue costs one atomic load, so smaller steps cost no
+	// measurable throughput (BenchmarkMatchUnderLoad, step=64..1024). A
+	// Match waiting on the core ends a step sooner (lookupStepBlocks).
 	DefaultStepBlocks = 256
+	// spinTries is how many times a Match caller (and the runner, taking the
+	// core back) tries the core's lock before parking in mu.Lock (which
+	// spins briefly itself): ~0.1–0.5 µs, enough for a hand-off between two
+	// running threads. A 20 µs spin was worse on the shared 2-vCPU machine
+	// (trace replay, 256 workers: lower ops/s in 3 of 3 interleaved runs
+	// against 64 tries), where the lock holder is often preempted and a
+	// spinning waiter takes CPU from it.
+	spinTries = 64
+	// lookupStepBlocks is the event work (blocks; an event counts as at
+	// least one) a step does before it ends for a waiting lookup caller:
+	// the writes' share when lookups come back to back. Each hand-off costs
+	// about one Match plus two cache-line transfers of the lock, so steps
+	// much shorter than this cost ingest throughput (BenchmarkMatchUnderLoad).
+	lookupStepBlocks = 32
 )
 
 // captureEvery is the number of event steps a Runner takes between two
@@ -60,6 +77,12 @@ type RunnerConfig struct {
 	// StepBlocks bounds the event work between lookup checks
 	// (DefaultStepBlocks).
 	StepBlocks int
+	// QueuedLookups answers Match and MatchBatch on the runner's goroutine,
+	// from the lookup queue between steps (every shard in parallel), as
+	// before issue 17, instead of on the caller's goroutine under the core's
+	// lock. Kept for comparison (BenchmarkMatchUnderLoad) and for many
+	// shards with large batches, where the parallel answers may win.
+	QueuedLookups bool
 	// LockOSThread locks the goroutine to its OS thread even when no CPUs
 	// are configured (pinning always locks: affinity belongs to a thread).
 	// Off by default, by measurement: locking turns every wake-up of an
@@ -82,12 +105,35 @@ type RunnerConfig struct {
 // bounded lock-free MPSC queues with a one-slot doorbell; an idle runner
 // parks on the doorbell.
 //
+// Matches do not go through the queue (unless RunnerConfig.QueuedLookups):
+// the caller takes the core's lock and runs Core.Match itself, so a lookup
+// never waits for the runner's goroutine to be scheduled or woken. The
+// runner holds the lock for one step at a time and ends a step after the
+// current event when a caller is waiting for it, so a lookup waits for at
+// most one event (see doc.go for the measurements).
+//
 // Runner's methods are goroutine-safe. The zero value is not usable; create
 // one with NewRunner and Start it. After Start, the Core belongs to the
-// runner's goroutine: reach it only through Do.
+// runner's goroutine and to lookups holding mu: reach it only through Do.
 type Runner struct {
 	core *Core
 	cfg  RunnerConfig
+
+	// mu guards core: the runner holds it for each step and each batch of
+	// queued lookups (lockStep), a Match caller for its matches (lockLookup).
+	mu sync.Mutex
+	// Lookup callers that found mu taken count themselves in arrived, and
+	// in entered once they hold it. While arrived != entered the runner
+	// ends its step after the current event once it has applied
+	// lookupStepBlocks, and after each step lets in every caller that had
+	// arrived by then (a ticket hand-off: later arrivals wait for the next
+	// step, so writes are never starved).
+	_       [cacheLine]byte
+	arrived atomic.Uint64
+	entered atomic.Uint64
+	writer  atomic.Bool // the runner waits for mu: lookups leave it the lock
+	_       [cacheLine - 17]byte
+	spin    bool // more than one P: spinning on mu can succeed
 
 	evq  *queue[work]
 	lkq  *queue[lookup]
@@ -131,6 +177,7 @@ func NewRunner(core *Core, cfg RunnerConfig) *Runner {
 	return &Runner{
 		core:    core,
 		cfg:     cfg,
+		spin:    runtime.GOMAXPROCS(0) > 1,
 		evq:     newQueue[work](cfg.QueueSize),
 		lkq:     newQueue[lookup](cfg.LookupQueueSize),
 		bell:    make(chan struct{}, 1),
@@ -212,24 +259,36 @@ func (r *Runner) run() {
 		if cc := r.core.cap; cc != nil && (r.cur == nil || r.evSteps >= captureEvery) {
 			// A snapshot capture in progress: one copy step, after every
 			// captureEvery event steps while events are queued and at
-			// once when none are; lookups are served before the next
-			// step of either kind.
+			// once when none are; lookups get the core between steps of
+			// either kind (the copy step reads the arenas under the core's
+			// lock, as event steps write them).
 			r.evSteps = 0
+			r.lockStep()
 			t0 := time.Now()
 			done := cc.step(r.core)
+			d := time.Since(t0)
+			r.mu.Unlock()
 			cc.st.Steps++
-			cc.st.LongestStep = max(cc.st.LongestStep, time.Since(t0))
+			cc.st.LongestStep = max(cc.st.LongestStep, d)
 			if done {
 				cc.arrive()
 			}
+			r.yieldToLookups()
 			busy = true
 		} else if w := r.cur; w != nil {
+			r.lockStep()
+			var done bool
 			if cc != nil {
-				r.timedStep(w, cc)
-			} else if r.step(w) {
+				done = r.timedStep(w, cc)
+			} else {
+				done = r.step(w)
+			}
+			r.mu.Unlock()
+			if done {
 				r.cur = nil
 				r.finish(w)
 			}
+			r.yieldToLookups()
 			busy = true
 		}
 		if !busy {
@@ -243,8 +302,8 @@ func (r *Runner) run() {
 }
 
 // timedStep is step while a capture is in progress, measuring the event
-// step with its write-barrier copies.
-func (r *Runner) timedStep(w *work, cc *capture) {
+// step with its write-barrier copies; it reports whether w is finished.
+func (r *Runner) timedStep(w *work, cc *capture) bool {
 	t0 := time.Now()
 	fin := r.step(w)
 	r.evSteps++
@@ -252,10 +311,7 @@ func (r *Runner) timedStep(w *work, cc *capture) {
 		cc.st.EventSteps++
 		cc.st.LongestEventStep = max(cc.st.LongestEventStep, time.Since(t0))
 	}
-	if fin {
-		r.cur = nil
-		r.finish(w)
-	}
+	return fin
 }
 
 func (r *Runner) pin() {
@@ -272,6 +328,10 @@ func (r *Runner) pin() {
 // serveLookups answers at most one queue's worth of lookup batches (so a
 // stream of lookups cannot starve event work) and reports whether it did any.
 func (r *Runner) serveLookups() bool {
+	if r.lkq.len() == 0 {
+		return false
+	}
+	r.lockStep()
 	n := 0
 	for ; n < r.lkq.cap(); n++ {
 		lk := r.lkq.tryPop()
@@ -282,7 +342,83 @@ func (r *Runner) serveLookups() bool {
 		signal(r.lkSpace)
 		r.serve(lk)
 	}
+	r.mu.Unlock()
 	return n > 0
+}
+
+// lockLookup takes mu for a lookup caller: at once if it is free and the
+// runner is not waiting for it; else the caller counts itself in arrived
+// (so the runner cuts its step short and lets it in) and waits.
+func (r *Runner) lockLookup() {
+	if !r.writer.Load() && r.mu.TryLock() {
+		return
+	}
+	r.arrived.Add(1)
+	r.spinLock(true)
+	r.entered.Add(1)
+}
+
+// lockStep takes mu for the runner's next step. Lookup callers that arrive
+// while it waits do not take the lock first (they wait for the next cut):
+// without that, a caller matching in a loop would starve the writes.
+func (r *Runner) lockStep() {
+	if r.mu.TryLock() {
+		return
+	}
+	r.writer.Store(true)
+	r.spinLock(false)
+	r.writer.Store(false)
+}
+
+// spinLock takes mu after up to spinTries tries (when another P can be
+// running the holder), else parked in mu.Lock. A lookup caller (lookup)
+// leaves the lock to the runner while the runner waits for it.
+func (r *Runner) spinLock(lookup bool) {
+	if r.spin {
+		for range spinTries {
+			if !(lookup && r.writer.Load()) && r.mu.TryLock() {
+				return
+			}
+		}
+	}
+	r.mu.Lock()
+}
+
+// yieldToLookups lets every lookup caller that has arrived take mu before
+// the runner takes it back for its next step: without this the runner,
+// still running, would win the race for the lock it just released. Those
+// callers are spinning or parked in mu.Lock, which the runner's Unlock
+// woke (onto this P: Gosched runs it), so the wait is short and bounded.
+func (r *Runner) yieldToLookups() {
+	a := r.arrived.Load()
+	for r.entered.Load() < a {
+		runtime.Gosched()
+	}
+}
+
+// lookupsWaiting reports whether a lookup caller is waiting for mu.
+func (r *Runner) lookupsWaiting() bool { return r.arrived.Load() != r.entered.Load() }
+
+// match appends to dst the overlaps of this runner's core for hashes, on
+// the caller's goroutine.
+func (r *Runner) match(dst []radix.Overlap, hashes []wire.BlockHash) []radix.Overlap {
+	r.lockLookup()
+	dst = r.core.Match(dst, hashes)
+	r.core.cnt.LookupBatches++
+	r.mu.Unlock()
+	return dst
+}
+
+// matchBatch appends this runner's overlaps to every request, on the
+// caller's goroutine, holding the core for the whole batch.
+func (r *Runner) matchBatch(reqs []MatchRequest) {
+	r.lockLookup()
+	c := r.core
+	for i := range reqs {
+		reqs[i].Overlaps = c.Match(reqs[i].Overlaps, reqs[i].Hashes)
+	}
+	c.cnt.LookupBatches++
+	r.mu.Unlock()
 }
 
 func (r *Runner) serve(lk *lookup) {
@@ -319,6 +455,10 @@ func (r *Runner) step(w *work) bool {
 			ev := &w.events[i]
 			c.applyEvent(ev)
 			budget -= 1 + len(ev.Blocks)
+			if budget <= r.cfg.StepBlocks-lookupStepBlocks && r.lookupsWaiting() {
+				i++ // a lookup waits for the core: end the step here
+				break
+			}
 		}
 		w.pos = i
 		return i == len(w.events)

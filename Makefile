@@ -84,15 +84,17 @@ MARGIN    ?= 0.05
 bench-gate:
 	BENCHTIME='$(BENCHTIME)' COUNT='$(COUNT)' perf/bench-gate.sh '$(BASE)' '$(MARGIN)'
 
-# Every fuzz target for $(FUZZTIME), then a summary line per target.
-fuzz:
-	perf/fuzz-all.sh '$(FUZZTIME)'
+# Every fuzz target for $(FUZZTIME), then a summary line per target. The
+# tokenizer targets need the real tokenizer files (fetched first); CI=true
+# makes a missing file a failure instead of a silent skip.
+fuzz: tokenizers
+	CI=true perf/fuzz-all.sh '$(FUZZTIME)'
 
 # Every fuzz target for 10 minutes (29 targets: about 4.8 hours on one
 # core); not part of make test. Split it over cores or machines with
 # FUZZ_SHARD=i/n (and FUZZ_PARALLEL=1), e.g. FUZZ_SHARD=0/2 and 1/2 side by side.
-fuzz-long:
-	perf/fuzz-all.sh 10m
+fuzz-long: tokenizers
+	CI=true perf/fuzz-all.sh 10m
 
 # wire/tokenizer's golden ids, made again with the reference (HF tokenizers,
 # Rust, as the Node binding @anush008/tokenizers, installed into out/tokref),

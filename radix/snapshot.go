@@ -489,6 +489,9 @@ func ReadContent(r ContentReader) (*Tree, ContentStats, error) {
 		}
 		for i := range n {
 			h := wire.BlockHash(d.u64())
+			if d.err != nil {
+				break // truncated: a declared run must not be filled from nothing
+			}
 			if parent < 0 && i == 0 {
 				prev = wire.SeqHash(h)
 			} else {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -254,4 +255,22 @@ func FuzzReadContent(f *testing.F) {
 		re2, _, _ := roundTrip(t, re)
 		assertSameTree(t, re, re2)
 	})
+}
+
+// A truncated input that declares a long run must fail at once: found by
+// make fuzz-long (FuzzReadContent, input 607e0bea0daea3bd), 30 bytes
+// declaring a run of about 2^31 blocks made ReadContent append that many
+// hashes read past the end (52 s and gigabytes of memmove).
+func TestTruncatedRunAllocatesLittle(t *testing.T) {
+	data := []byte("\x02$0001\xd1\xd1\xd10001\xd1\xd1\xd100")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _, err := ReadContent(bytes.NewReader(data))
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("err %v, want ErrCorrupt", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Fatalf("a 30-byte input allocated %d bytes", n)
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/sched"
-	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -178,36 +177,7 @@ func TestRemoteIndexerTiers(t *testing.T) {
 	e := startEnv(t, envOptions{workers: 2, kvBlocks: 64, hostKV: 2048, serveIndexer: true})
 	r := startRemote(t, e, false, time.Second)
 	const n = 40 // blocks of the prompt: two such prompts do not fit one GPU
-	first := tokens(1, 0, n*testBlockSize, 0)
-	w, _ := e.complete(first, 1)
-	e.indexed(first, n)
-	hashes := wire.LocalHashes(nil, first, testBlockSize, wire.Seed)
-	onGPU := func() bool {
-		for _, b := range e.fleet.Worker(w).Held(nil) {
-			if b.Local == hashes[0] {
-				return true
-			}
-		}
-		return false
-	}
-	for f := 2; onGPU(); f++ {
-		if f > 40 {
-			t.Fatal("the first prompt never left its worker's GPU")
-		}
-		e.complete(tokens(f, 0, n*testBlockSize, 0), 1)
-	}
-	waitFor(t, "the first prompt indexed on the host", func() bool {
-		ovs, err := e.svc.Index.Match(nil, hashes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range ovs {
-			if o.Worker.Worker == w && o.Blocks == 0 && int(o.Host) == n {
-				return true
-			}
-		}
-		return false
-	})
+	first, w := e.pushToHost(t, n)
 	d := r.explainTiers(t, append(first, 5, 5, 5), "back")
 	if dev, host, _ := d.candidate(t, w); dev != 0 || host != n {
 		t.Errorf("remote router, worker %d: device %d host %d, want 0 and %d", w, dev, host, n)

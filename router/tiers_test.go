@@ -190,37 +190,7 @@ func TestHostTierFleet(t *testing.T) {
 				}
 			}
 			const n = 40 // blocks of the prompt: two such prompts do not fit one GPU
-			first := tokens(1, 0, n*testBlockSize, 0)
-			w, _ := e.complete(first, 1)
-			e.indexed(first, n)
-			hashes := wire.LocalHashes(nil, first, testBlockSize, wire.Seed)
-			onGPU := func() bool {
-				for _, b := range e.fleet.Worker(w).Held(nil) {
-					if b.Local == hashes[0] {
-						return true
-					}
-				}
-				return false
-			}
-			// Other prompts until w's GPU no longer holds the first one.
-			for f := 2; onGPU(); f++ {
-				if f > 40 {
-					t.Fatal("the first prompt never left its worker's GPU")
-				}
-				e.complete(tokens(f, 0, n*testBlockSize, 0), 1)
-			}
-			waitFor(t, "the first prompt indexed on the host", func() bool {
-				ovs, err := e.svc.Index.Match(nil, hashes)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, o := range ovs {
-					if o.Worker.Worker == w && o.Blocks == 0 && int(o.Host) == n {
-						return true
-					}
-				}
-				return false
-			})
+			first, w := e.pushToHost(t, n)
 			d := e.explainTiers(t, append(first, 5, 5, 5), "back")
 			if dev, host, _ := d.candidate(t, w); dev != 0 || host != n {
 				t.Errorf("worker %d: device %d host %d, want 0 and %d", w, dev, host, n)
@@ -230,4 +200,43 @@ func TestHostTierFleet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pushToHost completes a prompt of n blocks (two such prompts must not fit
+// one GPU), then other prompts until its worker's GPU no longer holds it,
+// and waits until the index has it on that worker's host tier only. It
+// returns the prompt and the worker.
+func (e *env) pushToHost(t *testing.T, n int) ([]uint32, uint64) {
+	t.Helper()
+	first := tokens(1, 0, n*testBlockSize, 0)
+	w, _ := e.complete(first, 1)
+	e.indexed(first, n)
+	hashes := wire.LocalHashes(nil, first, testBlockSize, wire.Seed)
+	onGPU := func() bool {
+		for _, b := range e.fleet.Worker(w).Held(nil) {
+			if b.Local == hashes[0] {
+				return true
+			}
+		}
+		return false
+	}
+	for f := 2; onGPU(); f++ {
+		if f > 40 {
+			t.Fatal("the first prompt never left its worker's GPU")
+		}
+		e.complete(tokens(f, 0, n*testBlockSize, 0), 1)
+	}
+	waitFor(t, "the first prompt indexed on the host", func() bool {
+		ovs, err := e.svc.Index.Match(nil, hashes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range ovs {
+			if o.Worker.Worker == w && o.Blocks == 0 && int(o.Host) == n {
+				return true
+			}
+		}
+		return false
+	})
+	return first, w
 }

@@ -23,25 +23,11 @@ import (
 // as given; "" sends no header) and returns the status and body.
 func completeRank(t *testing.T, url, rank string, prompt []uint32, maxTokens int) (int, []byte) {
 	t.Helper()
-	b, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens})
-	req, err := http.NewRequest(http.MethodPost, url+"/v1/completions", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
+	var hdr http.Header
 	if rank != "" {
-		req.Header.Set("x-data-parallel-rank", rank) // vLLM reads it case-insensitively
+		hdr = http.Header{"x-data-parallel-rank": {rank}} // vLLM reads it case-insensitively
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, body
+	return postWith(t, url, "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": maxTokens}, hdr)
 }
 
 // TestDataParallelRanks: a worker of two dp ranks registers both behind one

@@ -72,8 +72,22 @@ type completion struct {
 
 func post(t testing.TB, url, path string, body any) (int, []byte) {
 	t.Helper()
+	return postWith(t, url, path, body, nil)
+}
+
+// postWith is post with extra request headers.
+func postWith(t testing.TB, url, path string, body any, hdr http.Header) (int, []byte) {
+	t.Helper()
 	b, _ := json.Marshal(body)
-	resp, err := client.Post(url+path, "application/json", bytes.NewReader(b))
+	req, err := http.NewRequest(http.MethodPost, url+path, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

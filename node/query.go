@@ -129,6 +129,15 @@ func ServeIndex(nc *nats.Conn, ix *shard.Index, cfg IndexServerConfig) (*IndexSe
 		_ = sub.SetPendingLimits(1<<16, 256<<20)
 		s.subs = append(s.subs, sub)
 	}
+	// A round trip to the server: once ServeIndex returns, its
+	// subscriptions are live there, so a query sent right after (or a
+	// readiness probe that trusts this return) finds a responder instead
+	// of "no responders" (TestServedIndexMatchesLocal failed that way once
+	// in CI under load).
+	if err := nc.Flush(); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("--serve-indexer: subscribe %s: %w", cfg.Subject, err)
+	}
 	return s, nil
 }
 

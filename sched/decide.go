@@ -120,6 +120,23 @@ func (s *Scheduler) drain(now int64) {
 
 type costMode uint8
 
+// plainCost is a plain rank's cost (no overlap, none of the request's
+// blocks active on it) in each form: pf and active are the rank's prefill
+// tokens and active blocks, isl and nb the request's prompt tokens and
+// blocks. scanPlain and heapPlain both call it, so the heap's choice is the
+// scan's bit for bit (TestHeapMatchesScan).
+func plainCost(mode costMode, w, invBS float64, pf, active, isl, nb int64) float64 {
+	switch mode {
+	case costDefault:
+		return w*float64(pf+isl)*invBS + float64(active+nb)
+	case costCredit:
+		return w*max(0, float64(pf+isl)*invBS) + float64(active+nb)
+	case costLeast:
+		return float64(active) + float64(pf)*invBS
+	}
+	return 0
+}
+
 const (
 	costDefault costMode = iota
 	costCredit
@@ -356,16 +373,7 @@ func (s *Scheduler) scanPlainGeneral(p *pass) {
 			s.consider(p, i)
 			continue
 		}
-		var c float64
-		switch mode {
-		case costDefault:
-			c = w*float64(int64(sc.pf)+isl)*invBS + float64(int64(sc.active)+nb)
-		case costCredit:
-			c = w*max(0, float64(int64(sc.pf)+isl)*invBS) + float64(int64(sc.active)+nb)
-		case costLeast:
-			c = float64(sc.active) + float64(sc.pf)*invBS
-		}
-		p.add(uint32(i), c)
+		p.add(uint32(i), plainCost(mode, w, invBS, int64(sc.pf), int64(sc.active), isl, nb))
 	}
 	p.eligible = len(s.slotOf)
 }

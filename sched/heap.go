@@ -234,16 +234,7 @@ func (s *Scheduler) heapPlain(p *pass) {
 				continue
 			}
 			if sc := &s.scan[e.rank]; sc.flags&fTouched == 0 {
-				var c float64
-				switch mode {
-				case costDefault:
-					c = w*float64(int64(sc.pf)+isl)*invBS + float64(int64(sc.active)+nb)
-				case costCredit:
-					c = w*max(0, float64(int64(sc.pf)+isl)*invBS) + float64(int64(sc.active)+nb)
-				default:
-					c = float64(sc.active) + float64(sc.pf)*invBS
-				}
-				p.add(e.rank, c)
+				p.add(e.rank, plainCost(mode, w, invBS, int64(sc.pf), int64(sc.active), isl, nb))
 			}
 			if l := 2*n + 1; int(l) < len(h.ents) {
 				st = append(st, l)

@@ -120,22 +120,7 @@ func TestClientDisconnectEndsTheStream(t *testing.T) {
 	front := serve(t, func(ctx *fasthttp.RequestCtx) {
 		p.Forward(ctx, upstream, ctx.PostBody(), true, rec.hooks())
 	})
-	conn, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-	br := bufio.NewReader(conn)
-	for {
-		l, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasPrefix(l, "data:") {
-			break
-		}
-	}
-	conn.Close()
+	cutAfterFirstChunk(t, front)
 	select {
 	case err := <-rec.done:
 		if !errors.Is(err, ErrClientGone) {
@@ -372,22 +357,7 @@ func TestStreamCutLeavesThePoolSound(t *testing.T) {
 	front := serve(t, func(ctx *fasthttp.RequestCtx) {
 		p.Forward(ctx, upstream, ctx.PostBody(), true, Hooks{Done: func(err error) { dones <- err }})
 	})
-	conn, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-	br := bufio.NewReader(conn)
-	for {
-		l, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasPrefix(l, "data:") {
-			break
-		}
-	}
-	conn.Close()
+	cutAfterFirstChunk(t, front)
 	if err := <-dones; !errors.Is(err, ErrClientGone) {
 		t.Fatalf("Done(%v), want ErrClientGone", err)
 	}
@@ -415,4 +385,26 @@ func post(t *testing.T, url, body string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// cutAfterFirstChunk posts a streamed request to front as a raw client
+// and closes the connection once the first SSE chunk arrived.
+func cutAfterFirstChunk(t *testing.T, front string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	br := bufio.NewReader(conn)
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(l, "data:") {
+			break
+		}
+	}
+	conn.Close()
 }

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
 	"github.com/kvroute/kvroute/wire"
@@ -41,21 +39,7 @@ func TestDataParallelRanks(t *testing.T) {
 	nc := natstest.Connect(t, s)
 	sub := natstest.Connect(t, s)
 	subj, _ := plane.SubjectsFor("kvroute", "backend")
-	m := newMirror(true)
-	var batch wire.Batch
-	if _, err := sub.Subscribe(subj.KVEvents, func(msg *nats.Msg) {
-		batch.Reset()
-		if _, err := wire.DecodeDynamo(&batch, msg.Data); err != nil {
-			m.fail(err)
-			return
-		}
-		m.apply(batch.Events)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	m := mirrorNATS(t, sub, plane.TransportDynamo)
 	cfg := Config{Workers: 1, BlockSize: 4, KVBlocks: 64, MaxNumSeqs: 8, MaxBatchedTokens: 64, Speedup: 2000,
 		Transport: plane.TransportDynamo, DPSize: 2}
 	w := startFleet(t, cfg, nc).Workers()[0]

@@ -346,6 +346,39 @@ func checkPressure(t *testing.T, w *Worker) {
 	}
 }
 
+// mirrorNATS mirrors the KV events published on sub's server in transport
+// tr (Dynamo or native), from the subscription's first message on.
+func mirrorNATS(t *testing.T, sub *nats.Conn, tr string) *mirror {
+	t.Helper()
+	subj, _ := plane.SubjectsFor("kvroute", "backend")
+	m := newMirror(true)
+	var batch wire.Batch
+	subject := subj.KVEvents
+	if tr == plane.TransportNative {
+		subject = subj.KVEventsNative
+	}
+	if _, err := sub.Subscribe(subject, func(msg *nats.Msg) {
+		batch.Reset()
+		var err error
+		if tr == plane.TransportDynamo {
+			_, err = wire.DecodeDynamo(&batch, msg.Data)
+		} else {
+			err = wire.DecodeNative(&batch, msg.Data)
+		}
+		if err != nil {
+			m.fail(err)
+			return
+		}
+		m.apply(batch.Events)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // TestEventsReproduceCacheOverNATS: the Dynamo and native events a worker
 // publishes over NATS, applied to an empty radix.Tree, reproduce exactly the
 // blocks its block manager holds, with contiguous event ids, after
@@ -357,32 +390,7 @@ func TestEventsReproduceCacheOverNATS(t *testing.T) {
 			nc := natstest.Connect(t, s)
 			sub := natstest.Connect(t, s)
 			cfg := smallCache(tr)
-			subj, _ := plane.SubjectsFor("kvroute", "backend")
-			m := newMirror(true)
-			var batch wire.Batch
-			subject := subj.KVEvents
-			if tr == plane.TransportNative {
-				subject = subj.KVEventsNative
-			}
-			if _, err := sub.Subscribe(subject, func(msg *nats.Msg) {
-				batch.Reset()
-				var err error
-				if tr == plane.TransportDynamo {
-					_, err = wire.DecodeDynamo(&batch, msg.Data)
-				} else {
-					err = wire.DecodeNative(&batch, msg.Data)
-				}
-				if err != nil {
-					m.fail(err)
-					return
-				}
-				m.apply(batch.Events)
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if err := sub.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			m := mirrorNATS(t, sub, tr)
 			w := startFleet(t, cfg, nc).Workers()[0]
 			workload(t, w.URL(), 1, 40, cfg.BlockSize)
 			checkPressure(t, w)

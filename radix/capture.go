@@ -39,6 +39,7 @@ type Capture struct {
 	seg         int // Step's cursor over the arenas (see arena)
 	pages       int // pages at Begin
 	steppedB    int // bytes copied by Step
+	copied      int // bytes copied by Step and the write barrier
 	barrier     int // pages copied by the write barrier (set when done)
 	done        bool
 	check       *Tree // -tags invariants: a Clone taken at Begin
@@ -109,7 +110,9 @@ func (t *Tree) BeginCapture() *Capture {
 	t.children.cw = &c.children
 	t.cw = c
 	for i := range c.arenas() {
-		c.pages += c.arena(i).Pending()
+		a := c.arena(i)
+		c.pages += a.Pending()
+		a.CountInto(&c.copied)
 	}
 	if invariants {
 		c.check = t.Clone()
@@ -128,6 +131,7 @@ type pager interface {
 	Pending() int
 	Touched() int
 	Step(budget int) int
+	CountInto(*int)
 }
 
 // arena returns arena i: the node, set, tier, block and child arenas, each
@@ -235,6 +239,12 @@ func (c *Capture) Tree() *Tree {
 	}
 	return img
 }
+
+// CopiedBytes returns the bytes copied so far, by Step and by the write
+// barrier: the owner paces Step against it (shard's Runner gives a
+// capture a copy budget per block of events applied, which the barrier's
+// copies use up first).
+func (c *Capture) CopiedBytes() int { return c.copied }
 
 // CaptureStats counts a capture's pages (a plain value).
 type CaptureStats struct {

@@ -57,6 +57,13 @@ type Config struct {
 	// (Capture); lookups are served between steps. Default
 	// DefaultCaptureStepBytes.
 	CaptureStepBytes int
+	// CaptureBytesPerBlock paces a capture's copy steps while events are
+	// queued: a shard copies about this many bytes per block of event work
+	// it applies (the write barrier's page copies included), in steps of at
+	// most CaptureStepBytes; with no events queued it copies step after
+	// step. Lower costs ingest less while a capture runs and makes the
+	// capture last longer. Default DefaultCaptureBytesPerBlock.
+	CaptureBytesPerBlock int
 	// Logger receives NewIndex's warnings (pinning failed, shards >=
 	// GOMAXPROCS). Default slog.Default().
 	Logger *slog.Logger

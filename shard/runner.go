@@ -52,16 +52,6 @@ const (
 	lookupStepBlocks = 32
 )
 
-// captureEvery is the number of event steps a Runner takes between two
-// copy steps of a snapshot capture while events are queued: the write
-// barrier copies the pages the events write, so the background copy can
-// yield to ingest. A saturated shard applied 0.26× the events while a
-// capture was in progress with a copy step after every event step, 0.47×
-// with one after every 4 (BenchmarkSnapshot/capture-stalls, ingest-ratio);
-// a capture then lasts longer (41 copy steps instead of 69 at 256 KiB: the
-// barrier copies more of the pages).
-const captureEvery = 4
-
 // RunnerConfig configures a Runner. It is a plain value that NewRunner
 // copies; the zero value is valid: no pinning, default queue sizes and step.
 type RunnerConfig struct {
@@ -154,7 +144,8 @@ type Runner struct {
 	// Owned by the runner goroutine.
 	cur        *work
 	evHW, lkHW int
-	evSteps    int // event steps since the last capture copy step
+	stepBlocks int // event work of the last step (blocks; an item counts as one at least)
+	copyDue    int // budget of the capture copy step due before the next event step (capture.pace)
 	pinned     []int
 	pinErr     error
 }
@@ -256,16 +247,20 @@ func (r *Runner) run() {
 				signal(r.evSpace)
 			}
 		}
-		if cc := r.core.cap; cc != nil && (r.cur == nil || r.evSteps >= captureEvery) {
-			// A snapshot capture in progress: one copy step, after every
-			// captureEvery event steps while events are queued and at
-			// once when none are; lookups get the core between steps of
-			// either kind (the copy step reads the arenas under the core's
-			// lock, as event steps write them).
-			r.evSteps = 0
+		if cc := r.core.cap; cc != nil && (r.cur == nil || r.copyDue > 0) {
+			// A snapshot capture in progress: a copy step, paced while
+			// events are queued (capture.pace: the budget the event steps
+			// earned), a full one at once when none are; lookups get the
+			// core between steps of either kind (the copy step reads the
+			// arenas under the core's lock, as event steps write them).
+			budget := cc.budget
+			if r.cur != nil {
+				budget = r.copyDue
+			}
+			r.copyDue = 0
 			r.lockStep()
 			t0 := time.Now()
-			done := cc.step(r.core)
+			done := cc.stepBytes(r.core, budget)
 			d := time.Since(t0)
 			r.mu.Unlock()
 			cc.st.Steps++
@@ -306,7 +301,7 @@ func (r *Runner) run() {
 func (r *Runner) timedStep(w *work, cc *capture) bool {
 	t0 := time.Now()
 	fin := r.step(w)
-	r.evSteps++
+	r.copyDue = cc.pace(r.stepBlocks)
 	if w.kind == wkEvents {
 		cc.st.EventSteps++
 		cc.st.LongestEventStep = max(cc.st.LongestEventStep, time.Since(t0))
@@ -444,6 +439,7 @@ func (r *Runner) serve(lk *lookup) {
 // step does at most one step of w and reports whether w is finished.
 func (r *Runner) step(w *work) bool {
 	c := r.core
+	r.stepBlocks = 1
 	switch w.kind {
 	case wkEvents:
 		if w.pos == 0 {
@@ -461,6 +457,7 @@ func (r *Runner) step(w *work) bool {
 			}
 		}
 		w.pos = i
+		r.stepBlocks = r.cfg.StepBlocks - budget
 		return i == len(w.events)
 	case wkRecord:
 		_ = c.RecordDecision(w.key, w.local, w.seq, w.now) // lengths checked by the producer; tree errors are counted

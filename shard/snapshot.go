@@ -126,8 +126,14 @@ type capture struct {
 	f       frozen
 	tc      *radix.Capture
 	entries cow.Slice[aEntry]
-	budget  int
+	budget  int // bytes per copy step
 	done    bool
+
+	// Pacing (pace): a saturated shard copies perBlock bytes per block of
+	// event work applied; earned is that credit so far, copied (the
+	// entries' copies; the tree's are tc.CopiedBytes) what the steps and
+	// the write barrier used of it.
+	perBlock, earned, copied int
 	wt      *waiter // arrived at when done, if set
 
 	// Measured by the Runner while the capture is in progress (see
@@ -172,21 +178,49 @@ func (c *Core) startCapture(budget int) *capture {
 		cc.f.keys[i] = a.workers[i].key
 	}
 	cc.entries.Begin(a.entries, entryPageBytes)
+	cc.entries.CountInto(&cc.copied)
+	cc.perBlock = DefaultCaptureBytesPerBlock
 	a.cw = &cc.entries
 	c.cap = cc
 	return cc
 }
 
-// step copies about budget bytes; true when the capture is complete (the
-// caller then records its figures and calls arrive).
-func (cc *capture) step(c *Core) bool {
+// minCopyStep is the least copy step pace asks for between event steps:
+// smaller steps would cost more in hand-offs than they copy.
+const minCopyStep = 32 << 10
+
+// pace credits the capture with the copy budget of blocks blocks of event
+// work (an event counts as one block at least, as Runner.step counts them)
+// and returns the budget of the copy step due now, 0 if none: the credit
+// the steps and the write barrier have not used yet, at most a step's
+// budget. Pages the events' writes copied first are paid from the same
+// credit, so while the barrier copies a lot (right after the start) the
+// steps wait.
+func (cc *capture) pace(blocks int) int {
+	if cc.done { // finished by a Capture's step work: cc may be the encoder's now
+		return 0
+	}
+	cc.earned += blocks * cc.perBlock
+	credit := cc.earned - cc.copied - cc.tc.CopiedBytes()
+	if credit < min(minCopyStep, cc.budget) {
+		return 0
+	}
+	return min(credit, cc.budget)
+}
+
+// step copies about a step's budget of bytes; true when the capture is
+// complete (the caller then records its figures and calls arrive).
+func (cc *capture) step(c *Core) bool { return cc.stepBytes(c, cc.budget) }
+
+// stepBytes is step with the given budget.
+func (cc *capture) stepBytes(c *Core, budget int) bool {
 	if cc.done {
 		return true
 	}
-	if !cc.tc.Step(cc.budget) {
+	if !cc.tc.Step(budget) {
 		return false
 	}
-	cc.entries.Step(cc.budget)
+	cc.entries.Step(budget)
 	if !cc.entries.Done() {
 		return false
 	}
@@ -613,6 +647,11 @@ func InspectSnapshot(r io.Reader) (SnapshotInfo, error) {
 // 256 KiB is ≈0.1 ms of copying (doc.go § Snapshots).
 const DefaultCaptureStepBytes = 256 << 10
 
+// DefaultCaptureBytesPerBlock is the copy budget a saturated shard earns
+// per block of event work while a capture is in progress
+// (Config.CaptureBytesPerBlock; doc.go § Snapshots has the measurements).
+const DefaultCaptureBytesPerBlock = 32
+
 // Capture is a consistent snapshot of every shard in progress or taken: each
 // shard freezes its state at its position in its event queue and copies it
 // by copy-on-write while it goes on applying events and answering lookups.
@@ -650,6 +689,10 @@ func (ix *Index) Capture(streamSeq uint64) (*Capture, error) {
 	if budget <= 0 {
 		budget = DefaultCaptureStepBytes
 	}
+	perBlock := ix.cfg.CaptureBytesPerBlock
+	if perBlock <= 0 {
+		perBlock = DefaultCaptureBytesPerBlock
+	}
 	for s, r := range ix.runners {
 		w := ix.works.get()
 		w.kind = wkStep
@@ -662,7 +705,7 @@ func (ix *Index) Capture(streamSeq uint64) (*Capture, error) {
 			}
 			t0 := time.Now()
 			cc := c.startCapture(budget)
-			cc.wt = cp.wt
+			cc.wt, cc.perBlock = cp.wt, perBlock
 			cc.st.Begin = time.Since(t0)
 			cp.shards[s] = cc
 			return true

@@ -370,6 +370,77 @@ func TestCaptureCopyOnWrite(t *testing.T) {
 	}
 }
 
+// TestCapturePacing: under saturation a capture copies no more than the
+// budget its events earned (perBlock bytes per block, the write barrier's
+// copies included) plus one step, asks for no copy step smaller than
+// minCopyStep, and still completes; the image equals a twin frozen at the
+// capture point.
+func TestCapturePacing(t *testing.T) {
+	const perBlock, budget, workers, chain, tail = 64, 64 << 10, 32, 2048, 16
+	r := rand.New(rand.NewPCG(21, 1))
+	live, twin := NewCore(CoreConfig{}), NewCore(CoreConfig{})
+	// Each worker holds a chain of its own blocks; churn removes a random
+	// worker's tail and stores it again, writing all over the arenas.
+	blockOf := func(w, i int) wire.Block {
+		return wire.Block{Engine: wire.EngineHash(w<<32 | i + 1), Local: wire.BlockHash(uint64(w)<<40 | uint64(i) + 7)}
+	}
+	for w := range workers {
+		ev := wire.Event{Worker: wire.WorkerKey{Worker: uint64(w)}, Kind: wire.KindStored}
+		for i := range chain {
+			ev.Blocks = append(ev.Blocks, blockOf(w, i))
+		}
+		live.Apply([]wire.Event{ev})
+		twin.Apply([]wire.Event{ev})
+	}
+	churn := func() []wire.Event {
+		w, at := r.IntN(workers), chain-tail
+		k := wire.WorkerKey{Worker: uint64(w)}
+		rm := wire.Event{Worker: k, Kind: wire.KindRemoved}
+		st := wire.Event{Worker: k, Kind: wire.KindStored, HasParent: true, Parent: blockOf(w, at-1).Engine}
+		for i := at; i < at+tail; i++ {
+			rm.Blocks = append(rm.Blocks, blockOf(w, i))
+			st.Blocks = append(st.Blocks, blockOf(w, i))
+		}
+		return []wire.Event{rm, st}
+	}
+	var evs []wire.Event
+	want := snapBytes(t, twin.freeze())
+	cc := live.startCapture(budget)
+	cc.perBlock = perBlock
+	blocks, steps, copySteps := 0, 0, 0
+	for done := false; !done; steps++ {
+		evs = churn()
+		n := 0
+		for _, ev := range evs {
+			n += 1 + len(ev.Blocks)
+		}
+		live.Apply(evs)
+		blocks += n
+		if b := cc.pace(n); b > 0 {
+			if b < minCopyStep || b > budget {
+				t.Fatalf("copy step of %d bytes asked (min %d, budget %d)", b, minCopyStep, budget)
+			}
+			done = cc.stepBytes(live, b)
+			copySteps++
+		}
+		// Steps copy whole pages: at most one page beyond what they were given.
+		if stepped := int(cc.tc.Stats().SteppedBytes); !done && stepped > blocks*perBlock+radix.PageBytes {
+			t.Fatalf("after %d blocks of events the steps copied %d bytes, budget %d", blocks, stepped, blocks*perBlock)
+		}
+		if steps > 1e6 {
+			t.Fatal("capture never completed")
+		}
+	}
+	total := cc.copied + cc.tc.CopiedBytes()
+	if got := snapBytes(t, cc.frozen()); !bytes.Equal(got, want) {
+		t.Fatal("paced capture differs from the twin frozen at the capture point")
+	}
+	if blocks*perBlock < total-budget || cc.st.Pages < 100 || copySteps < 5 {
+		t.Fatalf("capture of %d bytes (%d pages) completed after %d blocks in %d copy steps: paced at %d bytes per block", total, cc.st.Pages, blocks, copySteps, perBlock)
+	}
+	t.Logf("%d bytes copied over %d event steps (%d blocks) and %d copy steps, %d of %d pages by the barrier", total, steps, blocks, copySteps, cc.st.BarrierPages, cc.st.Pages)
+}
+
 func snapBytes(t *testing.T, f *frozen) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -552,15 +623,23 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 	})
 	// The stalls a capture causes on the shard's goroutine, measured there
-	// as the Runner interleaves them (capture-stalls: one event step of
-	// fleet churn, then one copy step, until the copy is complete), in wall
-	// time (which includes preemption by other processes on a shared
-	// machine) and the thread's CPU time: the capture's start, its longest
-	// copy step, and the longest event step while it runs (write-barrier
-	// copies included) against the longest without a capture.
+	// as the Runner interleaves them (capture-stalls: event steps of fleet
+	// churn, each followed by the copy step capture.pace makes due, until
+	// the copy is complete), in wall time (which includes preemption by
+	// other processes on a shared machine) and the thread's CPU time: the
+	// capture's start, its longest copy step, and the longest event step
+	// while it runs (write-barrier copies included) against the longest
+	// without a capture. perBlock=256 is about the pacing before budgets (a
+	// 256 KiB step after every 4 event steps of 256 blocks).
 	churn := fleetChurn(fleet(1), 2)
-	for _, step := range []int{64 << 10, DefaultCaptureStepBytes, 1 << 20} {
-		b.Run(fmt.Sprintf("capture-stalls/step=%dKiB", step>>10), func(b *testing.B) {
+	churnBlocks := make([]int, len(churn))
+	for j, batch := range churn {
+		for _, ev := range batch {
+			churnBlocks[j] += 1 + len(ev.Blocks)
+		}
+	}
+	for _, perBlock := range []int{256, 64, 32, 16} {
+		b.Run(fmt.Sprintf("capture-stalls/perBlock=%d", perBlock), func(b *testing.B) {
 			var begin, copyStep, ev, base stall
 			steps, barrier, pages := 0, 0, 0
 			for b.Loop() {
@@ -573,14 +652,16 @@ func BenchmarkSnapshot(b *testing.B) {
 						i++
 					}
 					var cc *capture
-					begin.time(func() { cc = c.startCapture(step) })
+					begin.time(func() { cc = c.startCapture(DefaultCaptureStepBytes) })
+					cc.perBlock = perBlock
 					for done := false; !done; {
-						for range captureEvery { // as the Runner does under saturation
-							ev.time(func() { c.Apply(churn[i%len(churn)]) })
-							i++
+						ev.time(func() { c.Apply(churn[i%len(churn)]) })
+						budget := cc.pace(churnBlocks[i%len(churn)])
+						i++
+						if budget > 0 { // as the Runner does under saturation
+							copyStep.time(func() { done = cc.stepBytes(c, budget) })
+							steps++
 						}
-						copyStep.time(func() { done = cc.step(c) })
-						steps++
 					}
 					for range 64 {
 						base.time(func() { c.Apply(churn[i%len(churn)]) })
@@ -594,7 +675,14 @@ func BenchmarkSnapshot(b *testing.B) {
 			// against CPU per event step plus the copy steps and the
 			// start, amortized over the capture's event steps.
 			during := sum(begin.cpu) + sum(copyStep.cpu) + sum(ev.cpu)
-			b.ReportMetric((float64(sum(base.cpu))/float64(len(base.cpu)))/(float64(during)/float64(len(ev.cpu))), "ingest-ratio")
+			perEvent := float64(sum(base.cpu)) / float64(len(base.cpu))
+			b.ReportMetric(perEvent/(float64(during)/float64(len(ev.cpu))), "ingest-ratio")
+			// The capture's own CPU (start, steps, and what event steps
+			// took beyond the mean without a capture: barrier copies, cache
+			// misses), and the event steps it spanned, per capture.
+			n := float64(len(begin.cpu))
+			b.ReportMetric((float64(during)-perEvent*float64(len(ev.cpu)))/n/1e6, "copy-cpu-ms")
+			b.ReportMetric(float64(len(ev.cpu))/n, "event-steps")
 			begin.report(b, "begin")
 			copyStep.report(b, "step")
 			ev.report(b, "event")

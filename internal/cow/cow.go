@@ -37,6 +37,7 @@ type Slice[T any] struct {
 	shift uint  // elements per page = 1 << shift
 	size  int   // bytes per element
 	touch int   // pages copied by Touch
+	count *int  // if set, bytes copied are added here (CountInto)
 }
 
 // Begin starts capturing src (its elements [0, len(src))) in pages of about
@@ -54,6 +55,12 @@ func (s *Slice[T]) Begin(src []T, pageBytes int) {
 		s.pages = make([][]T, n)
 	}
 }
+
+// CountInto makes the capture add the bytes of every page it copies from
+// now on (by Touch or Step) to *p: one counter for many slices lets their
+// owner pace background copying against all the copying done (call it after
+// Begin, which resets it).
+func (s *Slice[T]) CountInto(p *int) { s.count = p }
 
 // Touch must be called before the owner writes element i of cur, the
 // owner's current slice: it copies i's page first if it is still pending.
@@ -86,6 +93,9 @@ func (s *Slice[T]) copyPage(p int) {
 	lo := p << s.shift
 	hi := min(len(s.src), lo+1<<s.shift)
 	s.pages[p] = append([]T(nil), s.src[lo:hi]...)
+	if s.count != nil {
+		*s.count += (hi - lo) * s.size
+	}
 	if s.left--; s.left == 0 {
 		s.src = nil // let the owner's old arrays go
 	}

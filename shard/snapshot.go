@@ -134,7 +134,7 @@ type capture struct {
 	// entries' copies; the tree's are tc.CopiedBytes) what the steps and
 	// the write barrier used of it.
 	perBlock, earned, copied int
-	wt      *waiter // arrived at when done, if set
+	wt                       *waiter // arrived at when done, if set
 
 	// Measured by the Runner while the capture is in progress (see
 	// CaptureStats).

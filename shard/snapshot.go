@@ -128,13 +128,13 @@ type capture struct {
 	entries cow.Slice[aEntry]
 	budget  int // bytes per copy step
 	done    bool
+	wt      *waiter // arrived at when done, if set
 
 	// Pacing (pace): a saturated shard copies perBlock bytes per block of
 	// event work applied; earned is that credit so far, copied (the
 	// entries' copies; the tree's are tc.CopiedBytes) what the steps and
 	// the write barrier used of it.
 	perBlock, earned, copied int
-	wt                       *waiter // arrived at when done, if set
 
 	// Measured by the Runner while the capture is in progress (see
 	// CaptureStats).

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kvroute/kvroute/internal/cow"
 	"io"
 	"math/rand/v2"
 	"runtime"
@@ -496,8 +497,15 @@ func FuzzReadSnapshot(f *testing.F) {
 
 // fleet builds radix's benchmark fleet (radix/workload_test.go, benchParams:
 // 64 worker keys, 16 families, 32 conversations per family, ≈1.3M entries)
-// as Stored events, generated the same way.
-func fleet(seed uint64) []wire.Event {
+// as Stored events, generated the same way. Each worker hashes with its own
+// seed (vLLM without PYTHONHASHSEED: kvcache.Config.Salt 0).
+func fleet(seed uint64) []wire.Event { return fleetSalted(seed, 0) }
+
+// fleetSalted is fleet with every worker's engine hashes derived from salt
+// when it is not 0, so the same block has the same engine hash on every
+// worker (engines that hash content with a shared seed: vLLM with
+// PYTHONHASHSEED set, SGLang; kvcache.Config.Salt shared).
+func fleetSalted(seed, salt uint64) []wire.Event {
 	const workers, families, convs, famPerWorker, convPerFamily = 64, 16, 32, 10, 8
 	r := rand.New(rand.NewPCG(seed, 7))
 	between := func(lo, hi int) int { return lo + r.IntN(hi-lo+1) }
@@ -529,7 +537,11 @@ func fleet(seed uint64) []wire.Event {
 			} else {
 				seq = wire.ChainHash(seq, h)
 			}
-			ev.Blocks = append(ev.Blocks, wire.Block{Engine: wire.EngineHash(mix(uint64(seq) ^ mix(k.Worker<<8|uint64(k.Dp)))), Local: h})
+			ws := mix(k.Worker<<8 | uint64(k.Dp))
+			if salt != 0 {
+				ws = salt
+			}
+			ev.Blocks = append(ev.Blocks, wire.Block{Engine: wire.EngineHash(mix(uint64(seq) ^ ws)), Local: h})
 		}
 		out = append(out, ev)
 		return ev.Blocks[n-1].Engine, seq
@@ -563,9 +575,12 @@ func fleet(seed uint64) []wire.Event {
 }
 
 // fleetIndex returns an Index holding the fleet.
-func fleetIndex(tb testing.TB, cfg Config) *Index {
+func fleetIndex(tb testing.TB, cfg Config) *Index { return fleetIndexSalted(tb, cfg, 0) }
+
+// fleetIndexSalted returns an Index holding fleetSalted(1, salt).
+func fleetIndexSalted(tb testing.TB, cfg Config, salt uint64) *Index {
 	ix := newTestIndex(tb, cfg)
-	evs := fleet(1)
+	evs := fleetSalted(1, salt)
 	for i := 0; i < len(evs); i += 64 {
 		if err := ix.Apply(evs[i:min(len(evs), i+64)]); err != nil {
 			tb.Fatal(err)
@@ -592,7 +607,7 @@ func BenchmarkSnapshot(b *testing.B) {
 		b.Fatal(err)
 	}
 	entries := float64(info.Header.Entries)
-	b.Logf("%+v", info.Header)
+	b.Logf("%+v modes %v", info.Header, info.Shards[0].EngineModes)
 	b.Run("write", func(b *testing.B) {
 		for b.Loop() {
 			buf.Reset()
@@ -602,6 +617,25 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 		b.ReportMetric(float64(len(data))/entries, "B/entry")
 		b.ReportMetric(float64(info.Raw)/entries, "rawB/entry")
+	})
+	// The same fleet with engines hashing content with a shared seed: a
+	// block's engine hash is the same on every worker holding it.
+	b.Run("write-shared-seed", func(b *testing.B) {
+		sx := fleetIndexSalted(b, Config{}, 0x5eed)
+		var sbuf bytes.Buffer
+		for b.Loop() {
+			sbuf.Reset()
+			if err := sx.Snapshot(&sbuf, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		si, err := InspectSnapshot(bytes.NewReader(sbuf.Bytes()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%+v modes %v", si.Header, si.Shards[0].EngineModes)
+		b.ReportMetric(float64(si.Compressed)/float64(si.Header.Entries), "B/entry")
+		b.ReportMetric(float64(si.Raw)/float64(si.Header.Entries), "rawB/entry")
 	})
 	b.Run("restore", func(b *testing.B) {
 		for b.Loop() {
@@ -639,59 +673,84 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 	}
 	for _, perBlock := range []int{256, 64, 32, 16} {
-		b.Run(fmt.Sprintf("capture-stalls/perBlock=%d", perBlock), func(b *testing.B) {
-			var begin, copyStep, ev, base stall
-			steps, barrier, pages := 0, 0, 0
-			for b.Loop() {
-				ix.runners[0].Do(func(c *Core) {
-					runtime.LockOSThread() // the thread CPU clock follows the goroutine
-					defer runtime.UnlockOSThread()
-					i := 0
-					for range 64 {
-						base.time(func() { c.Apply(churn[i%len(churn)]) })
-						i++
-					}
-					var cc *capture
-					begin.time(func() { cc = c.startCapture(DefaultCaptureStepBytes) })
-					cc.perBlock = perBlock
-					for done := false; !done; {
-						ev.time(func() { c.Apply(churn[i%len(churn)]) })
-						budget := cc.pace(churnBlocks[i%len(churn)])
-						i++
-						if budget > 0 { // as the Runner does under saturation
-							copyStep.time(func() { done = cc.stepBytes(c, budget) })
-							steps++
-						}
-					}
-					for range 64 {
-						base.time(func() { c.Apply(churn[i%len(churn)]) })
-						i++
-					}
-					barrier, pages = cc.st.BarrierPages, cc.st.Pages
-				})
-			}
-			// A saturated shard's event throughput while capturing,
-			// relative to without: CPU per event step without a capture
-			// against CPU per event step plus the copy steps and the
-			// start, amortized over the capture's event steps.
-			during := sum(begin.cpu) + sum(copyStep.cpu) + sum(ev.cpu)
-			perEvent := float64(sum(base.cpu)) / float64(len(base.cpu))
-			b.ReportMetric(perEvent/(float64(during)/float64(len(ev.cpu))), "ingest-ratio")
-			// The capture's own CPU (start, steps, and what event steps
-			// took beyond the mean without a capture: barrier copies, cache
-			// misses), and the event steps it spanned, per capture.
-			n := float64(len(begin.cpu))
-			b.ReportMetric((float64(during)-perEvent*float64(len(ev.cpu)))/n/1e6, "copy-cpu-ms")
-			b.ReportMetric(float64(len(ev.cpu))/n, "event-steps")
-			begin.report(b, "begin")
-			copyStep.report(b, "step")
-			ev.report(b, "event")
-			base.report(b, "event-nocapture")
-			b.ReportMetric(float64(steps)/float64(b.N), "steps")
-			b.ReportMetric(float64(barrier), "barrier-pages")
-			b.ReportMetric(float64(pages), "pages")
-		})
+		for _, pool := range []bool{true, false} {
+			b.Run(fmt.Sprintf("capture-stalls/perBlock=%d/pool=%v", perBlock, pool), func(b *testing.B) {
+				cow.SetPoolingForTesting(pool)
+				defer cow.SetPoolingForTesting(true)
+				captureStalls(b, ix, churn, churnBlocks, perBlock)
+			})
+		}
 	}
+}
+
+// captureStalls is BenchmarkSnapshot/capture-stalls: captures at perBlock,
+// each followed by as many event steps without a capture (the baseline,
+// interleaved so that the machine's drift hits both alike) and by the
+// assembly of the copied pages, as Capture.WriteTo does (untimed, off the
+// shard in a real snapshot; it returns pooled page buffers).
+func captureStalls(b *testing.B, ix *Index, churn [][]wire.Event, churnBlocks []int, perBlock int) {
+	var begin, copyStep, ev, base stall
+	steps, barrier, pages := 0, 0, 0
+	var secondHalf time.Duration
+	secondN := 0
+	for b.Loop() {
+		var cc *capture
+		ix.runners[0].Do(func(c *Core) {
+			runtime.LockOSThread() // the thread CPU clock follows the goroutine
+			defer runtime.UnlockOSThread()
+			i := 0
+			for range 16 { // warm up, untimed
+				c.Apply(churn[i%len(churn)])
+				i++
+			}
+			begin.time(func() { cc = c.startCapture(DefaultCaptureStepBytes) })
+			cc.perBlock = perBlock
+			n := 0
+			for done := false; !done; n++ {
+				ev.time(func() { c.Apply(churn[i%len(churn)]) })
+				budget := cc.pace(churnBlocks[i%len(churn)])
+				i++
+				if budget > 0 { // as the Runner does under saturation
+					copyStep.time(func() { done = cc.stepBytes(c, budget) })
+					steps++
+				}
+			}
+			for _, d := range ev.cpu[len(ev.cpu)-n/2:] {
+				secondHalf += d
+			}
+			secondN += n / 2
+			for range n {
+				base.time(func() { c.Apply(churn[i%len(churn)]) })
+				i++
+			}
+			barrier, pages = cc.st.BarrierPages, cc.st.Pages
+		})
+		cc.frozen()
+	}
+	// A saturated shard's event throughput while capturing,
+	// relative to without: CPU per event step without a capture
+	// against CPU per event step plus the copy steps and the
+	// start, amortized over the capture's event steps.
+	during := sum(begin.cpu) + sum(copyStep.cpu) + sum(ev.cpu)
+	perEvent := float64(sum(base.cpu)) / float64(len(base.cpu))
+	b.ReportMetric(perEvent/(float64(during)/float64(len(ev.cpu))), "ingest-ratio")
+	// The capture's own CPU (start, steps, and what event steps
+	// took beyond the mean without a capture: barrier copies, cache
+	// misses), and the event steps it spanned, per capture.
+	n := float64(len(begin.cpu))
+	b.ReportMetric((float64(during)-perEvent*float64(len(ev.cpu)))/n/1e6, "copy-cpu-ms")
+	b.ReportMetric(float64(len(ev.cpu))/n, "event-steps")
+	begin.report(b, "begin")
+	copyStep.report(b, "step")
+	ev.report(b, "event")
+	base.report(b, "event-nocapture")
+	b.ReportMetric(float64(steps)/float64(b.N), "steps")
+	b.ReportMetric(float64(barrier), "barrier-pages")
+	b.ReportMetric(float64(pages), "pages")
+	mean := func(ds []time.Duration) float64 { return float64(sum(ds)) / float64(len(ds)) / 1e3 }
+	b.ReportMetric(mean(ev.cpu), "µs-event-cpu-mean")
+	b.ReportMetric(mean(base.cpu), "µs-event-nocapture-cpu-mean")
+	b.ReportMetric(float64(secondHalf)/float64(secondN)/1e3, "µs-event-cpu-mean-2nd-half")
 }
 
 func sum(ds []time.Duration) (t time.Duration) {

@@ -12,6 +12,7 @@ package cow
 
 import (
 	"math/bits"
+	"sync"
 	"unsafe"
 )
 
@@ -92,7 +93,17 @@ func (s *Slice[T]) TouchRange(cur []T, lo, hi int) {
 func (s *Slice[T]) copyPage(p int) {
 	lo := p << s.shift
 	hi := min(len(s.src), lo+1<<s.shift)
-	s.pages[p] = append([]T(nil), s.src[lo:hi]...)
+	if nb := (hi - lo) * s.size; pooling && nb > MaxPage/2 && nb <= MaxPage {
+		// A page buffer from an earlier capture: no allocation (a fresh
+		// one costs a page fault or two, and the GC assists that
+		// allocating ~50 MB per capture brings), no zeroing.
+		buf := pagePool.Get().(*[MaxPage]byte)
+		pg := unsafe.Slice((*T)(unsafe.Pointer(buf)), hi-lo)
+		copy(pg, s.src[lo:hi])
+		s.pages[p] = pg
+	} else {
+		s.pages[p] = append([]T(nil), s.src[lo:hi]...)
+	}
 	if s.count != nil {
 		*s.count += (hi - lo) * s.size
 	}
@@ -140,8 +151,29 @@ func (s *Slice[T]) Result() []T {
 		d = make([]T, 0, s.n)
 		for _, pg := range s.pages {
 			d = append(d, pg...)
+			if nb := len(pg) * s.size; pooling && nb > MaxPage/2 && nb <= MaxPage {
+				pagePool.Put((*[MaxPage]byte)(unsafe.Pointer(unsafe.SliceData(pg))))
+			}
 		}
 	}
 	s.src, s.pages = nil, nil
 	return d
 }
+
+// MaxPage is the size of the pooled page buffers: pages of more than half
+// of it and at most it (the 8 KiB pages radix uses) are copied into
+// buffers that Result returns to a pool once it has assembled them, so the
+// next capture reuses them instead of allocating. The pool is a sync.Pool:
+// buffers not reused within two garbage collections are freed, so captures
+// minutes apart hold no memory in between, and back-to-back captures
+// allocate little (shard/doc.go § Snapshots has the measurements).
+const MaxPage = 8 << 10
+
+var pagePool = sync.Pool{New: func() any { return new([MaxPage]byte) }}
+
+// pooling is SetPoolingForTesting's switch.
+var pooling = true
+
+// SetPoolingForTesting turns the page pool off (false) or on, so benchmarks
+// compare both in one run. Call it while no capture is in progress.
+func SetPoolingForTesting(on bool) { pooling = on }

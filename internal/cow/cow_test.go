@@ -80,3 +80,42 @@ func TestSliceReallocated(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+// TestPooledPages: with full-size pages (pooled buffers, reused across
+// captures) and several captures in flight at once, each Result equals its
+// slice at Begin: a buffer goes back to the pool only after Result copied
+// it, never while another capture holds it. Pooled and unpooled alike.
+func TestPooledPages(t *testing.T) {
+	defer SetPoolingForTesting(true)
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, pool := range []bool{true, false} {
+		SetPoolingForTesting(pool)
+		for round := range 20 {
+			var caps [3]Slice[uint64]
+			var wants [3][]uint64
+			for k := range caps {
+				cur := make([]uint64, 1+r.IntN(8*MaxPage/8))
+				for i := range cur {
+					cur[i] = r.Uint64()
+				}
+				wants[k] = slices.Clone(cur)
+				caps[k].Begin(cur, MaxPage)
+				for range 200 {
+					i := r.IntN(len(cur))
+					caps[k].Touch(cur, i)
+					cur[i] = r.Uint64()
+				}
+			}
+			for k := range caps {
+				for !caps[k].Done() {
+					caps[k].Step(MaxPage)
+				}
+			}
+			for k := range caps {
+				if got := caps[k].Result(); !slices.Equal(got, wants[k]) {
+					t.Fatalf("pool %v round %d capture %d: copy differs from the slice at Begin", pool, round, k)
+				}
+			}
+		}
+	}
+}

@@ -158,8 +158,10 @@
 // checks captures taken under random events against a Clone taken at
 // BeginCapture, arena for arena, one element per page; under -tags
 // invariants every capture is checked so. internal/cow holds the per-slice
-// page tracker. CopyTo and Clone copy a tree in one go (≈9.5 ms for 1.3M
-// entries).
+// page tracker. Capture.CopiedBytes counts the bytes copied by steps and
+// barrier alike, so the owner can pace the steps against all the copying
+// (shard gives a capture a budget per block of events applied). CopyTo and
+// Clone copy a tree in one go (≈9.5 ms for 1.3M entries).
 //
 // WriteContent encodes a tree compactly: nodes
 // in preorder (child count, run length, worker set as a bitmap over dense

@@ -5,7 +5,8 @@
 // background steps (Step), whichever comes first.
 //
 // It is synchronous and single-goroutine: the owner of the slice calls every
-// method; no locks, no goroutines, no clock. The copy is handed to another
+// method; no locks, no goroutines, no clock. Full-size page buffers come from
+// a package-wide sync.Pool that Result refills (see MaxPage). The copy is handed to another
 // goroutine only after Done, with a happens-before edge of the caller's
 // making (a channel, a waiter).
 package cow

@@ -228,11 +228,12 @@
 // On 2 vCPUs the wall-clock ratio is another figure: the encoding (≈0.1–0.4
 // s of a core with zstd) runs after the capture on the caller's goroutine
 // and competes with ingest, lookups and the producers for the two cores
-// (BenchmarkMatchDuringSnapshots). At load average 12–18 from other jobs
-// its events/s spread 3× between runs of the same binary (no snapshots:
-// 29.9k–89.3k before, 23.8k–49.2k after; with back-to-back snapshots
-// 0.13–0.34× of that before and 0.36–0.70× after, captures alone
-// 0.75–1.43× and 0.63–2.14×) and says nothing about a 0.9
+// (BenchmarkMatchDuringSnapshots, old and new binaries interleaved, 5
+// pairs). At load average 8–18 from other jobs its events/s spread 10×
+// between runs of the same binary (no snapshots: 8.7k–89.3k before,
+// 4.7k–49.2k after; with back-to-back snapshots 0.13–0.83× of that before
+// and 0.36–0.70× after; captures alone 0.27–1.75× and 0.48–2.14×, above 1 in
+// 4 of the 10 runs) and says nothing about a 0.9
 // target either way; Go has no goroutine priorities to lower the encoder's
 // share, and a niced, locked encoder thread would hold a P the OS rarely
 // runs.

@@ -671,8 +671,10 @@ type Capture struct {
 // and approximate-mode state (O(workers)) and goes on at once with the
 // writes queued behind it. Until the copy is complete, each write first
 // copies the pages it is about to change (radix.PageBytes each), and the
-// shard copies the rest in steps of Config.CaptureStepBytes between event
-// steps, so neither queue waits for more than a step. A shard still
+// shard copies the rest in steps of at most Config.CaptureStepBytes between
+// event steps (while events are queued, paced at
+// Config.CaptureBytesPerBlock bytes per block applied, the barrier's copies
+// included), so neither queue waits for more than a step. A shard still
 // copying an earlier capture finishes that one first (in steps, serving
 // lookups; the writes behind wait). streamSeq is recorded as the last
 // applied stream sequence: for it to be exact, call Capture from the

@@ -694,8 +694,8 @@ func BenchmarkSnapshot(b *testing.B) {
 func captureStalls(b *testing.B, ix *Index, churn [][]wire.Event, churnBlocks []int, perBlock int) {
 	var begin, copyStep, ev, base stall
 	steps, barrier, pages := 0, 0, 0
-	var secondHalf time.Duration
-	secondN, prevN := 0, 1024
+	var secondHalf, firstQuarter time.Duration
+	secondN, firstN, prevN := 0, 0, 1024
 	for b.Loop() {
 		var cc *capture
 		ix.runners[0].Do(func(c *Core) {
@@ -726,6 +726,10 @@ func captureStalls(b *testing.B, ix *Index, churn [][]wire.Event, churnBlocks []
 				secondHalf += d
 			}
 			secondN += n / 2
+			for _, d := range ev.cpu[len(ev.cpu)-n : len(ev.cpu)-n+n/4] {
+				firstQuarter += d
+			}
+			firstN += n / 4
 			prevN = n
 			for range n / 2 {
 				base.time(func() { c.Apply(churn[i%len(churn)]) })
@@ -759,6 +763,7 @@ func captureStalls(b *testing.B, ix *Index, churn [][]wire.Event, churnBlocks []
 	b.ReportMetric(mean(ev.cpu), "µs-event-cpu-mean")
 	b.ReportMetric(mean(base.cpu), "µs-event-nocapture-cpu-mean")
 	b.ReportMetric(float64(secondHalf)/float64(secondN)/1e3, "µs-event-cpu-mean-2nd-half")
+	b.ReportMetric(float64(firstQuarter)/float64(firstN)/1e3, "µs-event-cpu-mean-1st-quarter")
 }
 
 func sum(ds []time.Duration) (t time.Duration) {

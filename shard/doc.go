@@ -204,7 +204,7 @@
 // wait for the credit the barrier used.
 // The barrier's copies are front-loaded: at the default, event steps ran
 // at 0.76–0.78× the baseline's rate over a capture's first quarter (≈850
-// event steps) and 0.89–0.96× over its second half (two runs; 0.42× over
+// event steps) and 0.89–0.96× over its second half (two runs; 0.42–0.43× over
 // the first quarter at 256 bytes per block), so no pacing of the steps can
 // hold every window of a capture at 0.9×. Over the whole capture the
 // target (≥ 0.9× while capturing, on the shard's CPU) is met in

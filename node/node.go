@@ -51,6 +51,9 @@ type Config struct {
 	// sequence (ingest.Ingest.SubscribeLive). False consumes every event
 	// from the stream (ConsumeJetStream). Only with JetStream.
 	LiveEvents bool
+	// SafeInterval is how often the live path samples its safe sequence
+	// (ingest.Config.SafeInterval); zero: ingest.DefaultSafeInterval.
+	SafeInterval time.Duration
 	// Stream configures the stream (--events-max-age, --events-max-bytes,
 	// --events-replicas); its Subjects are taken from Subjects.
 	Stream ingest.StreamConfig
@@ -192,7 +195,7 @@ func (n *Node) start() error {
 			return err
 		}
 	}
-	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq,
+	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq, SafeInterval: n.cfg.SafeInterval,
 		ZMQMaxMessageBytes: n.cfg.MaxEventBytes}
 	n.fleet = newFleet(n.cfg.Fleet, n.Index)
 	if n.cfg.Fleet.Filter {

@@ -290,10 +290,23 @@ func chaosNATSRestart(t *testing.T, name string, keepStore, snapshots bool, seed
 // recovered from the workers); the node, connected to all three, agrees
 // with the fleet again.
 func TestChaosClusterNodeKilled(t *testing.T) {
+	chaosClusterNodeKilled(t, "cluster-leader-killed", false)
+}
+
+// TestChaosClusterNodeKilledLive is TestChaosClusterNodeKilled with the
+// live path: a node connected to the killed server catches up from the R3
+// stream after it reconnects to another; what the election lost is
+// recovered from the workers, as on the consumer path.
+func TestChaosClusterNodeKilledLive(t *testing.T) {
+	chaosClusterNodeKilled(t, "cluster-leader-killed-live", true)
+}
+
+func chaosClusterNodeKilled(t *testing.T, name string, live bool) {
 	ss := natstest.Cluster(t, 3)
 	urls := natstest.ClientURLs(ss)
 	cfg := chaosNodeConfig(t, urls, true)
 	cfg.Stream.Replicas = 3
+	cfg.LiveEvents = live
 	var n *Node
 	deadline := time.Now().Add(30 * time.Second)
 	for { // the cluster may still be placing its first stream
@@ -329,7 +342,7 @@ func TestChaosClusterNodeKilled(t *testing.T) {
 	}
 	awaitTraffic(t, f, ch)
 	trafficProbed(t, f, 39, 300, probe)
-	chaosReport(t, "cluster-leader-killed", n.Index, f, time.Now(), probe)
+	chaosReport(t, name, n.Index, f, time.Now(), probe)
 }
 
 // A worker restarted (cache emptied, ids starting over) while traffic runs

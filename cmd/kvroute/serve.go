@@ -72,7 +72,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		ns         = fs.String("namespace", "kvroute", "NATS subject namespace")
 		comp       = fs.String("component", "backend", "NATS subject component")
 		mode       = fs.String("router-mode", "kv", "worker selection: kv, round-robin, random or least-loaded")
-		evJS       = fs.Bool("events-jetstream", false, "keep KV events in a JetStream stream and consume them from it (nothing is lost while the router is disconnected; costs ingest throughput, see README); false: core NATS subscriptions")
+		evJS       = fs.Bool("events-jetstream", false, "keep KV events in a JetStream stream, read to catch up after a restart or reconnection (nothing the stream holds is lost; live events still come from core NATS with --events-live, see README); false: core NATS subscriptions only")
 		evLive     = fs.Bool("events-live", true, "JetStream: take live KV events from core NATS subscriptions (as fast as without the stream) and read the stream only to catch up, at start and after a reconnection; false: consume every event from the stream")
 		evMaxAge   = fs.Duration("events-max-age", ingest.DefaultStreamMaxAge, "JetStream: KV events older than this are dropped from the stream")
 		evMaxBytes = byteSize(ingest.DefaultStreamMaxBytes)

@@ -43,7 +43,7 @@
 // with that sequence. On the embedded server the stream outlives a restart
 // of the process only with a --data-dir (the temporary store is removed at
 // Close). The zero Config subscribes with core NATS, kvroute serve's default
-// (the stream costs ingest throughput; docs/ARCHITECTURE.md): to every
+// (JetStream stays opt-in: it costs disk, and the consumer path throughput): to every
 // KV-event subject of Config.Subjects, older Dynamo's JSON subject
 // (...kv_events, Subjects.KVEventsLegacy) included.
 //

@@ -156,9 +156,19 @@ func TestChaosBaseline(t *testing.T) {
 // while no router runs and while a new one starts on the same server (a
 // persistent store); the new node restores the snapshot, replays the
 // stream after it and agrees with the fleet.
-func TestChaosKillRestoreSnapshot(t *testing.T) {
+func TestChaosKillRestoreSnapshot(t *testing.T) { chaosKillRestore(t, "kill-restore-snapshot", false) }
+
+// TestChaosKillRestoreSnapshotLive is TestChaosKillRestoreSnapshot with the
+// live path (Config.LiveEvents): the snapshot is at the safe sequence and
+// the new node catches up from the stream, then goes live on core NATS.
+func TestChaosKillRestoreSnapshotLive(t *testing.T) {
+	chaosKillRestore(t, "kill-restore-snapshot-live", true)
+}
+
+func chaosKillRestore(t *testing.T, name string, live bool) {
 	s := natstest.ServerStore(t, -1, t.TempDir())
 	cfg := chaosNodeConfig(t, s.ClientURL(), true)
+	cfg.LiveEvents = live
 	n1, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +202,7 @@ func TestChaosKillRestoreSnapshot(t *testing.T) {
 	}
 	awaitTraffic(t, f, ch)
 	waitCond(t, "caught up", n2.CaughtUp)
-	chaosReport(t, "kill-restore-snapshot", n2.Index, f, restart, probe)
+	chaosReport(t, name, n2.Index, f, restart, probe)
 	replayOnly(t, n2)
 }
 
@@ -219,6 +229,16 @@ func TestChaosNATSRestart(t *testing.T) {
 	chaosNATSRestart(t, "nats-restart", true, false, 31, func(n *Node) bool { return n.reconnects.Load() > 0 })
 }
 
+// TestChaosNATSRestartLive is TestChaosNATSRestart with the live path: the
+// node holds its core messages from the disconnection and catches up from
+// the stream after the reconnection.
+func TestChaosNATSRestartLive(t *testing.T) {
+	chaosNATSRestart(t, "nats-restart-live", true, false, 31, func(n *Node) bool {
+		ls := n.Ingest.LiveStats()
+		return n.reconnects.Load() > 0 && ls.CatchUps > 0 && !ls.CatchingUp
+	})
+}
+
 // The NATS server shut down and started again on the same port with an
 // empty store while traffic runs: the node recreates the stream and the
 // snapshot bucket, consumes the new stream and recovers from the workers
@@ -236,7 +256,9 @@ func chaosNATSRestart(t *testing.T, name string, keepStore, snapshots bool, seed
 	dir := t.TempDir()
 	s := natstest.ServerStore(t, -1, dir)
 	port := natstest.Port(s)
-	n, err := Start(chaosNodeConfig(t, s.ClientURL(), snapshots))
+	cfg := chaosNodeConfig(t, s.ClientURL(), snapshots)
+	cfg.LiveEvents = strings.HasSuffix(name, "-live")
+	n, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,10 +290,23 @@ func chaosNATSRestart(t *testing.T, name string, keepStore, snapshots bool, seed
 // recovered from the workers); the node, connected to all three, agrees
 // with the fleet again.
 func TestChaosClusterNodeKilled(t *testing.T) {
+	chaosClusterNodeKilled(t, "cluster-leader-killed", false)
+}
+
+// TestChaosClusterNodeKilledLive is TestChaosClusterNodeKilled with the
+// live path: a node connected to the killed server catches up from the R3
+// stream after it reconnects to another; what the election lost is
+// recovered from the workers, as on the consumer path.
+func TestChaosClusterNodeKilledLive(t *testing.T) {
+	chaosClusterNodeKilled(t, "cluster-leader-killed-live", true)
+}
+
+func chaosClusterNodeKilled(t *testing.T, name string, live bool) {
 	ss := natstest.Cluster(t, 3)
 	urls := natstest.ClientURLs(ss)
 	cfg := chaosNodeConfig(t, urls, true)
 	cfg.Stream.Replicas = 3
+	cfg.LiveEvents = live
 	var n *Node
 	deadline := time.Now().Add(30 * time.Second)
 	for { // the cluster may still be placing its first stream
@@ -307,7 +342,7 @@ func TestChaosClusterNodeKilled(t *testing.T) {
 	}
 	awaitTraffic(t, f, ch)
 	trafficProbed(t, f, 39, 300, probe)
-	chaosReport(t, "cluster-leader-killed", n.Index, f, time.Now(), probe)
+	chaosReport(t, name, n.Index, f, time.Now(), probe)
 }
 
 // A worker restarted (cache emptied, ids starting over) while traffic runs

@@ -18,8 +18,21 @@
 // events may have been lost (ingest.Ingest.MarkReconnected) and a warning
 // says so.
 //
-// With Config.JetStream (kvroute serve --events-jetstream, off by default) the KV
-// events are kept in a JetStream stream instead: Start creates or binds the
+// With Config.JetStream and Config.LiveEvents (kvroute serve
+// --events-jetstream; --events-live is the binary's default) the live KV
+// events come from core NATS subscriptions while the stream keeps them
+// (ingest.Ingest.SubscribeLive): Start catches up from the stream after a
+// restored snapshot (from its sequence + 1), onDisconnect holds the core
+// messages (ingest.Ingest.Hold) and onReconnect catches up from the live
+// path's safe sequence (ingest.Ingest.CatchUp) before applying them;
+// checkStream hands a recreated stream over with SetLiveStream. Snapshots
+// are then taken from the snapshotter's loop (startLive: every Interval,
+// after Events NATS messages or on TriggerSnapshot) inside ingest's
+// Checkpoint at the safe sequence, not on a consumer goroutine. The ratio
+// to core NATS ingest is ~1 (ingest's doc and docs/ARCHITECTURE.md).
+//
+// With Config.JetStream alone (--events-live=false) the KV
+// events are consumed from the JetStream stream instead: Start creates or binds the
 // stream (ingest.EnsureStream, named KVROUTE_EVENTS_<namespace>_<component>,
 // limits from Config.Stream: --events-max-age, --events-max-bytes,
 // --events-replicas) on the embedded server or the external one (--nats, a
@@ -30,7 +43,7 @@
 // with that sequence. On the embedded server the stream outlives a restart
 // of the process only with a --data-dir (the temporary store is removed at
 // Close). The zero Config subscribes with core NATS, kvroute serve's default
-// (the stream costs ingest throughput; docs/ARCHITECTURE.md): to every
+// (JetStream stays opt-in: it costs disk, and the consumer path throughput): to every
 // KV-event subject of Config.Subjects, older Dynamo's JSON subject
 // (...kv_events, Subjects.KVEventsLegacy) included.
 //

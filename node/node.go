@@ -43,6 +43,17 @@ type Config struct {
 	// the connection is down is lost. False (the zero value) subscribes
 	// with core NATS.
 	JetStream bool
+	// LiveEvents (--events-live, kvroute serve's default with
+	// --events-jetstream) takes the live KV events from core NATS
+	// subscriptions while the stream keeps them, and reads the stream only
+	// to catch up: at start from StartSeq (or the restored snapshot's
+	// sequence + 1) and after every reconnection from the live path's safe
+	// sequence (ingest.Ingest.SubscribeLive). False consumes every event
+	// from the stream (ConsumeJetStream). Only with JetStream.
+	LiveEvents bool
+	// SafeInterval is how often the live path samples its safe sequence
+	// (ingest.Config.SafeInterval); zero: ingest.DefaultSafeInterval.
+	SafeInterval time.Duration
 	// Stream configures the stream (--events-max-age, --events-max-bytes,
 	// --events-replicas); its Subjects are taken from Subjects.
 	Stream ingest.StreamConfig
@@ -141,6 +152,7 @@ type Node struct {
 	startSeq    uint64
 	replayTo    uint64
 	caughtUp    atomic.Bool
+	live        bool        // Config.JetStream && Config.LiveEvents (set before ingest starts)
 	checking    atomic.Bool // checkStream running
 	replayStart time.Time
 	replayDur   atomic.Int64
@@ -183,7 +195,7 @@ func (n *Node) start() error {
 			return err
 		}
 	}
-	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq,
+	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq, SafeInterval: n.cfg.SafeInterval,
 		ZMQMaxMessageBytes: n.cfg.MaxEventBytes}
 	n.fleet = newFleet(n.cfg.Fleet, n.Index)
 	if n.cfg.Fleet.Filter {
@@ -192,6 +204,7 @@ func (n *Node) start() error {
 	if n.snap != nil || !n.caughtUp.Load() {
 		ic.AfterApply = n.afterApply
 	}
+	n.live = n.cfg.JetStream && n.cfg.LiveEvents
 	if n.snap != nil {
 		ic.Tracked = n.snap.tracked
 	}
@@ -215,7 +228,11 @@ func (n *Node) start() error {
 	n.Ingest.SetLostHook(n.Recovery.Lost)
 	n.gapStop, n.gapDone = make(chan struct{}), make(chan struct{})
 	go n.watchIndexGaps(indexGapPoll)
-	if n.cfg.JetStream {
+	if n.live {
+		if err := n.subscribeLive(); err != nil {
+			return err
+		}
+	} else if n.cfg.JetStream {
 		if err := n.consumeJetStream(); err != nil {
 			return err
 		}
@@ -289,6 +306,27 @@ func (n *Node) consumeJetStream() error {
 	return nil
 }
 
+// subscribeLive starts ingest's live path: core subscriptions, the stream
+// read from startSeq to catch up (none with 0).
+func (n *Node) subscribeLive() error {
+	st := n.stream
+	n.replayStart = time.Now()
+	if err := n.Ingest.SubscribeLive(n.NC, st, n.startSeq); err != nil {
+		return fmt.Errorf("--events-jetstream: %w", err)
+	}
+	n.cfg.Logger.Info("KV events live on core NATS, kept in the JetStream stream for catch-up", "stream", st.CachedInfo().Config.Name,
+		"max_age", st.CachedInfo().Config.MaxAge, "max_bytes", st.CachedInfo().Config.MaxBytes,
+		"replicas", st.CachedInfo().Config.Replicas, "start_seq", n.startSeq, "replay_to", n.replayTo)
+	if n.snap != nil {
+		in := n.Ingest
+		n.snap.startLive(in.SafeSeq, func() uint64 {
+			st := in.Stats()
+			return st.Sources[ingest.SourceNATSDynamo].Messages + st.Sources[ingest.SourceNATSNative].Messages
+		})
+	}
+	return nil
+}
+
 // afterApply runs on the JetStream handler goroutine after each applied
 // message (ingest.Config.AfterApply).
 func (n *Node) afterApply(seq uint64) {
@@ -299,7 +337,7 @@ func (n *Node) afterApply(seq uint64) {
 		n.caughtUp.Store(true)
 		n.cfg.Logger.Info("KV-event stream replayed up to its last sequence at start: ready", "from_seq", n.startSeq, "to_seq", seq, "duration", d)
 	}
-	if n.snap != nil {
+	if n.snap != nil && !n.live { // the live path snapshots from its ticker (startLive)
 		n.snap.afterApply(seq)
 	}
 }
@@ -309,6 +347,10 @@ func (n *Node) afterApply(seq uint64) {
 func (n *Node) TriggerSnapshot() {
 	if n.snap != nil {
 		n.snap.due.Store(true)
+		select {
+		case n.snap.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -347,7 +389,11 @@ func (n *Node) checkStream() {
 		if st, err = ingest.EnsureStream(ctx, js, sc); err == nil {
 			n.stream = st
 			var marked int
-			marked, err = in.RestartJetStream(st)
+			if n.live {
+				marked, err = in.SetLiveStream(st)
+			} else {
+				marked, err = in.RestartJetStream(st)
+			}
 			n.cfg.Logger.Info("KV-event stream recreated; consuming it from its first message", "stream", name, "tracked_worker_ranks", marked)
 		}
 		if err == nil && n.snap != nil {
@@ -425,6 +471,9 @@ func (n *Node) onDisconnect(nc *nats.Conn, err error) {
 		return
 	}
 	n.disconnects.Add(1)
+	if in := n.ingest.Load(); in != nil && n.live {
+		in.Hold() // what arrives after the reconnection waits for the catch-up
+	}
 	msg := "connection lost"
 	if err != nil {
 		msg = err.Error()
@@ -444,8 +493,13 @@ func (n *Node) onReconnect(nc *nats.Conn) {
 	}
 	n.reconnects.Add(1) // after marking: a scrape that sees it sees the marks
 	n.cfg.Logger.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted(), "reconnects", n.reconnects.Load())
-	if in := n.ingest.Load(); n.cfg.JetStream && in != nil {
+	if in := n.ingest.Load(); in != nil && n.live {
+		in.CatchUp()
+		n.cfg.Logger.Info("KV events published meanwhile are read from the JetStream stream, then live again", "after_seq", in.SafeSeq())
+	} else if in != nil && n.cfg.JetStream {
 		n.cfg.Logger.Info("KV events published meanwhile are read from the JetStream stream", "after_seq", in.LastSeq())
+	}
+	if in := n.ingest.Load(); n.cfg.JetStream && in != nil {
 		if n.checking.CompareAndSwap(false, true) {
 			go func() {
 				defer n.checking.Store(false)

@@ -126,9 +126,10 @@ type snapshotter struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	due     atomic.Bool // set by the ticker and Trigger
-	busy    atomic.Bool // an upload is in progress
-	lastCap uint64      // handler goroutine only: sequence of the last capture or skip
+	due     atomic.Bool   // set by the ticker and Trigger
+	kick    chan struct{} // one slot: Trigger wakes the live path's loop
+	busy    atomic.Bool   // an upload is in progress
+	lastCap uint64        // handler goroutine only: sequence of the last capture or skip
 	// checkpoint is ingest's Checkpoint (set before the consumer starts):
 	// the capture runs inside it, so the tracked ids match the capture.
 	checkpoint func(func([]ingest.SourceKey))
@@ -147,7 +148,7 @@ func newSnapshotter(cfg SnapshotConfig, log *slog.Logger, ix *shard.Index, obs j
 	if cfg.Events == 0 {
 		cfg.Events = DefaultSnapshotEvents
 	}
-	s := &snapshotter{cfg: cfg, log: log, ix: ix, obs: obs}
+	s := &snapshotter{cfg: cfg, log: log, ix: ix, obs: obs, kick: make(chan struct{}, 1)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -226,6 +227,73 @@ func (s *snapshotter) start() {
 			}
 		}
 	}()
+}
+
+// startLive starts the live path's snapshot loop (Config.LiveEvents): no
+// goroutine applies the stream's messages in order there, so a snapshot is
+// captured from this loop inside ingest's Checkpoint (no NATS event is being
+// applied meanwhile) at the live path's safe sequence (safeSeq): every
+// stream message up to it is in the index, and the restore's replay from
+// it + 1 drops the messages the capture already holds by their event ids
+// (stored beside it). Due every Interval, after Events NATS messages
+// (msgs counts them; checked every second), or on Trigger; skipped while
+// no message arrived since the last one.
+func (s *snapshotter) startLive(safeSeq, msgs func() uint64) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		poll := min(s.cfg.Interval, time.Second)
+		t := time.NewTicker(poll)
+		defer t.Stop()
+		last, lastMsgs := time.Now(), msgs()
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-t.C:
+			case <-s.kick:
+			}
+			m := msgs()
+			if !s.due.Load() && time.Since(last) < s.cfg.Interval && m-lastMsgs < s.cfg.Events {
+				continue
+			}
+			if m == lastMsgs {
+				continue // nothing new; s.due stays set
+			}
+			s.due.Store(false)
+			last, lastMsgs = time.Now(), m
+			s.take(safeSeq)
+		}
+	}()
+}
+
+// take captures the index at the live path's safe sequence and uploads it.
+func (s *snapshotter) take(safeSeq func() uint64) {
+	if s.busy.Load() {
+		s.skipped.Add(1)
+		s.log.Warn("index snapshot skipped: the previous one is still uploading")
+		return
+	}
+	var (
+		cp       *shard.Capture
+		err      error
+		tracking []byte
+		seq      uint64
+	)
+	s.checkpoint(func(keys []ingest.SourceKey) {
+		seq = safeSeq()
+		if cp, err = s.ix.Capture(seq); err == nil {
+			tracking = ingest.AppendTracking(nil, keys)
+		}
+	})
+	if err != nil {
+		s.failures.Add(1)
+		s.log.Warn("index snapshot capture failed", "stream_seq", seq, "err", err)
+		return
+	}
+	s.busy.Store(true)
+	s.wg.Add(1)
+	go s.upload(cp, tracking, seq)
 }
 
 // afterApply runs on the JetStream handler goroutine after the message with
@@ -355,7 +423,7 @@ func lastKVSeq(ctx context.Context, st jetstream.Stream, sub plane.Subjects) (ui
 	if err != nil {
 		return 0, err
 	}
-	ours := []string{sub.KVEvents, sub.KVEventsNative}
+	ours := []string{sub.KVEvents, sub.KVEventsNative, ingest.MarkSubject(sub)}
 	only := true
 	for _, subj := range info.Config.Subjects {
 		if !slices.Contains(ours, subj) {
@@ -366,7 +434,7 @@ func lastKVSeq(ctx context.Context, st jetstream.Stream, sub plane.Subjects) (ui
 		return info.State.LastSeq, nil
 	}
 	var last uint64
-	for _, subj := range ours {
+	for _, subj := range ours[:2] {
 		m, err := st.GetLastMsgForSubject(ctx, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue

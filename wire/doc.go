@@ -166,6 +166,21 @@
 // Every decoder is fuzzed (FuzzDecodeVLLM, FuzzDecodeDynamo,
 // FuzzDecodeDynamoJSON, FuzzDecodeNative) on its input and every prefix of it.
 //
+// # Fast paths
+//
+// The shapes publishers actually send are read byte by byte before the
+// general msgpack readers: a Dynamo block map written as {"block_hash",
+// "tokens_hash"} in that order with fixint or 64-bit values
+// (readBlockMapFast; any other shape, e.g. keys reversed, an extra key or a
+// uint32 value, goes to the general path, TestDecodeBlockFastPath), integer
+// hashes (readIntFast), and vLLM token ids in one loop (readTokens) rather
+// than one call per token. Six to fourteen interleaved runs of the old and
+// new code on the loaded 2-vCPU machine: BenchmarkDecodeDynamo/msgpack
+// -58% time per op (p = 0.002), BenchmarkDecodeVLLM array -51% and map -47%
+// (p < 0.01); still 0 allocations. End to end (BenchmarkNATSIngest, Dynamo
+// messages of ~39 blocks) the process's CPU per event moved 11.5 -> 11.1 µs,
+// within the noise (p = 0.70): the decode is ~11% of it.
+//
 // # Hashing
 //
 // LocalHashes and SequenceHashes are Dynamo's block and sequence hashes.

@@ -267,7 +267,15 @@ func decodeStoredBlocks(b *Batch, o []byte, ev *Event) ([]byte, error) {
 	at := b.growBlocks(n)
 	blocks := b.blocks[at : at+n]
 	for i := range blocks {
-		if msgp.NextType(o) == msgp.ArrayType {
+		// Fast path: the map Dynamo's publisher writes for each block,
+		// {"block_hash": int, "tokens_hash": int} in that order with 64-bit
+		// (or fixint) values, recognised byte for byte (TestDecodeBlockFastPath).
+		if e, l, rest, ok := readBlockMapFast(o); ok {
+			blocks[i] = Block{Engine: EngineHash(e), Local: BlockHash(l)}
+			o = rest
+			continue
+		}
+		if isArray(o) {
 			var sz uint32
 			if sz, o, err = msgp.ReadArrayHeaderBytes(o); err != nil {
 				return o, err
@@ -370,10 +378,63 @@ func decodeRemoved(b *Batch, o []byte, ev *Event) ([]byte, error) {
 // readIntBits reads an integer sent signed or unsigned and returns its 64
 // bits (Dynamo's hashes and worker ids are u64 but have been i64).
 func readIntBits(b []byte) (uint64, []byte, error) {
+	if v, o, ok := readIntFast(b); ok {
+		return v, o, nil
+	}
+	return readIntBitsSlow(b)
+}
+
+func readIntBitsSlow(b []byte) (uint64, []byte, error) {
 	if msgp.NextType(b) == msgp.BinType {
 		return 0, b, errNotHash
 	}
 	return readHash(b)
+}
+
+// readIntFast reads the two integer encodings hashes come in, a positive
+// fixint and a full-width uint64 or int64; ok false for any other.
+func readIntFast(b []byte) (v uint64, rest []byte, ok bool) {
+	if len(b) > 0 {
+		switch c := b[0]; {
+		case c <= 0x7f:
+			return uint64(c), b[1:], true
+		case (c == 0xcf || c == 0xd3) && len(b) >= 9:
+			return binary.BigEndian.Uint64(b[1:]), b[9:], true
+		}
+	}
+	return 0, b, false
+}
+
+// The keys of a Dynamo block map as msgpack fixstrs.
+const (
+	blockHashKey  = "\xaablock_hash"
+	tokensHashKey = "\xabtokens_hash"
+)
+
+// readBlockMapFast reads a block map written as {"block_hash": h,
+// "tokens_hash": t} (a fixmap of 2, those keys in that order, each value a
+// fixint or a 64-bit integer); ok false for anything else, which the
+// general path then reads.
+func readBlockMapFast(o []byte) (e, l uint64, rest []byte, ok bool) {
+	const k1 = 1 + len(blockHashKey)
+	if len(o) < k1 || o[0] != 0x82 || string(o[1:k1]) != blockHashKey {
+		return 0, 0, o, false
+	}
+	if e, rest, ok = readIntFast(o[k1:]); !ok {
+		return 0, 0, o, false
+	}
+	if len(rest) < len(tokensHashKey) || string(rest[:len(tokensHashKey)]) != tokensHashKey {
+		return 0, 0, o, false
+	}
+	if l, rest, ok = readIntFast(rest[len(tokensHashKey):]); !ok {
+		return 0, 0, o, false
+	}
+	return e, l, rest, true
+}
+
+// isArray reports whether b starts with a msgpack array header.
+func isArray(b []byte) bool {
+	return len(b) > 0 && (b[0]&0xf0 == 0x90 || b[0] == 0xdc || b[0] == 0xdd)
 }
 
 // AppendDynamo appends an event-plane message carrying ev to dst: the

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -193,5 +194,63 @@ func TestDynamoMalformed(t *testing.T) {
 		`{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `,"worker_id":1,"event":{"event_id":1,"data":"cleared"}}`,
 	} {
 		check(bad, DecodeDynamoJSON(&b, []byte(bad)))
+	}
+}
+
+// TestDecodeBlockFastPath: readBlockMapFast takes exactly the block maps
+// it can read in full (fixmap of 2, block_hash then tokens_hash, fixint or
+// 64-bit values) and gives the values readIntBits gives; every other shape
+// is left to the general path, which decodes it the same.
+func TestDecodeBlockFastPath(t *testing.T) {
+	enc := func(keys []string, vals []func([]byte) []byte) []byte {
+		b := msgp.AppendMapHeader(nil, uint32(len(keys)))
+		for i, k := range keys {
+			b = msgp.AppendString(b, k)
+			b = vals[i](b)
+		}
+		return append(b, 0xc0) // a trailing nil: rest must point at it
+	}
+	u := func(v uint64) func([]byte) []byte { return func(b []byte) []byte { return msgp.AppendUint64(b, v) } }
+	i64 := func(v int64) func([]byte) []byte { return func(b []byte) []byte { return msgp.AppendInt64(b, v) } }
+	full := func(c byte, v uint64) func([]byte) []byte {
+		return func(b []byte) []byte { return binary.BigEndian.AppendUint64(append(b, c), v) }
+	}
+	bh, th := "block_hash", "tokens_hash"
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		fast bool
+		e, l uint64
+	}{
+		{"u64", enc([]string{bh, th}, []func([]byte) []byte{u(1 << 63), u(1<<62 + 5)}), true, 1 << 63, 1<<62 + 5},
+		{"fixint", enc([]string{bh, th}, []func([]byte) []byte{u(7), u(0)}), true, 7, 0},
+		{"i64 full width", enc([]string{bh, th}, []func([]byte) []byte{full(0xd3, 1<<63|9), full(0xcf, 3)}), true, 1<<63 | 9, 3},
+		{"negative", enc([]string{bh, th}, []func([]byte) []byte{i64(-2), u(1 << 40)}), false, 1<<64 - 2, 1 << 40},
+		{"u32", enc([]string{bh, th}, []func([]byte) []byte{u(1 << 20), u(1 << 63)}), false, 1 << 20, 1 << 63},
+		{"reversed keys", enc([]string{th, bh}, []func([]byte) []byte{u(1 << 63), u(1<<63 + 1)}), false, 1<<63 + 1, 1 << 63},
+		{"extra key", enc([]string{bh, th, "mm_extra_info"}, []func([]byte) []byte{u(1 << 63), u(1<<63 + 1), u(1)}), false, 1 << 63, 1<<63 + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, l, rest, ok := readBlockMapFast(tc.msg)
+			if ok != tc.fast {
+				t.Fatalf("fast path taken %v, want %v", ok, tc.fast)
+			}
+			if ok && (e != tc.e || l != tc.l || len(rest) != 1 || rest[0] != 0xc0) {
+				t.Errorf("fast path read %x %x rest %x, want %x %x and the trailing nil", e, l, rest, tc.e, tc.l)
+			}
+			if !ok && len(rest) != len(tc.msg) {
+				t.Errorf("a refused fast path consumed %d bytes", len(tc.msg)-len(rest))
+			}
+			// The general path through the Stored decoder gives the same.
+			var b Batch
+			var ev Event
+			list := append(msgp.AppendArrayHeader(nil, 1), tc.msg[:len(tc.msg)-1]...)
+			if _, err := decodeStoredBlocks(&b, list, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if len(ev.Blocks) != 1 || uint64(ev.Blocks[0].Engine) != tc.e || uint64(ev.Blocks[0].Local) != tc.l {
+				t.Errorf("decoded %+v, want engine %x local %x", ev.Blocks, tc.e, tc.l)
+			}
+		})
 	}
 }

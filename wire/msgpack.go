@@ -97,6 +97,35 @@ func readToken(b []byte) (uint32, []byte, error) {
 	return uint32(v), o, nil
 }
 
+// readTokens fills dst with len(dst) token ids (readToken), the encodings
+// token ids come in (fixint, uint16, uint8, uint32) read in the loop
+// without a call per token.
+func readTokens(dst []uint32, o []byte) ([]byte, error) {
+	for i := range dst {
+		if len(o) >= 5 {
+			switch c := o[0]; {
+			case c <= 0x7f:
+				dst[i], o = uint32(c), o[1:]
+				continue
+			case c == 0xcd:
+				dst[i], o = uint32(o[1])<<8|uint32(o[2]), o[3:]
+				continue
+			case c == 0xcc:
+				dst[i], o = uint32(o[1]), o[2:]
+				continue
+			case c == 0xce:
+				dst[i], o = binary.BigEndian.Uint32(o[1:]), o[5:]
+				continue
+			}
+		}
+		var err error
+		if dst[i], o, err = readToken(o); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
 // readUint reads a non-negative integer (int or uint encoding).
 func readUint(b []byte) (uint64, []byte, error) {
 	if len(b) > 0 && b[0] <= 0x7f {

@@ -582,12 +582,8 @@ func (d *VLLMDecoder) readField(b *Batch, f *vllmEvent, field vllmField, o []byt
 				return o, rejection{what: "token_ids", cause: err}
 			}
 			b.tokens[:n+1][n], f.bigram = last, true
-		} else {
-			for i := range tokens {
-				if tokens[i], o, err = readToken(o); err != nil {
-					return o, rejection{what: "token_ids", cause: err}
-				}
-			}
+		} else if o, err = readTokens(tokens, o); err != nil {
+			return o, rejection{what: "token_ids", cause: err}
 		}
 		b.tokens = tokens
 	case fBlockSize:

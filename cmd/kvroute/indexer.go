@@ -19,7 +19,7 @@ import (
 var indexerFlags = map[string]bool{
 	"http-addr": true, "block-size": true, "nats": true, "nats-creds": true, "nats-tls-ca": true, "nats-tls-cert": true,
 	"nats-tls-key": true, "data-dir": true, "nats-port": true, "namespace": true, "component": true,
-	"events-jetstream": true, "events-max-age": true, "events-max-bytes": true, "events-replicas": true,
+	"events-jetstream": true, "events-live": true, "events-max-age": true, "events-max-bytes": true, "events-replicas": true,
 	"snapshot-bucket": true, "snapshot-interval": true, "snapshot-events": true, "shards": true, "cpus": true,
 	"zmq-worker": true, "log-level": true, "max-body-bytes": true,
 	"peers": true, "peer-timeout": true, "indexer-id": true,

@@ -72,7 +72,8 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		ns         = fs.String("namespace", "kvroute", "NATS subject namespace")
 		comp       = fs.String("component", "backend", "NATS subject component")
 		mode       = fs.String("router-mode", "kv", "worker selection: kv, round-robin, random or least-loaded")
-		evJS       = fs.Bool("events-jetstream", false, "keep KV events in a JetStream stream and consume them from it (nothing is lost while the router is disconnected; costs ingest throughput, see README); false: core NATS subscriptions")
+		evJS       = fs.Bool("events-jetstream", false, "keep KV events in a JetStream stream, read to catch up after a restart or reconnection (nothing the stream holds is lost; live events still come from core NATS with --events-live, see README); false: core NATS subscriptions only")
+		evLive     = fs.Bool("events-live", true, "JetStream: take live KV events from core NATS subscriptions (as fast as without the stream) and read the stream only to catch up, at start and after a reconnection; false: consume every event from the stream")
 		evMaxAge   = fs.Duration("events-max-age", ingest.DefaultStreamMaxAge, "JetStream: KV events older than this are dropped from the stream")
 		evMaxBytes = byteSize(ingest.DefaultStreamMaxBytes)
 		evReplicas = fs.Int("events-replicas", 1, "JetStream: replicas of the KV-event stream (1, or 3 in a NATS cluster)")
@@ -402,7 +403,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		ServeIndexer: *serveIdx, UseRemoteIndexer: *useRemote, RemoteIndexerTimeout: *remoteTO,
 		Router: rc, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn, ShutdownGrace: *grace, ShutdownReadyDelay: shutdownReady,
 		Node: node.Config{Index: ic, NATSURL: *natsURL, NATSCreds: *natsCreds, NATSCA: *natsCA, NATSCert: *natsCert,
-			NATSKey: *natsKey, DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs, JetStream: *evJS,
+			NATSKey: *natsKey, DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs, JetStream: *evJS, LiveEvents: *evLive,
 			NATSAuth: *natsAuth, NATSAuthFile: *authFile, MaxEventBytes: int(maxEvent),
 			Fleet:    node.FleetConfig{Grace: *unkGrace, CapFactor: *capFactor},
 			Stream:   ingest.StreamConfig{MaxAge: *evMaxAge, MaxBytes: int64(evMaxBytes), Replicas: *evReplicas},

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -251,6 +252,10 @@ func BenchmarkNATSIngest(b *testing.B) {
 	// doc.go): -noop counts the ordered consumer's messages without
 	// decoding (the server's and the client library's ceiling), -mem keeps
 	// the stream in memory instead of files, -fetch4096 pulls 4096 ahead.
+	// live-stream is SubscribeLive: the stream stores every message while
+	// ingest takes them from core NATS (the JetStream mode's live path; its
+	// CPU per event includes the stream storing all of them, store-lag-ms
+	// is how long the stream took after the last was applied).
 	for _, v := range []jsVariant{
 		{name: "jetstream", index: true},
 		{name: "jetstream-discard"},
@@ -258,6 +263,8 @@ func BenchmarkNATSIngest(b *testing.B) {
 		{name: "jetstream-mem", index: true, mem: true},
 		{name: "jetstream-mem-noop", noop: true, mem: true},
 		{name: "jetstream-fetch4096", index: true, fetch: 4096},
+		{name: "live-stream", index: true, live: true},
+		{name: "live-stream-mem", index: true, live: true, mem: true},
 	} {
 		b.Run(v.name, func(b *testing.B) { benchJetStream(b, s, subj, v) })
 	}
@@ -346,6 +353,7 @@ type jsVariant struct {
 	noop  bool // an ordered consumer that only counts (no Ingest)
 	mem   bool // memory storage
 	fetch int  // Config.FetchBatch (0: the default)
+	live  bool // SubscribeLive: the stream captures, ingest takes the events from core NATS
 }
 
 // benchJetStream is BenchmarkNATSIngest's JetStream variant v. Each variant
@@ -398,7 +406,12 @@ func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, v jsVar
 		b.Fatal(err)
 	}
 	defer in.Close()
-	if err := in.ConsumeJetStream(nc, st); err != nil {
+	if v.live {
+		err = in.SubscribeLive(nc, st, 0)
+	} else {
+		err = in.ConsumeJetStream(nc, st)
+	}
+	if err != nil {
 		b.Fatal(err)
 	}
 	cpu := startCPU()
@@ -410,6 +423,13 @@ func benchJetStream(b *testing.B, s *server.Server, subj plane.Subjects, v jsVar
 		}
 	}
 	b.StopTimer()
+	if v.live { // the stream must have stored every message too; its CPU counts
+		t := time.Now()
+		if err := waitStored(st, b.N); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(time.Since(t).Milliseconds()), "store-lag-ms")
+	}
 	cpu.report(b, b.N)
 	sst := in.Stats()
 	if st := sst.Sources[SourceNATSDynamo]; st.Gaps != 0 || st.Duplicates != 0 || st.Malformed != 0 || st.SinkErrors != 0 || st.Events != uint64(b.N) || sst.StreamDuplicates != 0 {
@@ -492,6 +512,24 @@ func benchJetStreamReplay(b *testing.B, s *server.Server, subj plane.Subjects) {
 		b.Fatalf("replay lost or rejected events: %+v (N=%d)", st, b.N)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// waitStored waits (at most a minute) until stream holds at least n messages.
+func waitStored(st jetstream.Stream, n int) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		info, err := st.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs >= uint64(n) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the stream stored %d of %d messages in a minute", info.State.Msgs, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // quantileBound returns the histogram bucket bound below which at least

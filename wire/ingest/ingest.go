@@ -81,6 +81,9 @@ type Config struct {
 	// two missed ones make the ordered consumer recreate itself); zero:
 	// DefaultHeartbeat.
 	Heartbeat time.Duration
+	// SafeInterval is how often SubscribeLive samples its safe sequence;
+	// zero: DefaultSafeInterval.
+	SafeInterval time.Duration
 	// ZMQRetryInterval is how often a ZMQ subscriber re-dials an engine that
 	// is not up; zero: wire/zmq's default (500 ms).
 	ZMQRetryInterval time.Duration
@@ -158,6 +161,9 @@ type Ingest struct {
 	// JetStream: the stream sequence of the last message handed to the
 	// sink, and the redelivered messages dropped.
 	seq, streamDups, streamRestarts atomic.Uint64
+	// SubscribeLive: the safe sequence (SafeSeq), the core messages held
+	// during catch-ups and those dropped because the hold was full.
+	safe, liveBuffered, liveBufDropped atomic.Uint64
 
 	// zmqOps serializes AddZMQ, RemoveZMQ and Close's ZMQ part, which stop
 	// subscribers (and wait for them) outside mu.
@@ -178,6 +184,7 @@ type Ingest struct {
 		cc               jetstream.ConsumeContext // ConsumeJetStream's
 		dynPipe, natPipe *pipe
 		zmq              map[wire.WorkerKey]*zmqSub
+		live             *liveState // SubscribeLive's
 	}
 }
 
@@ -204,6 +211,9 @@ func New(cfg Config, sink Sink) (*Ingest, error) {
 	}
 	if cfg.FetchBatch <= 0 {
 		cfg.FetchBatch = DefaultFetchBatch
+	}
+	if cfg.SafeInterval <= 0 {
+		cfg.SafeInterval = DefaultSafeInterval
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -255,7 +265,11 @@ func (in *Ingest) SubscribeNATS(nc *nats.Conn) error {
 		return err
 	}
 	defer in.mu.Unlock()
-	dp, np := newPipe(in, SourceNATSDynamo), newPipe(in, SourceNATSNative)
+	return in.subscribeLocked(nc, newPipe(in, SourceNATSDynamo), newPipe(in, SourceNATSNative))
+}
+
+// subscribeLocked is SubscribeNATS with in.mu held, into the pipes dp and np.
+func (in *Ingest) subscribeLocked(nc *nats.Conn, dp, np *pipe) error {
 	ds, err := in.subscribe(nc, in.cfg.Subjects.KVEvents, dp.onDynamo)
 	if err != nil {
 		return err
@@ -323,12 +337,17 @@ func (in *Ingest) Running() bool {
 // the last delivered stream sequence), and MarkReconnected marks nothing.
 func (in *Ingest) MarkReconnected() int {
 	in.mu.Lock()
-	if in.mu.cc != nil {
+	if in.mu.cc != nil || in.mu.live != nil {
 		in.mu.Unlock()
 		return 0
 	}
 	pipes := [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
 	in.mu.Unlock()
+	return markSuspect(pipes)
+}
+
+// markSuspect marks every key of pipes as after a lost connection.
+func markSuspect(pipes [2]*pipe) int {
 	n := 0
 	for _, p := range pipes {
 		if p != nil {
@@ -401,10 +420,13 @@ func (in *Ingest) Close() error {
 		}
 	}
 	pipes := [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
-	cc := in.mu.cc
+	cc, live := in.mu.cc, in.mu.live
 	in.mu.Unlock()
 	if cc != nil {
 		cc.Stop()
+	}
+	if live != nil {
+		live.stop() // the sampler and a catch-up in progress
 	}
 	for _, p := range pipes {
 		if p != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -100,12 +101,13 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 		return nil, fmt.Errorf("--events-replicas must be in [1, 5] (got %d)", cfg.Replicas)
 	}
 	subjects := []string{cfg.Subjects.KVEvents, cfg.Subjects.KVEventsNative}
+	mark := MarkSubject(cfg.Subjects)
 	s, err := js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        cfg.Name,
 			Description: "kvroute KV events (Dynamo msgpack and native)",
-			Subjects:    subjects,
+			Subjects:    append(slices.Clip(subjects), mark),
 			Retention:   jetstream.LimitsPolicy,
 			Discard:     jetstream.DiscardOld,
 			Storage:     cfg.Storage,
@@ -129,7 +131,11 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 				cfg.Name, sc.Subjects, want)
 		}
 	}
-	if sc.MaxAge != cfg.MaxAge || sc.MaxBytes != cfg.MaxBytes || sc.Replicas != cfg.Replicas {
+	addMark := !covered(sc.Subjects, mark) // a stream created before the live path
+	if addMark {
+		sc.Subjects = append(sc.Subjects, mark)
+	}
+	if addMark || sc.MaxAge != cfg.MaxAge || sc.MaxBytes != cfg.MaxBytes || sc.Replicas != cfg.Replicas {
 		sc.MaxAge, sc.MaxBytes, sc.Replicas = cfg.MaxAge, cfg.MaxBytes, cfg.Replicas
 		if cfg.Replicas > 1 {
 			sc.PersistMode = jetstream.DefaultPersistMode
@@ -198,7 +204,7 @@ func (in *Ingest) ConsumeJetStream(nc *nats.Conn, stream jetstream.Stream) error
 		return err
 	}
 	defer in.mu.Unlock()
-	cc, jp, err := in.consume(stream, in.cfg.StartSeq, newPipe(in, SourceNATSDynamo), newPipe(in, SourceNATSNative))
+	cc, jp, err := in.consume(stream, in.cfg.StartSeq, newPipe(in, SourceNATSDynamo), newPipe(in, SourceNATSNative), 0)
 	if err != nil {
 		return err
 	}
@@ -208,13 +214,15 @@ func (in *Ingest) ConsumeJetStream(nc *nats.Conn, stream jetstream.Stream) error
 }
 
 // consume starts an ordered consumer on stream from startSeq (0: new
-// messages only) feeding the pipes dyn and nat.
-func (in *Ingest) consume(stream jetstream.Stream, startSeq uint64, dyn, nat *pipe) (jetstream.ConsumeContext, *jsPipe, error) {
+// messages only) feeding the pipes dyn and nat; with stopAt (a live
+// catch-up's marker, changeable through jsPipe.stopAt) the handler signals
+// jsPipe.reached once it applied a message at or beyond it.
+func (in *Ingest) consume(stream jetstream.Stream, startSeq uint64, dyn, nat *pipe, stopAt uint64) (jetstream.ConsumeContext, *jsPipe, error) {
 	// A stream that holds nothing but the KV events needs no filter: with
 	// two filter subjects the server intersects its subject tree for every
 	// message it delivers (a third of the consumer side's CPU in a replay).
 	occ := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy}
-	ours := []string{in.cfg.Subjects.KVEvents, in.cfg.Subjects.KVEventsNative}
+	ours := []string{in.cfg.Subjects.KVEvents, in.cfg.Subjects.KVEventsNative, MarkSubject(in.cfg.Subjects)}
 	for _, subj := range stream.CachedInfo().Config.Subjects {
 		if !slices.Contains(ours, subj) {
 			occ.FilterSubjects = ours
@@ -231,7 +239,9 @@ func (in *Ingest) consume(stream jetstream.Stream, startSeq uint64, dyn, nat *pi
 	if err != nil {
 		return nil, nil, fmt.Errorf("ingest: ordered consumer on stream %s: %w", stream.CachedInfo().Config.Name, err)
 	}
-	jp := &jsPipe{in: in, dyn: dyn, nat: nat, dynSubject: in.cfg.Subjects.KVEvents, first: startSeq, after: in.cfg.AfterApply}
+	jp := &jsPipe{in: in, dyn: dyn, nat: nat, dynSubject: in.cfg.Subjects.KVEvents, markSubject: MarkSubject(in.cfg.Subjects),
+		first: startSeq, after: in.cfg.AfterApply, reached: make(chan struct{}, 1)}
+	jp.stopAt.Store(stopAt)
 	cc, err := cons.Consume(jp.onMsg, jetstream.PullMaxMessages(in.cfg.FetchBatch),
 		jetstream.PullHeartbeat(in.cfg.Heartbeat), jetstream.ConsumeErrHandler(jp.onErr))
 	if err != nil {
@@ -274,7 +284,7 @@ func (in *Ingest) RestartJetStream(stream jetstream.Stream) (int, error) {
 		p.mu.Unlock()
 	}
 	in.seq.Store(0)
-	cc, _, err := in.consume(stream, 1, dyn, nat)
+	cc, _, err := in.consume(stream, 1, dyn, nat, 0)
 	if err != nil {
 		return marked, err
 	}
@@ -292,11 +302,14 @@ func (in *Ingest) LastSeq() uint64 { return in.seq.Load() }
 // jsPipe is the ordered consumer's handler state: it routes each message to
 // the pipe of its subject's format.
 type jsPipe struct {
-	in         *Ingest
-	dyn, nat   *pipe
-	dynSubject string
-	first      uint64           // StartSeq: the sequence the first message should have
-	after      func(seq uint64) // Config.AfterApply
+	in          *Ingest
+	dyn, nat    *pipe
+	dynSubject  string
+	markSubject string           // MarkSubject: a live catch-up's marker, no events
+	first       uint64           // StartSeq: the sequence the first message should have
+	after       func(seq uint64) // Config.AfterApply
+	stopAt      atomic.Uint64    // live catch-up: signal reached at this sequence
+	reached     chan struct{}    // one slot
 }
 
 func (j *jsPipe) onMsg(m jetstream.Msg) { j.onNATS(m.Subject(), m.Reply(), m.Data()) }
@@ -317,12 +330,27 @@ func (j *jsPipe) onNATS(subject, reply string, data []byte) {
 		}
 		j.first = 0
 	}
-	p := j.nat
-	if subject == j.dynSubject {
-		p = j.dyn
+	applied := false
+	switch subject {
+	case j.markSubject:
+		if applied = seq != 0; applied {
+			j.in.seq.Store(seq)
+		}
+	case j.dynSubject:
+		applied = j.dyn.onData(data, seq)
+	default:
+		applied = j.nat.onData(data, seq)
 	}
-	if p.onData(data, seq) && seq != 0 && j.after != nil {
-		j.after(seq)
+	if applied && seq != 0 {
+		if j.after != nil {
+			j.after(seq)
+		}
+		if s := j.stopAt.Load(); s != 0 && seq >= s {
+			select {
+			case j.reached <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 

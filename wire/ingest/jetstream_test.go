@@ -80,7 +80,7 @@ func TestEnsureStream(t *testing.T) {
 	st := ensureStream(t, nc, StreamConfig{Subjects: sub, MaxAge: time.Minute, MaxBytes: 1 << 20})
 	c := st.CachedInfo().Config
 	if c.Name != "KVROUTE_EVENTS_test_backend" || c.MaxAge != time.Minute || c.MaxBytes != 1<<20 || c.Replicas != 1 ||
-		len(c.Subjects) != 2 || c.Subjects[0] != sub.KVEvents || c.Subjects[1] != sub.KVEventsNative {
+		len(c.Subjects) != 3 || c.Subjects[0] != sub.KVEvents || c.Subjects[1] != sub.KVEventsNative || c.Subjects[2] != MarkSubject(sub) {
 		t.Fatalf("created stream config %+v", c)
 	}
 	st = ensureStream(t, nc, StreamConfig{Subjects: sub}) // defaults

@@ -18,6 +18,11 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_ingest_stream_seq", Type: promtext.Gauge, Help: "JetStream stream sequence of the last KV-event message applied (0 without JetStream)"},
 	{Name: "kvroute_ingest_stream_duplicates_total", Type: promtext.Counter, Help: "JetStream messages dropped as already applied (redelivered after a consumer reset)"},
 	{Name: "kvroute_ingest_stream_restarts_total", Type: promtext.Counter, Help: "JetStream consumers restarted on a recreated KV-event stream (the NATS server lost its store)"},
+	{Name: "kvroute_ingest_live_safe_seq", Type: promtext.Gauge, Help: "JetStream live path: stream sequence up to which every message is in the index (a catch-up starts after it)"},
+	{Name: "kvroute_ingest_live_catchups_total", Type: promtext.Counter, Help: "JetStream live path: catch-ups from the stream (at start, after reconnections)"},
+	{Name: "kvroute_ingest_live_catchup_failures_total", Type: promtext.Counter, Help: "JetStream live path: catch-ups that failed (the workers are asked for the missing events)"},
+	{Name: "kvroute_ingest_live_held_messages_total", Type: promtext.Counter, Help: "JetStream live path: core messages held during catch-ups"},
+	{Name: "kvroute_ingest_live_held_dropped_total", Type: promtext.Counter, Help: "JetStream live path: core messages dropped because the catch-up's hold was full"},
 	{Name: "kvroute_ingest_messages_total", Type: promtext.Counter, Help: "KV-event messages (NATS) or batches (ZMQ) received, by source"},
 	{Name: "kvroute_ingest_events_total", Type: promtext.Counter, Help: "KV events handed to the index, by source"},
 	{Name: "kvroute_ingest_blocks_total", Type: promtext.Counter, Help: "Blocks in the KV events handed to the index, by source"},
@@ -60,6 +65,12 @@ func (in *Ingest) WriteMetrics(w io.Writer) {
 	metrics.WriteGaugeUint64(w, "kvroute_ingest_stream_seq", st.StreamSeq)
 	metrics.WriteCounterUint64(w, "kvroute_ingest_stream_duplicates_total", st.StreamDuplicates)
 	metrics.WriteCounterUint64(w, "kvroute_ingest_stream_restarts_total", st.StreamRestarts)
+	ls := in.LiveStats() // zero without the live path
+	metrics.WriteGaugeUint64(w, "kvroute_ingest_live_safe_seq", ls.SafeSeq)
+	metrics.WriteCounterUint64(w, "kvroute_ingest_live_catchups_total", ls.CatchUps)
+	metrics.WriteCounterUint64(w, "kvroute_ingest_live_catchup_failures_total", ls.CatchUpFailures)
+	metrics.WriteCounterUint64(w, "kvroute_ingest_live_held_messages_total", ls.Buffered)
+	metrics.WriteCounterUint64(w, "kvroute_ingest_live_held_dropped_total", ls.BufferDropped)
 	for i := range st.Sources {
 		writeSourceMetrics(w, &st.Sources[i])
 	}

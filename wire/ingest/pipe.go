@@ -85,6 +85,14 @@ type pipe struct {
 	// the last of them on the JetStream path (0: none).
 	held    int
 	heldSeq uint64
+	// Live catch-up (SubscribeLive): while hold is set, the core callbacks
+	// copy their messages into buf (at most Config.PendingMsgs; beyond,
+	// dropped and counted) instead of decoding them; release applies them.
+	// applied counts the core messages handed to the sink (the safe
+	// sequence's sampler compares it with the subscriptions' deliveries).
+	hold    bool
+	buf     [][]byte
+	applied atomic.Uint64
 
 	// ZMQ only.
 	zw      ZMQWorker
@@ -163,7 +171,9 @@ func subPending(m *nats.Msg) int {
 func (p *pipe) onDynamo(m *nats.Msg) {
 	start := time.Now()
 	p.mu.Lock()
-	if !p.closed {
+	if p.hold {
+		p.buffer(m.Data)
+	} else if !p.closed {
 		p.decoded(wire.DecodeDynamoAny(&p.batch, m.Data), subPending(m), 0)
 	}
 	p.mu.Unlock()
@@ -174,7 +184,9 @@ func (p *pipe) onDynamo(m *nats.Msg) {
 func (p *pipe) onNative(m *nats.Msg) {
 	start := time.Now()
 	p.mu.Lock()
-	if !p.closed {
+	if p.hold {
+		p.buffer(m.Data)
+	} else if !p.closed {
 		p.decoded(wire.DecodeNative(&p.batch, m.Data), subPending(m), 0)
 	}
 	p.mu.Unlock()
@@ -207,11 +219,13 @@ func (p *pipe) flush() {
 	p.deliver()
 	p.c.messages.Add(uint64(p.held)) // after the sink has them: a reader that sees them counted can Flush the index
 	p.batch.Reset()
-	p.held = 0
 	if p.heldSeq != 0 {
 		p.in.seq.Store(p.heldSeq)
 		p.heldSeq = 0
+	} else {
+		p.applied.Add(uint64(p.held))
 	}
+	p.held = 0
 }
 
 // deliver filters the batch's events through the id tracker and hands the

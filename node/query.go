@@ -51,7 +51,8 @@ type IndexServerConfig struct {
 	// Handlers is the number of queue subscriptions (each answered on its
 	// own goroutine by NATS) this instance serves with; approximate mode
 	// uses one, so that decisions are recorded in order. Default
-	// GOMAXPROCS, at most 4.
+	// GOMAXPROCS, at most 4 (on 2 CPUs, 1 and 2 handlers measured alike:
+	// BenchmarkRemoteLookup, docs/ARCHITECTURE.md).
 	Handlers int
 	Logger   *slog.Logger
 }

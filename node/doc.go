@@ -124,6 +124,38 @@
 // every worker key's tree size (plane.QueryWorkers; the router polls it off
 // its batcher); a failure
 // leaves every prompt of the batch with zero overlap, counted by reason
-// (QueryFamilies) and logged at most once per LogEvery. BenchmarkRemoteLookup
-// measures it against a local lookup (docs/ARCHITECTURE.md).
+// (QueryFamilies) and logged at most once per LogEvery.
+//
+// The served lookup is plain NATS request/reply, answered on the
+// subscription's goroutine: shard.Index.MatchBatch runs on the caller's
+// goroutine under the shard core lock, so there is nothing to hand off, and
+// another hop would add a wake-up. RemoteIndex does not use
+// nats.Conn.Request: it publishes with a reply subject of its own and waits
+// on a channel subscription to its inbox, so the connection's reader hands
+// the answer straight to the waiting batcher (no response-mux goroutine, no
+// per-request token, channel and map entry: 7 allocations fewer per round
+// trip), and it reuses that reply subject until a request fails (the NATS
+// server routes the answers from its subject cache); a failed request
+// retires the subject, so a late answer is dropped, never taken for the
+// next one (TestRemoteIndexLateReply). This package's part of a lookup
+// allocates nothing on either side (TestAllocsServeMatch: the handler's
+// decode, lookup and encode; the client's encode and decode). The router's
+// batcher is RemoteIndex's only caller, one request in flight, and a batch
+// collects the decisions that arrived meanwhile: concurrent lookups are
+// coalesced there, not here.
+//
+// BenchmarkRemoteLookup measures a 512-block prompt against a local lookup,
+// with the serving index in a process of its own (the test binary, started
+// by startServeChild), at 1, 4 and 16 concurrent requesters and in batches
+// of 32: p50/p99/p99.9 over every request after a warm-up, the requesters'
+// CPU per lookup and the serving process's lookups per CPU-second (its
+// capacity apart from the requesters and the nats-server sharing the
+// machine). The serving process spends most of its CPU in syscalls and in
+// the Go scheduler waking idle Ps for each goroutine hand-off (reader,
+// handler, nats.go's flusher); at GOMAXPROCS=1 it answers 1.7–2× the
+// lookups per CPU-second, which is why a dedicated, query-heavy `kvroute
+// indexer` is better run as several GOMAXPROCS=1 instances than one wide
+// one. Writing replies synchronously (no flusher) and one or two handlers
+// measured no difference. Figures and the decision: docs/ARCHITECTURE.md
+// (issue 16 §2, remote lookup).
 package node

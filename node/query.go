@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,7 +51,8 @@ type IndexServerConfig struct {
 	// Handlers is the number of queue subscriptions (each answered on its
 	// own goroutine by NATS) this instance serves with; approximate mode
 	// uses one, so that decisions are recorded in order. Default
-	// GOMAXPROCS, at most 4.
+	// GOMAXPROCS, at most 4 (on 2 CPUs, 1 and 2 handlers measured alike:
+	// BenchmarkRemoteLookup, docs/ARCHITECTURE.md).
 	Handlers int
 	Logger   *slog.Logger
 }
@@ -142,11 +144,21 @@ func ServeIndex(nc *nats.Conn, ix *shard.Index, cfg IndexServerConfig) (*IndexSe
 }
 
 func (h *queryHandler) handle(m *nats.Msg) {
+	if out := h.answer(m.Data, m.Reply != ""); out != nil && m.Reply != "" {
+		_ = m.Respond(out)
+	}
+}
+
+// answer answers one query (src, the message's data) and returns the reply
+// to send, or nil when there is none (a record sent without a reply
+// subject, hasReply false). The reply is h's scratch, valid until the next
+// call. A match query allocates nothing once the scratch has grown to the
+// batch (TestAllocsServeMatch).
+func (h *queryHandler) answer(src []byte, hasReply bool) []byte {
 	s := h.s
 	s.seen.served.Add(1)
-	if err := plane.DecodeQuery(m.Data, &h.q); err != nil {
-		h.fail(m, err)
-		return
+	if err := plane.DecodeQuery(src, &h.q); err != nil {
+		return h.fail(err, hasReply)
 	}
 	switch h.q.Kind {
 	case plane.QueryPing:
@@ -154,22 +166,19 @@ func (h *queryHandler) handle(m *nats.Msg) {
 	case plane.QueryWorkers:
 		ws, err := s.ix.Workers(h.ws[:0])
 		if err != nil {
-			h.fail(m, err)
-			return
+			return h.fail(err, hasReply)
 		}
 		h.ws = ws
 		h.out = plane.AppendReplyPrompt(plane.AppendReplyHeader(h.out[:0], 1), ws)
 	case plane.QueryRecord:
 		if !s.cfg.Approx {
-			h.fail(m, errors.New("this index is fed by KV events; it records no routing decisions (start it with --no-kv-events)"))
-			return
+			return h.fail(errNotApprox, hasReply)
 		}
 		if err := s.ix.RecordDecision(h.q.Worker, h.q.Hashes, h.q.Seq); err != nil {
-			h.fail(m, err)
-			return
+			return h.fail(err, hasReply)
 		}
-		if m.Reply == "" {
-			return
+		if !hasReply {
+			return nil
 		}
 		h.out = plane.AppendReplyHeader(h.out[:0], 0)
 	case plane.QueryMatch:
@@ -183,8 +192,7 @@ func (h *queryHandler) handle(m *nats.Msg) {
 			h.mrs = append(h.mrs, shard.MatchRequest{Hashes: h.q.Prompt(i), Overlaps: h.ovs[i][:0]})
 		}
 		if err := s.ix.MatchBatch(h.mrs); err != nil {
-			h.fail(m, err)
-			return
+			return h.fail(err, hasReply)
 		}
 		h.out = plane.AppendReplyHeaderFlags(h.out[:0], n, h.q.Flags)
 		for i := range h.mrs {
@@ -192,15 +200,20 @@ func (h *queryHandler) handle(m *nats.Msg) {
 			h.out = plane.AppendReplyPromptFlags(h.out, h.ovs[i], h.q.Flags)
 		}
 	}
-	_ = m.Respond(h.out)
+	return h.out
 }
 
-func (h *queryHandler) fail(m *nats.Msg, err error) {
+var errNotApprox = errors.New("this index is fed by KV events; it records no routing decisions (start it with --no-kv-events)")
+
+// fail counts a refused query and returns its error reply (nil without a
+// reply subject).
+func (h *queryHandler) fail(err error, hasReply bool) []byte {
 	h.s.seen.invalid.Add(1)
-	if m.Reply != "" {
-		h.out = plane.AppendErrorReply(h.out[:0], err.Error())
-		_ = m.Respond(h.out)
+	if !hasReply {
+		return nil
 	}
+	h.out = plane.AppendErrorReply(h.out[:0], err.Error())
+	return h.out
 }
 
 // WriteMetrics writes the served-query counters (QueryFamilies).
@@ -265,6 +278,13 @@ type RemoteIndex struct {
 
 	buf   []byte
 	reply plane.QueryReply
+	// The reply inbox (request): subscribed at the first query.
+	inbox   string
+	replyTo string
+	sub     *nats.Subscription
+	ch      chan *nats.Msg
+	seq     uint64
+	timer   *time.Timer
 	// noTiers: the serving index refused plane.FlagTiers (an older
 	// build); ask without it from then on.
 	noTiers bool
@@ -320,6 +340,28 @@ func (r *RemoteIndex) matchBatch(reqs []shard.MatchRequest) error {
 	if r.noTiers {
 		flags = 0
 	}
+	if err := r.appendMatch(reqs, flags); err != nil {
+		return err
+	}
+	msg, err := r.request(r.buf)
+	if err != nil {
+		return err
+	}
+	retry, err := r.takeMatch(msg.Data, reqs, flags)
+	if retry {
+		// An older serving index that knows no tiers: device overlaps
+		// only from now on (this batch is asked again at once).
+		r.noTiers = true
+		r.cfg.Logger.Warn("the serving index answers no per-tier overlaps (an older kvroute): routing on device overlaps only", "subject", r.cfg.Subject)
+		return r.matchBatch(reqs)
+	}
+	return err
+}
+
+// appendMatch encodes the query of reqs into r.buf. With takeMatch, the
+// part of a lookup that is this package's own: it allocates nothing once
+// r's scratch has grown to the batch (TestAllocsRemoteMatch).
+func (r *RemoteIndex) appendMatch(reqs []shard.MatchRequest, flags uint16) error {
 	var err error
 	if r.buf, err = plane.AppendMatchHeaderFlags(r.buf[:0], "", "", len(reqs), flags); err != nil {
 		return err
@@ -327,30 +369,79 @@ func (r *RemoteIndex) matchBatch(reqs []shard.MatchRequest) error {
 	for i := range reqs {
 		r.buf = plane.AppendMatchPrompt(r.buf, reqs[i].Hashes)
 	}
-	msg, err := r.nc.Request(r.cfg.Subject, r.buf, r.cfg.Timeout)
-	if err != nil {
-		return err
-	}
-	if err := plane.DecodeQueryReply(msg.Data, plane.QueryMatch, &r.reply); err != nil {
-		return err
+	return nil
+}
+
+// takeMatch decodes the reply to the query of reqs into their Overlaps.
+// retry: the serving index refused the flags (an older build).
+func (r *RemoteIndex) takeMatch(data []byte, reqs []shard.MatchRequest, flags uint16) (retry bool, err error) {
+	if err := plane.DecodeQueryReply(data, plane.QueryMatch, &r.reply); err != nil {
+		return false, err
 	}
 	if r.reply.Status != plane.ReplyOK && flags != 0 && strings.Contains(r.reply.Err, "flags") {
-		// An older serving index that knows no tiers: device overlaps
-		// only from now on (this batch is asked again at once).
-		r.noTiers = true
-		r.cfg.Logger.Warn("the serving index answers no per-tier overlaps (an older kvroute): routing on device overlaps only", "subject", r.cfg.Subject)
-		return r.matchBatch(reqs)
+		return true, nil
 	}
 	if r.reply.Status != plane.ReplyOK {
-		return fmt.Errorf("remote index: %s", r.reply.Err)
+		return false, fmt.Errorf("remote index: %s", r.reply.Err)
 	}
 	if len(r.reply.Ends) != len(reqs) {
-		return fmt.Errorf("remote index answered %d prompts for %d", len(r.reply.Ends), len(reqs))
+		return false, fmt.Errorf("remote index answered %d prompts for %d", len(r.reply.Ends), len(reqs))
 	}
 	for i := range reqs {
 		reqs[i].Overlaps = append(reqs[i].Overlaps, r.reply.Prompt(i)...)
 	}
-	return nil
+	return false, nil
+}
+
+// request publishes data on the query subject with a reply subject of this
+// RemoteIndex's own and waits up to Timeout for the answer. Unlike
+// nats.Conn.Request, whose replies pass through a subscription goroutine
+// and a map of per-request channels, the connection's reader hands the
+// answer straight to the channel this goroutine waits on; and the reply
+// subject stays the same from one request to the next (only one is in
+// flight), so the NATS server routes the answers from its subject cache
+// instead of matching a new subject each time. A request that gets no
+// answer retires its reply subject: a late answer then arrives on a subject
+// no later request waits on and is dropped.
+func (r *RemoteIndex) request(data []byte) (*nats.Msg, error) {
+	if r.sub == nil {
+		inbox := r.nc.NewInbox()
+		ch := make(chan *nats.Msg, 16)
+		sub, err := r.nc.ChanSubscribe(inbox+".*", ch)
+		if err != nil {
+			return nil, err
+		}
+		r.inbox, r.ch, r.sub = inbox+".", ch, sub
+		r.timer = time.NewTimer(time.Hour)
+		r.nextReply()
+	}
+	if err := r.nc.PublishRequest(r.cfg.Subject, r.replyTo, data); err != nil {
+		r.nextReply()
+		return nil, err
+	}
+	r.timer.Reset(r.cfg.Timeout)
+	defer r.timer.Stop()
+	for {
+		select {
+		case m := <-r.ch:
+			if m.Subject != r.replyTo {
+				continue // the late answer to an earlier request that timed out
+			}
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				return nil, nats.ErrNoResponders
+			}
+			return m, nil
+		case <-r.timer.C:
+			r.nextReply()
+			return nil, nats.ErrTimeout
+		}
+	}
+}
+
+// nextReply retires the reply subject for a new one.
+func (r *RemoteIndex) nextReply() {
+	r.seq++
+	r.replyTo = r.inbox + strconv.FormatUint(r.seq, 36)
 }
 
 func (r *RemoteIndex) failed(n int, err error) {

@@ -2,6 +2,8 @@ package node
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -21,15 +23,13 @@ import (
 
 const benchBlocks = 512
 
-// servedIndex is an index where 8 workers hold prefixes (64..512 blocks) of
-// one 512-block prompt, served on an in-process nats-server.
-func servedIndex(tb testing.TB) (*server.Server, *shard.Index, *IndexServer, string, []wire.BlockHash) {
-	tb.Helper()
+// benchIndex returns an index where 8 workers hold prefixes (64..512
+// blocks) of one 512-block prompt, and the prompt.
+func benchIndex() (*shard.Index, []wire.BlockHash, error) {
 	ix, err := shard.NewIndex(shard.Config{Shards: 1})
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
-	tb.Cleanup(func() { _ = ix.Close() })
 	prompt := make([]wire.BlockHash, benchBlocks)
 	blocks := make([]wire.Block, benchBlocks)
 	for i := range prompt {
@@ -40,12 +40,24 @@ func servedIndex(tb testing.TB) (*server.Server, *shard.Index, *IndexServer, str
 	for w := range 8 {
 		evs = append(evs, wire.Event{Worker: wire.WorkerKey{Worker: uint64(w + 1)}, Kind: wire.KindStored, Blocks: blocks[:64*(w+1)]})
 	}
-	if err := ix.Apply(evs); err != nil {
+	if err := ix.Apply(evs); err == nil {
+		err = ix.Flush()
+	}
+	if err != nil {
+		_ = ix.Close()
+		return nil, nil, err
+	}
+	return ix, prompt, nil
+}
+
+// servedIndex is benchIndex served on an in-process nats-server.
+func servedIndex(tb testing.TB) (*server.Server, *shard.Index, *IndexServer, string, []wire.BlockHash) {
+	tb.Helper()
+	ix, prompt, err := benchIndex()
+	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := ix.Flush(); err != nil {
-		tb.Fatal(err)
-	}
+	tb.Cleanup(func() { _ = ix.Close() })
 	ns := natstest.Server(tb)
 	subj, _ := plane.SubjectsFor("bench", "backend")
 	subject := plane.IndexSubject(subj)
@@ -89,86 +101,124 @@ func TestServedIndexMatchesLocal(t *testing.T) {
 }
 
 // BenchmarkRemoteLookup compares a lookup of a 512-block prompt in the
-// local index with the same lookup through NATS request/reply to an
-// IndexServer (loopback, in-process nats-server): p50/p99 of one lookup,
-// and lookups/s of one serving instance with 8 concurrent requesters and
-// with batches of 32 prompts (the router's batcher sends a whole batch in
-// one request).
+// local index with the same lookup through NATS request/reply to one
+// serving index (an IndexServer in a process of its own, the test binary
+// run by startServeChild, as a `kvroute indexer` would be; the nats-server
+// runs in this process, on loopback). Sub-benchmarks:
+//
+//   - local: shard.Index.MatchBatch of one prompt, the ratio's base;
+//   - remote/c=N: N requesters, each on its own connection as N routers
+//     would be, one prompt per request, back to back;
+//   - batch-32/c=N: the same with 32 prompts per request (the router's
+//     batcher sends a whole batch in one request).
+//
+// Each reports lookups/s (prompts looked up per second, summed over the
+// requesters); cpu-µs/lookup, this process's CPU time per lookup
+// (requesters and nats-server; on this shared machine it moves far less
+// than lookups/s); serve-lookups/cpu-s, the lookups the serving process
+// answered per second of its own CPU time (what one core buys: the serving
+// instance's capacity apart from the requesters and the nats-server it
+// shares this machine with); and the p50, p99 and p99.9 of one request's
+// latency, from every request of the measured run sorted (thousands with
+// the default benchtime), after a warm-up of 200 requests per requester
+// that is not counted.
 func BenchmarkRemoteLookup(b *testing.B) {
-	ns, ix, _, subject, prompt := servedIndex(b)
-	report := func(b *testing.B, lat []time.Duration) {
-		slices.Sort(lat)
-		if len(lat) == 0 {
-			return
-		}
-		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
-		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
-	}
+	ns, ix, _, _, prompt := servedIndex(b)
+	subj, _ := plane.SubjectsFor("bench-proc", "backend")
+	subject := plane.IndexSubject(subj)
+	child := startServeChild(b, ns.ClientURL(), subject)
 	b.Run("local", func(b *testing.B) {
 		reqs := []shard.MatchRequest{{Hashes: prompt}}
-		lat := make([]time.Duration, 0, 1<<16)
-		for b.Loop() {
-			t0 := time.Now()
-			if err := ix.MatchBatch(reqs); err != nil {
+		lookupClients(b, 0, 1, 1, func(int) func() error {
+			return func() error {
+				err := ix.MatchBatch(reqs)
+				reqs[0].Overlaps = reqs[0].Overlaps[:0]
+				return err
+			}
+		})
+	})
+	remote := func(prompts int) func(int) func() error {
+		return func(int) func() error {
+			ri := NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
+			reqs := make([]shard.MatchRequest, prompts)
+			for i := range reqs {
+				reqs[i].Hashes = prompt
+			}
+			return func() error { return ri.MatchBatch(reqs) }
+		}
+	}
+	for _, c := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("remote/c=%d", c), func(b *testing.B) { lookupClients(b, child, c, 1, remote(1)) })
+	}
+	for _, c := range []int{1, 4} {
+		b.Run(fmt.Sprintf("batch-32/c=%d", c), func(b *testing.B) { lookupClients(b, child, c, 32, remote(32)) })
+	}
+}
+
+// lookupClients runs b.N requests of prompts lookups each, spread over
+// clients goroutines, each running its own request function from
+// newClient, and reports the metrics of BenchmarkRemoteLookup (the serving
+// process's CPU only when server, its pid, is not 0). Setup and a warm-up
+// of 200 requests per client are not timed.
+func lookupClients(b *testing.B, server, clients, prompts int, newClient func(int) func() error) {
+	const warm = 200
+	dos := make([]func() error, clients)
+	for i := range dos {
+		dos[i] = newClient(i)
+		for range warm {
+			if err := dos[i](); err != nil {
 				b.Fatal(err)
 			}
-			lat = append(lat, time.Since(t0))
-			reqs[0].Overlaps = reqs[0].Overlaps[:0]
 		}
-		report(b, lat)
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lookups/s")
-	})
-	b.Run("remote", func(b *testing.B) {
-		ri := NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
-		reqs := []shard.MatchRequest{{Hashes: prompt}}
-		lat := make([]time.Duration, 0, 1<<16)
-		for b.Loop() {
-			t0 := time.Now()
-			if err := ri.MatchBatch(reqs); err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(t0))
-		}
-		report(b, lat)
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lookups/s")
-	})
-	b.Run("remote-8-clients", func(b *testing.B) {
-		const clients = 8
-		ris := make([]*RemoteIndex, clients)
-		for i := range ris {
-			ris[i] = NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
-		}
-		b.ResetTimer()
-		start := time.Now()
-		var wg sync.WaitGroup
-		per := b.N/clients + 1
-		for _, ri := range ris {
-			wg.Go(func() {
-				reqs := []shard.MatchRequest{{Hashes: prompt}}
-				for range per {
-					if err := ri.MatchBatch(reqs); err != nil {
-						b.Error(err)
-						return
-					}
+	}
+	lat := make([][]time.Duration, clients)
+	per := (b.N + clients - 1) / clients
+	for i := range lat {
+		lat[i] = make([]time.Duration, 0, per)
+	}
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	cpu0 := processCPU()
+	var serve0 time.Duration
+	if server != 0 {
+		serve0 = procCPU(server)
+	}
+	for i, do := range dos {
+		wg.Go(func() {
+			for range per {
+				t0 := time.Now()
+				if err := do(); err != nil {
+					b.Error(err)
+					return
 				}
-			})
-		}
-		wg.Wait()
-		b.ReportMetric(float64(per*clients)/time.Since(start).Seconds(), "lookups/s")
-	})
-	b.Run("remote-batch-32", func(b *testing.B) {
-		ri := NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
-		reqs := make([]shard.MatchRequest, 32)
-		for i := range reqs {
-			reqs[i].Hashes = prompt
-		}
-		for b.Loop() {
-			if err := ri.MatchBatch(reqs); err != nil {
-				b.Fatal(err)
+				lat[i] = append(lat[i], time.Since(t0))
 			}
-		}
-		b.ReportMetric(float64(32*b.N)/b.Elapsed().Seconds(), "lookups/s")
-	})
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	cpu := processCPU() - cpu0
+	var serve time.Duration
+	if server != 0 {
+		serve = procCPU(server) - serve0
+	}
+	all := slices.Concat(lat...)
+	if len(all) == 0 {
+		return
+	}
+	lookups := float64(len(all) * prompts)
+	slices.Sort(all)
+	q := func(p float64) float64 { return float64(all[int(p*float64(len(all)-1))].Nanoseconds()) / 1e3 }
+	b.ReportMetric(q(0.50), "p50-µs")
+	b.ReportMetric(q(0.99), "p99-µs")
+	b.ReportMetric(q(0.999), "p99.9-µs")
+	b.ReportMetric(lookups/b.Elapsed().Seconds(), "lookups/s")
+	if cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/1e3/lookups, "cpu-µs/lookup")
+	}
+	if serve > 0 {
+		b.ReportMetric(lookups/serve.Seconds(), "serve-lookups/cpu-s")
+	}
 }
 
 // Queries spread over the serving instances (NATS queue group): with two
@@ -193,6 +243,46 @@ func TestServedIndexSpread(t *testing.T) {
 	a, b := first.seen.served.Load(), second.seen.served.Load()
 	if a == 0 || b == 0 || a+b != 201 { // 200 + the second's start-up ping
 		t.Fatalf("served %d and %d of 200 queries; want both > 0", a, b)
+	}
+}
+
+// A reply that comes after its request timed out is not taken for the
+// answer to the next request, although it reaches the same inbox first.
+func TestRemoteIndexLateReply(t *testing.T) {
+	ns := natstest.Server(t)
+	nc := natstest.Connect(t, ns)
+	queries := make(chan *nats.Msg, 4)
+	if _, err := nc.ChanSubscribe("late.query", queries); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	answer := func(worker uint64) []byte {
+		ovs := []radix.Overlap{{Worker: wire.WorkerKey{Worker: worker}, Blocks: 1, TreeSize: 1}}
+		return plane.AppendReplyPromptFlags(plane.AppendReplyHeaderFlags(nil, 1, plane.FlagTiers), ovs, plane.FlagTiers)
+	}
+	ri := NewRemoteIndex(natstest.Connect(t, ns), RemoteIndexConfig{Subject: "late.query", Timeout: 20 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	reqs := []shard.MatchRequest{{Hashes: []wire.BlockHash{1}}}
+	if err := ri.MatchBatch(reqs); !errors.Is(err, nats.ErrTimeout) { // nobody answers yet
+		t.Fatalf("first query: %v, want a timeout", err)
+	}
+	first := <-queries
+	ri.cfg.Timeout = 10 * time.Second
+	go func() {
+		second := <-queries
+		_ = first.Respond(answer(1)) // late: after its request timed out
+		_ = second.Respond(answer(2))
+	}()
+	if err := ri.MatchBatch(reqs); err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs[0].Overlaps) != 1 || reqs[0].Overlaps[0].Worker.Worker != 2 {
+		t.Fatalf("second query answered %+v; want worker 2's answer, not the late one of worker 1", reqs[0].Overlaps)
+	}
+	if ri.Failures() != 1 {
+		t.Fatalf("Failures() = %d, want 1", ri.Failures())
 	}
 }
 

@@ -12,8 +12,16 @@ package sched
 // pointer-free arena with a single free list, so the arena never fragments
 // and a steady workload does not allocate. Order among holders is arbitrary
 // (removal moves the last holder into the hole).
+//
+// Finding a slot among a block's holders (booking, freeing, and the heap
+// path's per-rank held count) looks at the inline holder and the first
+// chunk; holders beyond those (a block active on more than eight ranks, e.g.
+// a system prompt shared fleet-wide) are also indexed by (vector, slot) in
+// pairs, which holds their chunk and offset, so finding one is a probe
+// instead of a walk over every holder.
 type blockIndex struct {
 	heads    u64map // hash → vector id
+	pairs    u64map // pairKey(vector, slot) → chunk<<3 | offset + 1, holders 8..n-1
 	vecs     []blockVec
 	freeVecs []uint32
 	chunks   []holderChunk // [0] unused
@@ -46,17 +54,7 @@ func (b *blockIndex) init() {
 	b.chunks = make([]holderChunk, 1, 16)
 }
 
-// at returns holder k (0 ≤ k < n) of vec.
-func (b *blockIndex) at(vec *blockVec, k uint32) *holder {
-	if k == 0 {
-		return &vec.first
-	}
-	c := vec.head
-	for k--; k >= chunkHolders; k -= chunkHolders {
-		c = b.chunks[c].next
-	}
-	return &b.chunks[c].hs[k]
-}
+func pairKey(v, slot uint32) uint64 { return uint64(v)<<32 | uint64(slot) }
 
 // appendHolders appends the holders of vector v to dst.
 func (b *blockIndex) appendHolders(dst []holder, v uint32) []holder {
@@ -93,25 +91,47 @@ func (b *blockIndex) vec(hash uint64) uint32 {
 	return v
 }
 
-// find returns the index of slot among vec's holders, or vec.n.
-func (b *blockIndex) find(vec *blockVec, slot uint32) uint32 {
+// locate finds slot among vector v's holders: c == 0 for the inline holder,
+// else chunk c at offset o.
+func (b *blockIndex) locate(v uint32, vec *blockVec, slot uint32) (c, o uint32, ok bool) {
 	if vec.n == 0 {
-		return 0
+		return 0, 0, false
 	}
 	if vec.first.slot == slot {
-		return 0
+		return 0, 0, true
 	}
-	k := uint32(1)
-	for c := vec.head; c != 0 && k < vec.n; c = b.chunks[c].next {
-		hs := &b.chunks[c].hs
-		for j := 0; j < chunkHolders && k < vec.n; j++ {
-			if hs[j].slot == slot {
-				return k
-			}
-			k++
+	if vec.n == 1 {
+		return 0, 0, false
+	}
+	hs := &b.chunks[vec.head].hs
+	for j := range min(vec.n-1, chunkHolders) {
+		if hs[j].slot == slot {
+			return vec.head, j, true
 		}
 	}
-	return vec.n
+	if vec.n > 1+chunkHolders {
+		if x := b.pairs.get(pairKey(v, slot)); x != 0 {
+			return (x - 1) >> 3, (x - 1) & 7, true
+		}
+	}
+	return 0, 0, false
+}
+
+// holds reports whether slot has vector v active.
+func (b *blockIndex) holds(v, slot uint32) bool {
+	vec := &b.vecs[v]
+	if vec.first.slot == slot && vec.n > 0 {
+		return true
+	}
+	_, _, ok := b.locate(v, vec, slot)
+	return ok
+}
+
+func (b *blockIndex) holderAt(vec *blockVec, c, o uint32) *holder {
+	if c == 0 {
+		return &vec.first
+	}
+	return &b.chunks[c].hs[o]
 }
 
 // acquire adds one reference to vector v (from vec or a lookup made earlier
@@ -119,8 +139,8 @@ func (b *blockIndex) find(vec *blockVec, slot uint32) uint32 {
 // the slot.
 func (b *blockIndex) acquire(v, slot uint32) bool {
 	vec := &b.vecs[v]
-	if k := b.find(vec, slot); k < vec.n {
-		b.at(vec, k).rc++
+	if c, o, ok := b.locate(v, vec, slot); ok {
+		b.holderAt(vec, c, o).rc++
 		return false
 	}
 	k := vec.n
@@ -144,7 +164,11 @@ func (b *blockIndex) acquire(v, slot uint32) bool {
 	if k == 0 {
 		vec.first = holder{slot: slot, rc: 1}
 	} else {
-		b.chunks[vec.tail].hs[(k-1)%chunkHolders] = holder{slot: slot, rc: 1}
+		o := (k - 1) % chunkHolders
+		b.chunks[vec.tail].hs[o] = holder{slot: slot, rc: 1}
+		if k > chunkHolders {
+			b.pairs.set(pairKey(v, slot), vec.tail<<3|o+1)
+		}
 	}
 	vec.n++
 	b.live++
@@ -155,33 +179,46 @@ func (b *blockIndex) acquire(v, slot uint32) bool {
 // block left the slot. The reference must exist.
 func (b *blockIndex) release(v, slot uint32) bool {
 	vec := &b.vecs[v]
-	k := b.find(vec, slot)
-	if k == vec.n {
+	c, o, ok := b.locate(v, vec, slot)
+	if !ok {
 		panic("sched: release of a block reference that does not exist")
 	}
-	h := b.at(vec, k)
+	h := b.holderAt(vec, c, o)
 	h.rc--
 	if h.rc > 0 {
 		return false
+	}
+	// Holders in chunks after the first are in pairs.
+	if c != 0 && c != vec.head {
+		b.pairs.del(pairKey(v, slot))
 	}
 	last := vec.n - 1
 	if last == 0 {
 		vec.first = holder{}
 	} else {
-		tail := &b.chunks[vec.tail]
+		tc := vec.tail
+		tail := &b.chunks[tc]
 		j := (last - 1) % chunkHolders
-		*h = tail.hs[j]
+		if tc != c || j != o { // move the last holder into the hole
+			moved := tail.hs[j]
+			*h = moved
+			if tc != vec.head {
+				b.pairs.del(pairKey(v, moved.slot))
+			}
+			if c != 0 && c != vec.head {
+				b.pairs.set(pairKey(v, moved.slot), c<<3|o+1)
+			}
+		}
 		tail.hs[j] = holder{}
 		if j == 0 { // the tail chunk emptied
-			c := vec.tail
 			vec.tail = tail.prev
 			if vec.tail != 0 {
 				b.chunks[vec.tail].next = 0
 			} else {
 				vec.head = 0
 			}
-			b.chunks[c] = holderChunk{next: b.free}
-			b.free = c
+			b.chunks[tc] = holderChunk{next: b.free}
+			b.free = tc
 		}
 	}
 	vec.n--

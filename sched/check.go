@@ -29,7 +29,7 @@ func (s *Scheduler) CheckInvariants() error {
 	// Block index: vectors, one holder per (hash, slot), counts.
 	rc := make(map[holderKey]uint32) // (hash, slot) → references from requests
 	activeBy := make(map[uint32]int64)
-	pairs := 0
+	pairs, indexed := 0, 0
 	vecsUsed := map[uint32]bool{}
 	for _, c := range s.blocks.heads.cells {
 		if c.val == 0 {
@@ -50,6 +50,22 @@ func (s *Scheduler) CheckInvariants() error {
 		if vec.n == 0 || nchunks != (vec.n-1+chunkHolders-1)/chunkHolders {
 			return fmt.Errorf("block vector %d of %x: %d holders in %d chunks", c.val, c.key, vec.n, nchunks)
 		}
+		k := uint32(0)
+		for ch := vec.head; ch != 0; ch = s.blocks.chunks[ch].next {
+			for o := uint32(0); o < chunkHolders && k+1+o < vec.n; o++ {
+				slot := s.blocks.chunks[ch].hs[o].slot
+				got := s.blocks.pairs.get(pairKey(c.val, slot))
+				switch {
+				case ch == vec.head && got != 0:
+					return fmt.Errorf("block vector %d: first-chunk holder slot %d in pairs", c.val, slot)
+				case ch != vec.head && got != ch<<3|o+1:
+					return fmt.Errorf("block vector %d: holder slot %d at chunk %d offset %d, pairs says %d", c.val, slot, ch, o, got)
+				case ch != vec.head:
+					indexed++
+				}
+			}
+			k += chunkHolders
+		}
 		seen := make(map[uint32]bool)
 		for _, p := range s.blocks.appendHolders(nil, c.val) {
 			if p.rc == 0 {
@@ -65,6 +81,9 @@ func (s *Scheduler) CheckInvariants() error {
 			activeBy[p.slot]++
 			pairs++
 		}
+	}
+	if indexed != s.blocks.pairs.len() {
+		return fmt.Errorf("block index: %d holders beyond the first chunk, %d indexed", indexed, s.blocks.pairs.len())
 	}
 	if pairs != s.blocks.live {
 		return fmt.Errorf("block index: %d holders, %d counted live", pairs, s.blocks.live)

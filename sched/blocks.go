@@ -39,7 +39,16 @@ type blockVec struct {
 	first      holder // holder 0
 	n          uint32 // holders
 	head, tail uint32 // chunks with holders 1..n-1
+	// pred is the vector that preceded this one in every booking of it
+	// since it became active (0: it was every booking's first block),
+	// or predMixed once two bookings disagreed. While it is not mixed,
+	// every rank holding this block holds pred too (the booking that
+	// holds it here also holds pred), so the holders of the two are
+	// nested, and equal when their counts are.
+	pred uint32
 }
+
+const predMixed = ^uint32(0)
 
 const chunkHolders = 7
 
@@ -135,10 +144,15 @@ func (b *blockIndex) holderAt(vec *blockVec, c, o uint32) *holder {
 }
 
 // acquire adds one reference to vector v (from vec or a lookup made earlier
-// in the same call) on slot, and reports whether the block became active on
-// the slot.
-func (b *blockIndex) acquire(v, slot uint32) bool {
+// in the same call) on slot, booked right after vector pred (0: first block
+// of its request), and reports whether the block became active on the slot.
+func (b *blockIndex) acquire(v, slot, pred uint32) bool {
 	vec := &b.vecs[v]
+	if vec.n == 0 {
+		vec.pred = pred
+	} else if vec.pred != pred {
+		vec.pred = predMixed
+	}
 	if c, o, ok := b.locate(v, vec, slot); ok {
 		b.holderAt(vec, c, o).rc++
 		return false

@@ -3,6 +3,8 @@ package sched
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kvroute/kvroute/wire"
 )
 
 // TestBlockIndexModel drives the block index with random acquires and
@@ -74,7 +76,7 @@ func TestBlockIndexModel(t *testing.T) {
 			}
 		} else if fill || rng.IntN(10) == 0 {
 			v := b.vec(uint64(k.hash))
-			if became := b.acquire(v, k.slot); became != (ref[k] == 0) {
+			if became := b.acquire(v, k.slot, 0); became != (ref[k] == 0) {
 				t.Fatalf("step %d: acquire reported %v at rc %d", step, became, ref[k])
 			}
 			ref[k]++
@@ -86,5 +88,96 @@ func TestBlockIndexModel(t *testing.T) {
 	check(-1)
 	if maxIndexed < 100 || b.pairs.len() > maxIndexed/2 {
 		t.Fatalf("the pairs index peaked at %d holders, ends at %d: the walk did not fill and empty it", maxIndexed, b.pairs.len())
+	}
+}
+
+// TestCountHeldMatchesNaive books random requests (chains of a few families
+// at random lengths, so holders shrink along a prefix; arbitrary hash lists
+// with repeats, so predecessors disagree) and compares countHeld, which
+// counts runs of blocks with the same holders in one visit, with a count
+// from the active requests' block lists.
+func TestCountHeldMatchesNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	cfg := testConfig()
+	s, err := New(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ranks = 30
+	for w := range ranks {
+		s.AddWorker(wire.WorkerKey{Worker: uint64(w + 1)}, Capacity{})
+	}
+	blocks := func() []wire.SeqHash {
+		n := rng.IntN(12)
+		hs := make([]wire.SeqHash, n)
+		fam := uint64(rng.IntN(3))
+		arbitrary := rng.IntN(4) == 0
+		for j := range hs {
+			if arbitrary {
+				hs[j] = wire.SeqHash(rng.IntN(3)<<32 | rng.IntN(12) + 1)
+			} else {
+				hs[j] = wire.SeqHash(fam<<32 | uint64(j+1))
+			}
+		}
+		return hs
+	}
+	type active struct {
+		slot   int
+		blocks []wire.SeqHash
+	}
+	live := map[uint64]active{}
+	runs := 0
+	for step := range 6000 {
+		id := uint64(1 + rng.IntN(400))
+		if _, ok := live[id]; ok {
+			s.Free(id, 0)
+			delete(live, id)
+		} else {
+			slot := rng.IntN(ranks)
+			bs := blocks()
+			if err := s.AddRequest(id, wire.WorkerKey{Worker: uint64(slot + 1)}, bs, 0, 0, PrefillLoadHint{}, 0); err != nil {
+				t.Fatal(err)
+			}
+			live[id] = active{slot, bs}
+		}
+		q := blocks()
+		gen := s.nextGen()
+		s.countHeld(q, gen)
+		s.untouch()
+		// Naive: which ranks hold each hash, then walk until no rank does.
+		holds := make(map[wire.SeqHash]map[int]bool)
+		for _, a := range live {
+			for _, h := range a.blocks {
+				if holds[h] == nil {
+					holds[h] = map[int]bool{}
+				}
+				holds[h][a.slot] = true
+			}
+		}
+		want := make([]uint32, ranks)
+		for _, h := range q {
+			if len(holds[h]) == 0 {
+				break
+			}
+			for r := range holds[h] {
+				want[r]++
+			}
+		}
+		for r := range ranks {
+			if got := s.heldOf(r, gen); got != want[r] {
+				t.Fatalf("step %d: blocks %v: rank %d holds %d, want %d", step, q, r, got, want[r])
+			}
+		}
+		if want[0] > 1 {
+			runs++
+		}
+		if step%100 == 0 {
+			if err := s.CheckInvariants(); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+		}
+	}
+	if runs < 100 {
+		t.Fatalf("only %d queries with a rank holding several blocks", runs)
 	}
 }

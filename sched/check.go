@@ -126,9 +126,16 @@ func (s *Scheduler) CheckInvariants() error {
 		if int(rq.slot) >= len(s.hot) || !s.hot[rq.slot].live {
 			return fmt.Errorf("request id %d on dead slot %d", rq.id, rq.slot)
 		}
-		for _, v := range rq.vecs {
+		for j, v := range rq.vecs {
 			if int(v) >= len(s.blocks.vecs) || s.blocks.vecs[v].n == 0 {
 				return fmt.Errorf("request id %d holds dead block vector %d", rq.id, v)
+			}
+			pred := uint32(0)
+			if j > 0 {
+				pred = rq.vecs[j-1]
+			}
+			if p := s.blocks.vecs[v].pred; p != predMixed && p != pred {
+				return fmt.Errorf("request id %d block %d: vector %d says it follows %d, the request has %d", rq.id, j, v, p, pred)
 			}
 			rc[holderKey{s.blocks.vecs[v].hash, rq.slot}]++
 		}

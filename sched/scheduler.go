@@ -581,41 +581,67 @@ func (s *Scheduler) nextGen() uint32 {
 // countHeld sets the held count (under gen) of every rank to how many of
 // blocks it has active, and caches the blocks' vectors for booking. Blocks
 // are chained sequence hashes, so the first hash no rank holds ends the walk.
+//
+// Consecutive blocks held by the same ranks are counted once: when block j's
+// vector has always been booked right after block j−1's (blockVec.pred) and
+// has as many holders, the two have the same holders, so a run of such
+// blocks adds its length to each holder of its last block in one visit. A
+// prefix shared by k ranks costs k visits instead of k per block; blocks
+// without the property (arbitrary hashes, branch points) are counted one by
+// one as before, so the counts are the same.
 func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 	if !s.cfg.AssumeKVReuse {
 		return
 	}
 	g := uint64(gen) << 32
+	bv := s.blocks.vecs
+	prev, run := uint32(0), uint32(0)
 	for j, h := range blocks {
 		v := s.blocks.heads.get(uint64(h))
 		if v == 0 {
-			return
+			break
 		}
 		if j < cap(s.vecCache) {
 			s.vecCache = s.vecCache[:j+1]
 			s.vecCache[j] = v
 			s.vecN = j + 1
 		}
-		vec := &s.blocks.vecs[v]
-		s.holdOne(vec.first.slot, g)
-		left := vec.n - 1
-		for c := vec.head; left > 0; c = s.blocks.chunks[c].next {
-			hs := &s.blocks.chunks[c].hs
-			k := min(left, chunkHolders)
-			for _, p := range hs[:k] {
-				s.holdOne(p.slot, g)
+		if run > 0 && bv[v].pred == prev && bv[v].n == bv[prev].n {
+			run++
+		} else {
+			if run > 0 {
+				s.holdRun(prev, g, run)
 			}
-			left -= k
+			run = 1
 		}
+		prev = v
+	}
+	if run > 0 {
+		s.holdRun(prev, g, run)
 	}
 }
 
-// holdOne counts one more held block on slot under the generation g<<32.
-func (s *Scheduler) holdOne(slot uint32, g uint64) {
+// holdRun adds k held blocks to every holder of vector v.
+func (s *Scheduler) holdRun(v uint32, g uint64, k uint32) {
+	vec := &s.blocks.vecs[v]
+	s.holdOne(vec.first.slot, g, k)
+	left := vec.n - 1
+	for c := vec.head; left > 0; c = s.blocks.chunks[c].next {
+		hs := &s.blocks.chunks[c].hs
+		n := min(left, chunkHolders)
+		for _, p := range hs[:n] {
+			s.holdOne(p.slot, g, k)
+		}
+		left -= n
+	}
+}
+
+// holdOne counts k more held blocks on slot under the generation g<<32.
+func (s *Scheduler) holdOne(slot uint32, g uint64, k uint32) {
 	if c := s.held[slot]; c&^0xffffffff == g {
-		s.held[slot] = c + 1
+		s.held[slot] = c + uint64(k)
 	} else {
-		s.held[slot] = g | 1
+		s.held[slot] = g | uint64(k)
 		s.touch(slot)
 	}
 }

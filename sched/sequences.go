@@ -43,6 +43,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 	*rq = request{id: id, slot: i, isl: isl, overlap: overlap, start: now, live: true}
 	h, sl := &s.hot[i], &s.slots[i]
 	reuse := s.cfg.AssumeKVReuse
+	pred := uint32(0)
 	for j, b := range blocks {
 		var v uint32
 		switch {
@@ -53,9 +54,10 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		default:
 			v = s.blocks.vec(uint64(b))
 		}
-		if s.blocks.acquire(v, i) {
+		if s.blocks.acquire(v, i, pred) {
 			h.active++
 		}
+		pred = v
 		vecs = append(vecs, v)
 	}
 	rq.vecs = vecs

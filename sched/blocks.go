@@ -157,6 +157,38 @@ func (b *blockIndex) acquire(v, slot, pred uint32) bool {
 		b.holderAt(vec, c, o).rc++
 		return false
 	}
+	b.add(v, slot)
+	return true
+}
+
+// acquireNew is acquire for a slot that held vector v before the booking
+// in progress: if it holds v now, this booking added it (a block repeated in
+// the request), as the last holder, since holders are only appended during
+// a booking.
+func (b *blockIndex) acquireNew(v, slot, pred uint32) bool {
+	vec := &b.vecs[v]
+	if vec.n == 0 {
+		vec.pred = pred
+	} else {
+		if vec.pred != pred {
+			vec.pred = predMixed
+		}
+		last := &vec.first
+		if vec.n > 1 {
+			last = &b.chunks[vec.tail].hs[(vec.n-2)%chunkHolders]
+		}
+		if last.slot == slot {
+			last.rc++
+			return false
+		}
+	}
+	b.add(v, slot)
+	return true
+}
+
+// add appends slot, with one reference, to vector v's holders.
+func (b *blockIndex) add(v, slot uint32) {
+	vec := &b.vecs[v]
 	k := vec.n
 	if k > 0 && (k-1)%chunkHolders == 0 {
 		c := b.free
@@ -186,7 +218,6 @@ func (b *blockIndex) acquire(v, slot, pred uint32) bool {
 	}
 	vec.n++
 	b.live++
-	return true
 }
 
 // release drops one reference of vector v on slot and reports whether the

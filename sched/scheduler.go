@@ -69,9 +69,10 @@ type Scheduler struct {
 	vecCache []uint32  // block vectors found by countHeld, by block position
 	vecN     int       // how many of vecCache are valid for the current decision
 
-	ph        plainHeap // plain ranks by load (heap.go)
-	forceScan bool      // tests: decide by the scan even where the heap applies
-	heapUsed  uint64    // decisions that took the heap path (tests)
+	ph         plainHeap // plain ranks by load (heap.go)
+	forceScan  bool      // tests: decide by the scan even where the heap applies
+	heapUsed   uint64    // decisions that took the heap path (tests)
+	heldPruned uint64    // touched ranks the heap path did not cost (tests)
 }
 
 // slotScan mirrors the little of a dp rank that the common decision reads

@@ -21,7 +21,7 @@ func (s *Scheduler) AddRequest(id uint64, worker wire.WorkerKey, blocks []wire.S
 	if !ok {
 		return ErrUnknownWorker
 	}
-	s.book(id, i, blocks, isl, overlap, hint, now, 0)
+	s.book(id, i, blocks, isl, overlap, hint, now, 0, false)
 	s.checkInvariants()
 	return nil
 }
@@ -29,8 +29,10 @@ func (s *Scheduler) AddRequest(id uint64, worker wire.WorkerKey, blocks []wire.S
 // book makes a request active on slot i. It does not allocate once the
 // request table, its block lists and the block index have grown to the
 // steady-state working set. The first cached blocks' vectors were looked up
-// by countHeld in the same decision (s.vecCache), saving a lookup each.
-func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overlap uint32, hint PrefillLoadHint, now int64, cached int) {
+// by countHeld in the same decision (s.vecCache), saving a lookup each; with
+// fresh, slot i holds none of them (its held count is 0), so each becomes
+// active there without searching the block's holders.
+func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overlap uint32, hint PrefillLoadHint, now int64, cached int, fresh bool) {
 	r := s.freeReqs
 	if r != 0 {
 		s.freeReqs = s.reqs[r].nextFree
@@ -51,6 +53,14 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 			v = s.blocks.vec(s.rng.Uint64())
 		case j < cached:
 			v = s.vecCache[j]
+			if fresh {
+				if s.blocks.acquireNew(v, i, pred) {
+					h.active++
+				}
+				pred = v
+				vecs = append(vecs, v)
+				continue
+			}
 		default:
 			v = s.blocks.vec(uint64(b))
 		}

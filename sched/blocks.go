@@ -1,11 +1,12 @@
 package sched
 
 // blockIndex reference-counts active blocks per dp rank. One table maps a
-// sequence hash to its holders: (slot, reference count) pairs, one per rank
-// that has the block active, the count being how many of its active requests
-// include the block. Counting how many of a request's blocks each rank
-// already has active is then one table lookup per block and a scan of that
-// block's holders, instead of a lookup per rank.
+// sequence hash to its vector: the list of its holders, one per rank that
+// has the block active, each with a holder record (its reference count, how
+// many of the rank's active requests include the block). Counting how many
+// of a request's blocks each rank already has active is then one table
+// lookup per block and a scan of that block's holders, instead of a lookup
+// per rank.
 //
 // Most blocks have one holder, kept inline in the vector header; further
 // holders live in 64-byte chunks of seven, linked in a list, all from one
@@ -13,22 +14,44 @@ package sched
 // and a steady workload does not allocate. Order among holders is arbitrary
 // (removal moves the last holder into the hole).
 //
-// Finding a slot among a block's holders (booking, freeing, and the heap
-// path's per-rank held count) looks at the inline holder and the first
-// chunk; holders beyond those (a block active on more than eight ranks, e.g.
-// a system prompt shared fleet-wide) are also indexed by (vector, slot) in
-// pairs, which holds their chunk and offset, so finding one is a probe
-// instead of a walk over every holder.
+// A booking keeps the ids of the holder records it referenced, and a record
+// knows its vector and its place in the list, so freeing a request touches
+// each of its holders directly, whatever the block's holder count. Finding
+// a rank among a block's holders (booking a rank that already holds some of
+// the request's blocks, and TestCountHeldMatchesNaive) scans the inline
+// holder and the first chunk; holders added beyond them (a block active on
+// more than eight ranks, e.g. a system prompt shared fleet-wide) are also
+// indexed by (vector, slot) in pairs, so finding one is a probe instead of a
+// walk over every holder. A holder only ever moves towards the front (into
+// a hole left by a removal), so every holder past the first chunk is
+// indexed.
 type blockIndex struct {
 	heads    u64map // hash → vector id
-	pairs    u64map // pairKey(vector, slot) → chunk<<3 | offset + 1, holders 8..n-1
+	pairs    u64map // pairKey(vector, slot) → record id, holders added past the first chunk
 	vecs     []blockVec
 	freeVecs []uint32
+	recs     []holderRec   // [0] unused
+	freeRecs uint32        // free record list through vec
 	chunks   []holderChunk // [0] unused
 	free     uint32        // free chunk list through next
 	live     int           // (hash, slot) pairs
 }
 
+// hentry is one holder in a vector's list: the slot and its record.
+type hentry struct {
+	slot uint32
+	id   uint32
+}
+
+// holderRec is a (block, slot) pair's reference count and place.
+type holderRec struct {
+	vec     uint32
+	rc      uint32
+	pos     uint32 // 0: the vector's inline holder; else chunk<<3 | offset
+	indexed bool   // in pairs
+}
+
+// holder is a (slot, reference count) pair, as appendHolders lists them.
 type holder struct {
 	slot uint32
 	rc   uint32
@@ -36,7 +59,7 @@ type holder struct {
 
 type blockVec struct {
 	hash       uint64
-	first      holder // holder 0
+	first      hentry // holder 0
 	n          uint32 // holders
 	head, tail uint32 // chunks with holders 1..n-1
 	// pred is the vector that preceded this one in every booking of it
@@ -54,13 +77,14 @@ const chunkHolders = 7
 
 // holderChunk is one cache line: seven holders and the list links.
 type holderChunk struct {
-	hs         [chunkHolders]holder
+	hs         [chunkHolders]hentry
 	prev, next uint32
 }
 
 func (b *blockIndex) init() {
 	b.vecs = make([]blockVec, 1, 64)
 	b.chunks = make([]holderChunk, 1, 16)
+	b.recs = make([]holderRec, 1, 64)
 }
 
 func pairKey(v, slot uint32) uint64 { return uint64(v)<<32 | uint64(slot) }
@@ -71,11 +95,13 @@ func (b *blockIndex) appendHolders(dst []holder, v uint32) []holder {
 	if vec.n == 0 {
 		return dst
 	}
-	dst = append(dst, vec.first)
+	dst = append(dst, holder{vec.first.slot, b.recs[vec.first.id].rc})
 	left := vec.n - 1
 	for c := vec.head; c != 0 && left > 0; c = b.chunks[c].next {
 		k := min(left, chunkHolders)
-		dst = append(dst, b.chunks[c].hs[:k]...)
+		for _, e := range b.chunks[c].hs[:k] {
+			dst = append(dst, holder{e.slot, b.recs[e.id].rc})
+		}
 		left -= k
 	}
 	return dst
@@ -100,94 +126,90 @@ func (b *blockIndex) vec(hash uint64) uint32 {
 	return v
 }
 
-// locate finds slot among vector v's holders: c == 0 for the inline holder,
-// else chunk c at offset o.
-func (b *blockIndex) locate(v uint32, vec *blockVec, slot uint32) (c, o uint32, ok bool) {
+// locate returns the record of slot among vector v's holders.
+func (b *blockIndex) locate(v uint32, vec *blockVec, slot uint32) (uint32, bool) {
 	if vec.n == 0 {
-		return 0, 0, false
+		return 0, false
 	}
 	if vec.first.slot == slot {
-		return 0, 0, true
+		return vec.first.id, true
 	}
 	if vec.n == 1 {
-		return 0, 0, false
+		return 0, false
 	}
 	hs := &b.chunks[vec.head].hs
 	for j := range min(vec.n-1, chunkHolders) {
 		if hs[j].slot == slot {
-			return vec.head, j, true
+			return hs[j].id, true
 		}
 	}
 	if vec.n > 1+chunkHolders {
-		if x := b.pairs.get(pairKey(v, slot)); x != 0 {
-			return (x - 1) >> 3, (x - 1) & 7, true
+		if id := b.pairs.get(pairKey(v, slot)); id != 0 {
+			return id, true
 		}
 	}
-	return 0, 0, false
+	return 0, false
 }
 
 // holds reports whether slot has vector v active.
 func (b *blockIndex) holds(v, slot uint32) bool {
-	vec := &b.vecs[v]
-	if vec.first.slot == slot && vec.n > 0 {
-		return true
-	}
-	_, _, ok := b.locate(v, vec, slot)
+	_, ok := b.locate(v, &b.vecs[v], slot)
 	return ok
 }
 
-func (b *blockIndex) holderAt(vec *blockVec, c, o uint32) *holder {
-	if c == 0 {
-		return &vec.first
-	}
-	return &b.chunks[c].hs[o]
-}
-
-// acquire adds one reference to vector v (from vec or a lookup made earlier
-// in the same call) on slot, booked right after vector pred (0: first block
-// of its request), and reports whether the block became active on the slot.
-func (b *blockIndex) acquire(v, slot, pred uint32) bool {
-	vec := &b.vecs[v]
+func (b *blockIndex) notePred(vec *blockVec, pred uint32) {
 	if vec.n == 0 {
 		vec.pred = pred
 	} else if vec.pred != pred {
 		vec.pred = predMixed
 	}
-	if c, o, ok := b.locate(v, vec, slot); ok {
-		b.holderAt(vec, c, o).rc++
-		return false
+}
+
+// acquire adds one reference to vector v (from vec or a lookup made earlier
+// in the same call) on slot, booked right after vector pred (0: first block
+// of its request). It returns the holder record and whether the block became
+// active on the slot.
+func (b *blockIndex) acquire(v, slot, pred uint32) (uint32, bool) {
+	vec := &b.vecs[v]
+	b.notePred(vec, pred)
+	if id, ok := b.locate(v, vec, slot); ok {
+		b.recs[id].rc++
+		return id, false
 	}
-	b.add(v, slot)
-	return true
+	return b.add(v, slot), true
 }
 
 // acquireNew is acquire for a slot that held vector v before the booking
 // in progress: if it holds v now, this booking added it (a block repeated in
 // the request), as the last holder, since holders are only appended during
 // a booking.
-func (b *blockIndex) acquireNew(v, slot, pred uint32) bool {
+func (b *blockIndex) acquireNew(v, slot, pred uint32) (uint32, bool) {
 	vec := &b.vecs[v]
-	if vec.n == 0 {
-		vec.pred = pred
-	} else {
-		if vec.pred != pred {
-			vec.pred = predMixed
-		}
-		last := &vec.first
+	b.notePred(vec, pred)
+	if vec.n > 0 {
+		last := vec.first
 		if vec.n > 1 {
-			last = &b.chunks[vec.tail].hs[(vec.n-2)%chunkHolders]
+			last = b.chunks[vec.tail].hs[(vec.n-2)%chunkHolders]
 		}
 		if last.slot == slot {
-			last.rc++
-			return false
+			b.recs[last.id].rc++
+			return last.id, false
 		}
 	}
-	b.add(v, slot)
-	return true
+	return b.add(v, slot), true
 }
 
-// add appends slot, with one reference, to vector v's holders.
-func (b *blockIndex) add(v, slot uint32) {
+// add appends slot, with a new record of one reference, to vector v's
+// holders and returns the record.
+func (b *blockIndex) add(v, slot uint32) uint32 {
+	id := b.freeRecs
+	if id != 0 {
+		b.freeRecs = b.recs[id].vec
+	} else {
+		b.recs = append(b.recs, holderRec{})
+		id = uint32(len(b.recs) - 1)
+	}
+	rec := holderRec{vec: v, rc: 1}
 	vec := &b.vecs[v]
 	k := vec.n
 	if k > 0 && (k-1)%chunkHolders == 0 {
@@ -198,7 +220,6 @@ func (b *blockIndex) add(v, slot uint32) {
 			b.chunks = append(b.chunks, holderChunk{})
 			c = uint32(len(b.chunks) - 1)
 		}
-		vec = &b.vecs[v]
 		b.chunks[c] = holderChunk{prev: vec.tail}
 		if vec.tail != 0 {
 			b.chunks[vec.tail].next = c
@@ -208,53 +229,58 @@ func (b *blockIndex) add(v, slot uint32) {
 		vec.tail = c
 	}
 	if k == 0 {
-		vec.first = holder{slot: slot, rc: 1}
+		vec.first = hentry{slot, id}
 	} else {
 		o := (k - 1) % chunkHolders
-		b.chunks[vec.tail].hs[o] = holder{slot: slot, rc: 1}
+		b.chunks[vec.tail].hs[o] = hentry{slot, id}
+		rec.pos = vec.tail<<3 | o
 		if k > chunkHolders {
-			b.pairs.set(pairKey(v, slot), vec.tail<<3|o+1)
+			b.pairs.set(pairKey(v, slot), id)
+			rec.indexed = true
 		}
 	}
+	b.recs[id] = rec
 	vec.n++
 	b.live++
+	return id
 }
 
-// release drops one reference of vector v on slot and reports whether the
-// block left the slot. The reference must exist.
-func (b *blockIndex) release(v, slot uint32) bool {
-	vec := &b.vecs[v]
-	c, o, ok := b.locate(v, vec, slot)
-	if !ok {
-		panic("sched: release of a block reference that does not exist")
+func (b *blockIndex) entryAt(vec *blockVec, pos uint32) *hentry {
+	if pos == 0 {
+		return &vec.first
 	}
-	h := b.holderAt(vec, c, o)
-	h.rc--
-	if h.rc > 0 {
+	return &b.chunks[pos>>3].hs[pos&7]
+}
+
+// release drops one reference of holder record id and reports whether the
+// block left the slot.
+func (b *blockIndex) release(id uint32) bool {
+	rec := &b.recs[id]
+	rec.rc--
+	if rec.rc > 0 {
 		return false
 	}
-	// Holders in chunks after the first are in pairs.
-	if c != 0 && c != vec.head {
-		b.pairs.del(pairKey(v, slot))
+	v, pos := rec.vec, rec.pos
+	vec := &b.vecs[v]
+	hole := b.entryAt(vec, pos)
+	if rec.indexed {
+		b.pairs.del(pairKey(v, hole.slot))
 	}
+	b.recs[id] = holderRec{vec: b.freeRecs}
+	b.freeRecs = id
 	last := vec.n - 1
 	if last == 0 {
-		vec.first = holder{}
+		vec.first = hentry{}
 	} else {
 		tc := vec.tail
 		tail := &b.chunks[tc]
 		j := (last - 1) % chunkHolders
-		if tc != c || j != o { // move the last holder into the hole
+		if lp := tc<<3 | j; lp != pos { // move the last holder into the hole
 			moved := tail.hs[j]
-			*h = moved
-			if tc != vec.head {
-				b.pairs.del(pairKey(v, moved.slot))
-			}
-			if c != 0 && c != vec.head {
-				b.pairs.set(pairKey(v, moved.slot), c<<3|o+1)
-			}
+			*hole = moved
+			b.recs[moved.id].pos = pos
 		}
-		tail.hs[j] = holder{}
+		tail.hs[j] = hentry{}
 		if j == 0 { // the tail chunk emptied
 			vec.tail = tail.prev
 			if vec.tail != 0 {

@@ -29,7 +29,7 @@ func (s *Scheduler) CheckInvariants() error {
 	// Block index: vectors, one holder per (hash, slot), counts.
 	rc := make(map[holderKey]uint32) // (hash, slot) → references from requests
 	activeBy := make(map[uint32]int64)
-	pairs, indexed := 0, 0
+	pairs := 0
 	vecsUsed := map[uint32]bool{}
 	for _, c := range s.blocks.heads.cells {
 		if c.val == 0 {
@@ -50,21 +50,23 @@ func (s *Scheduler) CheckInvariants() error {
 		if vec.n == 0 || nchunks != (vec.n-1+chunkHolders-1)/chunkHolders {
 			return fmt.Errorf("block vector %d of %x: %d holders in %d chunks", c.val, c.key, vec.n, nchunks)
 		}
+		// Every holder's record points back at it; those added past the
+		// first chunk are indexed.
 		k := uint32(0)
 		for ch := vec.head; ch != 0; ch = s.blocks.chunks[ch].next {
 			for o := uint32(0); o < chunkHolders && k+1+o < vec.n; o++ {
-				slot := s.blocks.chunks[ch].hs[o].slot
-				got := s.blocks.pairs.get(pairKey(c.val, slot))
-				switch {
-				case ch == vec.head && got != 0:
-					return fmt.Errorf("block vector %d: first-chunk holder slot %d in pairs", c.val, slot)
-				case ch != vec.head && got != ch<<3|o+1:
-					return fmt.Errorf("block vector %d: holder slot %d at chunk %d offset %d, pairs says %d", c.val, slot, ch, o, got)
-				case ch != vec.head:
-					indexed++
+				e := s.blocks.chunks[ch].hs[o]
+				if err := s.checkRec(c.val, e, ch<<3|o); err != nil {
+					return err
+				}
+				if ch != vec.head && !s.blocks.recs[e.id].indexed {
+					return fmt.Errorf("block vector %d: holder slot %d past the first chunk not indexed", c.val, e.slot)
 				}
 			}
 			k += chunkHolders
+		}
+		if err := s.checkRec(c.val, vec.first, 0); err != nil {
+			return err
 		}
 		seen := make(map[uint32]bool)
 		for _, p := range s.blocks.appendHolders(nil, c.val) {
@@ -81,6 +83,20 @@ func (s *Scheduler) CheckInvariants() error {
 			activeBy[p.slot]++
 			pairs++
 		}
+	}
+	indexed, freeRecs := 0, 0
+	for _, r := range s.blocks.recs {
+		if r.indexed {
+			indexed++
+		}
+	}
+	for id := s.blocks.freeRecs; id != 0; id = s.blocks.recs[id].vec {
+		if freeRecs++; freeRecs > len(s.blocks.recs) {
+			return fmt.Errorf("holder record free list cycles")
+		}
+	}
+	if freeRecs+s.blocks.live != len(s.blocks.recs)-1 {
+		return fmt.Errorf("holder records: %d free + %d live != %d", freeRecs, s.blocks.live, len(s.blocks.recs)-1)
 	}
 	if indexed != s.blocks.pairs.len() {
 		return fmt.Errorf("block index: %d holders beyond the first chunk, %d indexed", indexed, s.blocks.pairs.len())
@@ -126,13 +142,20 @@ func (s *Scheduler) CheckInvariants() error {
 		if int(rq.slot) >= len(s.hot) || !s.hot[rq.slot].live {
 			return fmt.Errorf("request id %d on dead slot %d", rq.id, rq.slot)
 		}
-		for j, v := range rq.vecs {
+		for j, id := range rq.holds {
+			if int(id) >= len(s.blocks.recs) || s.blocks.recs[id].rc == 0 {
+				return fmt.Errorf("request id %d holds dead holder record %d", rq.id, id)
+			}
+			v := s.blocks.recs[id].vec
 			if int(v) >= len(s.blocks.vecs) || s.blocks.vecs[v].n == 0 {
 				return fmt.Errorf("request id %d holds dead block vector %d", rq.id, v)
 			}
+			if e := s.blocks.entryAt(&s.blocks.vecs[v], s.blocks.recs[id].pos); e.slot != rq.slot || e.id != id {
+				return fmt.Errorf("request id %d block %d: record %d is slot %d's, the request is on %d", rq.id, j, id, e.slot, rq.slot)
+			}
 			pred := uint32(0)
 			if j > 0 {
-				pred = rq.vecs[j-1]
+				pred = s.blocks.recs[rq.holds[j-1]].vec
 			}
 			if p := s.blocks.vecs[v].pred; p != predMixed && p != pred {
 				return fmt.Errorf("request id %d block %d: vector %d says it follows %d, the request has %d", rq.id, j, v, p, pred)
@@ -285,4 +308,20 @@ func (s *Scheduler) CheckInvariants() error {
 		}
 	}
 	return s.checkHeap()
+}
+
+// checkRec verifies that holder e of vector v, at pos, has a live record
+// that points back at it (and its pairs entry, if indexed).
+func (s *Scheduler) checkRec(v uint32, e hentry, pos uint32) error {
+	if int(e.id) >= len(s.blocks.recs) {
+		return fmt.Errorf("block vector %d: holder slot %d has record %d of %d", v, e.slot, e.id, len(s.blocks.recs))
+	}
+	r := s.blocks.recs[e.id]
+	if r.rc == 0 || r.vec != v || r.pos != pos {
+		return fmt.Errorf("block vector %d: holder slot %d at %d: record %+v", v, e.slot, pos, r)
+	}
+	if r.indexed && s.blocks.pairs.get(pairKey(v, e.slot)) != e.id {
+		return fmt.Errorf("block vector %d: holder slot %d not in pairs", v, e.slot)
+	}
+	return nil
 }

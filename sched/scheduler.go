@@ -157,7 +157,7 @@ type request struct {
 	exNext   uint32
 	slPrev   uint32
 	slNext   uint32
-	vecs     []uint32 // block vectors booked (of random hashes without KV reuse)
+	holds    []uint32 // holder records of its blocks (of random hashes without KV reuse)
 	nextFree uint32
 }
 

@@ -41,7 +41,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		r = uint32(len(s.reqs) - 1)
 	}
 	rq := &s.reqs[r]
-	vecs := rq.vecs[:0]
+	holds := rq.holds[:0]
 	*rq = request{id: id, slot: i, isl: isl, overlap: overlap, start: now, live: true}
 	h, sl := &s.hot[i], &s.slots[i]
 	reuse := s.cfg.AssumeKVReuse
@@ -54,23 +54,25 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		case j < cached:
 			v = s.vecCache[j]
 			if fresh {
-				if s.blocks.acquireNew(v, i, pred) {
+				id, became := s.blocks.acquireNew(v, i, pred)
+				if became {
 					h.active++
 				}
 				pred = v
-				vecs = append(vecs, v)
+				holds = append(holds, id)
 				continue
 			}
 		default:
 			v = s.blocks.vec(uint64(b))
 		}
-		if s.blocks.acquire(v, i, pred) {
+		id, became := s.blocks.acquire(v, i, pred)
+		if became {
 			h.active++
 		}
 		pred = v
-		vecs = append(vecs, v)
+		holds = append(holds, id)
 	}
-	rq.vecs = vecs
+	rq.holds = holds
 	if len(blocks) > cap(s.vecCache) {
 		s.vecCache = make([]uint32, 0, 2*len(blocks))
 	}
@@ -211,8 +213,8 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	}
 	i := rq.slot
 	h, sl := &s.hot[i], &s.slots[i]
-	for _, v := range rq.vecs {
-		if s.blocks.release(v, i) {
+	for _, id := range rq.holds {
+		if s.blocks.release(id) {
 			h.active--
 		}
 	}
@@ -238,8 +240,8 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	s.sync(i)
 	s.byID.del(rq.id)
 	s.active--
-	vecs := rq.vecs[:0]
-	*rq = request{vecs: vecs, nextFree: s.freeReqs}
+	holds := rq.holds[:0]
+	*rq = request{holds: holds, nextFree: s.freeReqs}
 	s.freeReqs = r
 }
 

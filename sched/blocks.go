@@ -16,18 +16,16 @@ package sched
 //
 // A booking keeps the ids of the holder records it referenced, and a record
 // knows its vector and its place in the list, so freeing a request touches
-// each of its holders directly, whatever the block's holder count. Finding
-// a rank among a block's holders (booking a rank that already holds some of
-// the request's blocks, and TestCountHeldMatchesNaive) scans the inline
-// holder and the first chunk; holders added beyond them (a block active on
-// more than eight ranks, e.g. a system prompt shared fleet-wide) are also
-// indexed by (vector, slot) in pairs, so finding one is a probe instead of a
-// walk over every holder. A holder only ever moves towards the front (into
-// a hole left by a removal), so every holder past the first chunk is
-// indexed.
+// each of its holders directly, whatever the block's holder count. A record
+// also links to the record of the same rank's previous block in the booking
+// that added it: while the block's predecessor is consistent (blockVec.pred)
+// that record is alive and the same for every booking, so booking a rank
+// that already holds a prefix of a chained request follows those links from
+// the deepest one (countHeld notes it) instead of searching each block's
+// holders. Only other cases (arbitrary hash lists, AddRequest) search the
+// holder list (locate), as all bookings did before.
 type blockIndex struct {
 	heads    u64map // hash → vector id
-	pairs    u64map // pairKey(vector, slot) → record id, holders added past the first chunk
 	vecs     []blockVec
 	freeVecs []uint32
 	recs     []holderRec   // [0] unused
@@ -45,10 +43,10 @@ type hentry struct {
 
 // holderRec is a (block, slot) pair's reference count and place.
 type holderRec struct {
-	vec     uint32
-	rc      uint32
-	pos     uint32 // 0: the vector's inline holder; else chunk<<3 | offset
-	indexed bool   // in pairs
+	vec  uint32
+	rc   uint32
+	pos  uint32 // 0: the vector's inline holder; else chunk<<3 | offset
+	prev uint32 // the record before it in the booking that added it (0: first)
 }
 
 // holder is a (slot, reference count) pair, as appendHolders lists them.
@@ -86,8 +84,6 @@ func (b *blockIndex) init() {
 	b.chunks = make([]holderChunk, 1, 16)
 	b.recs = make([]holderRec, 1, 64)
 }
-
-func pairKey(v, slot uint32) uint64 { return uint64(v)<<32 | uint64(slot) }
 
 // appendHolders appends the holders of vector v to dst.
 func (b *blockIndex) appendHolders(dst []holder, v uint32) []holder {
@@ -127,33 +123,29 @@ func (b *blockIndex) vec(hash uint64) uint32 {
 }
 
 // locate returns the record of slot among vector v's holders.
-func (b *blockIndex) locate(v uint32, vec *blockVec, slot uint32) (uint32, bool) {
+func (b *blockIndex) locate(vec *blockVec, slot uint32) (uint32, bool) {
 	if vec.n == 0 {
 		return 0, false
 	}
 	if vec.first.slot == slot {
 		return vec.first.id, true
 	}
-	if vec.n == 1 {
-		return 0, false
-	}
-	hs := &b.chunks[vec.head].hs
-	for j := range min(vec.n-1, chunkHolders) {
-		if hs[j].slot == slot {
-			return hs[j].id, true
+	left := vec.n - 1
+	for c := vec.head; left > 0; c = b.chunks[c].next {
+		k := min(left, chunkHolders)
+		for _, e := range b.chunks[c].hs[:k] {
+			if e.slot == slot {
+				return e.id, true
+			}
 		}
-	}
-	if vec.n > 1+chunkHolders {
-		if id := b.pairs.get(pairKey(v, slot)); id != 0 {
-			return id, true
-		}
+		left -= k
 	}
 	return 0, false
 }
 
 // holds reports whether slot has vector v active.
 func (b *blockIndex) holds(v, slot uint32) bool {
-	_, ok := b.locate(v, &b.vecs[v], slot)
+	_, ok := b.locate(&b.vecs[v], slot)
 	return ok
 }
 
@@ -167,23 +159,23 @@ func (b *blockIndex) notePred(vec *blockVec, pred uint32) {
 
 // acquire adds one reference to vector v (from vec or a lookup made earlier
 // in the same call) on slot, booked right after vector pred (0: first block
-// of its request). It returns the holder record and whether the block became
-// active on the slot.
-func (b *blockIndex) acquire(v, slot, pred uint32) (uint32, bool) {
+// of its request) whose record on slot is prev. It returns the holder record
+// and whether the block became active on the slot.
+func (b *blockIndex) acquire(v, slot, pred, prev uint32) (uint32, bool) {
 	vec := &b.vecs[v]
 	b.notePred(vec, pred)
-	if id, ok := b.locate(v, vec, slot); ok {
+	if id, ok := b.locate(vec, slot); ok {
 		b.recs[id].rc++
 		return id, false
 	}
-	return b.add(v, slot), true
+	return b.add(v, slot, prev), true
 }
 
 // acquireNew is acquire for a slot that held vector v before the booking
 // in progress: if it holds v now, this booking added it (a block repeated in
 // the request), as the last holder, since holders are only appended during
 // a booking.
-func (b *blockIndex) acquireNew(v, slot, pred uint32) (uint32, bool) {
+func (b *blockIndex) acquireNew(v, slot, pred, prev uint32) (uint32, bool) {
 	vec := &b.vecs[v]
 	b.notePred(vec, pred)
 	if vec.n > 0 {
@@ -196,12 +188,12 @@ func (b *blockIndex) acquireNew(v, slot, pred uint32) (uint32, bool) {
 			return last.id, false
 		}
 	}
-	return b.add(v, slot), true
+	return b.add(v, slot, prev), true
 }
 
 // add appends slot, with a new record of one reference, to vector v's
-// holders and returns the record.
-func (b *blockIndex) add(v, slot uint32) uint32 {
+// holders and returns the record; prev is the booking's previous record.
+func (b *blockIndex) add(v, slot, prev uint32) uint32 {
 	id := b.freeRecs
 	if id != 0 {
 		b.freeRecs = b.recs[id].vec
@@ -209,7 +201,7 @@ func (b *blockIndex) add(v, slot uint32) uint32 {
 		b.recs = append(b.recs, holderRec{})
 		id = uint32(len(b.recs) - 1)
 	}
-	rec := holderRec{vec: v, rc: 1}
+	rec := holderRec{vec: v, rc: 1, prev: prev}
 	vec := &b.vecs[v]
 	k := vec.n
 	if k > 0 && (k-1)%chunkHolders == 0 {
@@ -234,10 +226,6 @@ func (b *blockIndex) add(v, slot uint32) uint32 {
 		o := (k - 1) % chunkHolders
 		b.chunks[vec.tail].hs[o] = hentry{slot, id}
 		rec.pos = vec.tail<<3 | o
-		if k > chunkHolders {
-			b.pairs.set(pairKey(v, slot), id)
-			rec.indexed = true
-		}
 	}
 	b.recs[id] = rec
 	vec.n++
@@ -263,9 +251,6 @@ func (b *blockIndex) release(id uint32) bool {
 	v, pos := rec.vec, rec.pos
 	vec := &b.vecs[v]
 	hole := b.entryAt(vec, pos)
-	if rec.indexed {
-		b.pairs.del(pairKey(v, hole.slot))
-	}
 	b.recs[id] = holderRec{vec: b.freeRecs}
 	b.freeRecs = id
 	last := vec.n - 1

@@ -8,19 +8,19 @@ import (
 )
 
 // TestBlockIndexModel drives the block index with random acquires and
-// releases on few hashes and many slots (so blocks have dozens of holders,
-// most of them indexed in pairs) against a map of reference counts, and
-// checks holders, counts, membership and the pairs index after every step.
+// releases on few hashes and many slots (so blocks have dozens of holders
+// in several chunks) against a map of reference counts, and checks
+// holders, counts, membership and the holder records after every step.
 func TestBlockIndexModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var b blockIndex
 	b.init()
 	type key struct{ hash, slot uint32 }
 	ref := map[key]uint32{}
-	maxIndexed := 0
+	maxHolders, lastMax := 0, 0
 	check := func(step int) {
 		t.Helper()
-		live, indexed := 0, 0
+		live, most := 0, 0
 		for _, c := range b.heads.cells {
 			if c.val == 0 {
 				continue
@@ -35,19 +35,22 @@ func TestBlockIndexModel(t *testing.T) {
 				if ref[key{uint32(c.key), h.slot}] != h.rc {
 					t.Fatalf("step %d: hash %d slot %d: rc %d, want %d", step, c.key, h.slot, h.rc, ref[key{uint32(c.key), h.slot}])
 				}
-				id, _ := b.locate(v, vec, h.slot)
-				if b.recs[id].indexed {
-					indexed++
-				}
 			}
 			live += len(hs)
+			most = max(most, len(hs))
 		}
 		if live != len(ref) || live != b.live {
 			t.Fatalf("step %d: %d holders, %d referenced, live %d", step, live, len(ref), b.live)
 		}
-		maxIndexed = max(maxIndexed, indexed)
-		if indexed != b.pairs.len() {
-			t.Fatalf("step %d: %d holders indexed, %d in pairs", step, indexed, b.pairs.len())
+		maxHolders, lastMax = max(maxHolders, most), most
+		for id := range b.recs {
+			r := b.recs[id]
+			if r.rc == 0 {
+				continue
+			}
+			if e := b.entryAt(&b.vecs[r.vec], r.pos); e.id != uint32(id) {
+				t.Fatalf("step %d: record %d at %d of vector %d holds record %d", step, id, r.pos, r.vec, e.id)
+			}
 		}
 		for hash := range uint32(4) {
 			v := b.heads.get(uint64(hash))
@@ -66,7 +69,7 @@ func TestBlockIndexModel(t *testing.T) {
 		fill := (step/2000)%2 == 0
 		if rc := ref[k]; rc > 0 && (rng.IntN(10) < 3 || !fill && rng.IntN(10) < 9) {
 			v := b.heads.get(uint64(k.hash))
-			id, ok := b.locate(v, &b.vecs[v], k.slot)
+			id, ok := b.locate(&b.vecs[v], k.slot)
 			if !ok {
 				t.Fatalf("step %d: hash %d slot %d not found", step, k.hash, k.slot)
 			}
@@ -81,7 +84,7 @@ func TestBlockIndexModel(t *testing.T) {
 			}
 		} else if fill || rng.IntN(10) == 0 {
 			v := b.vec(uint64(k.hash))
-			if _, became := b.acquire(v, k.slot, 0); became != (ref[k] == 0) {
+			if _, became := b.acquire(v, k.slot, 0, 0); became != (ref[k] == 0) {
 				t.Fatalf("step %d: acquire reported %v at rc %d", step, became, ref[k])
 			}
 			ref[k]++
@@ -91,8 +94,8 @@ func TestBlockIndexModel(t *testing.T) {
 		}
 	}
 	check(-1)
-	if maxIndexed < 100 || b.pairs.len() > maxIndexed/2 {
-		t.Fatalf("the pairs index peaked at %d holders, ends at %d: the walk did not fill and empty it", maxIndexed, b.pairs.len())
+	if maxHolders < 40 || lastMax > maxHolders/2 {
+		t.Fatalf("blocks peaked at %d holders, end at %d: the walk did not fill and empty them", maxHolders, lastMax)
 	}
 }
 

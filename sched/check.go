@@ -50,17 +50,13 @@ func (s *Scheduler) CheckInvariants() error {
 		if vec.n == 0 || nchunks != (vec.n-1+chunkHolders-1)/chunkHolders {
 			return fmt.Errorf("block vector %d of %x: %d holders in %d chunks", c.val, c.key, vec.n, nchunks)
 		}
-		// Every holder's record points back at it; those added past the
-		// first chunk are indexed.
+		// Every holder's record points back at it.
 		k := uint32(0)
 		for ch := vec.head; ch != 0; ch = s.blocks.chunks[ch].next {
 			for o := uint32(0); o < chunkHolders && k+1+o < vec.n; o++ {
 				e := s.blocks.chunks[ch].hs[o]
 				if err := s.checkRec(c.val, e, ch<<3|o); err != nil {
 					return err
-				}
-				if ch != vec.head && !s.blocks.recs[e.id].indexed {
-					return fmt.Errorf("block vector %d: holder slot %d past the first chunk not indexed", c.val, e.slot)
 				}
 			}
 			k += chunkHolders
@@ -84,12 +80,7 @@ func (s *Scheduler) CheckInvariants() error {
 			pairs++
 		}
 	}
-	indexed, freeRecs := 0, 0
-	for _, r := range s.blocks.recs {
-		if r.indexed {
-			indexed++
-		}
-	}
+	freeRecs := 0
 	for id := s.blocks.freeRecs; id != 0; id = s.blocks.recs[id].vec {
 		if freeRecs++; freeRecs > len(s.blocks.recs) {
 			return fmt.Errorf("holder record free list cycles")
@@ -97,9 +88,6 @@ func (s *Scheduler) CheckInvariants() error {
 	}
 	if freeRecs+s.blocks.live != len(s.blocks.recs)-1 {
 		return fmt.Errorf("holder records: %d free + %d live != %d", freeRecs, s.blocks.live, len(s.blocks.recs)-1)
-	}
-	if indexed != s.blocks.pairs.len() {
-		return fmt.Errorf("block index: %d holders beyond the first chunk, %d indexed", indexed, s.blocks.pairs.len())
 	}
 	if pairs != s.blocks.live {
 		return fmt.Errorf("block index: %d holders, %d counted live", pairs, s.blocks.live)
@@ -159,6 +147,9 @@ func (s *Scheduler) CheckInvariants() error {
 			}
 			if p := s.blocks.vecs[v].pred; p != predMixed && p != pred {
 				return fmt.Errorf("request id %d block %d: vector %d says it follows %d, the request has %d", rq.id, j, v, p, pred)
+			}
+			if j > 0 && s.blocks.vecs[v].pred == pred && s.blocks.recs[id].prev != rq.holds[j-1] {
+				return fmt.Errorf("request id %d block %d: record %d links to %d, the request's previous record is %d", rq.id, j, id, s.blocks.recs[id].prev, rq.holds[j-1])
 			}
 			rc[holderKey{s.blocks.vecs[v].hash, rq.slot}]++
 		}
@@ -311,7 +302,7 @@ func (s *Scheduler) CheckInvariants() error {
 }
 
 // checkRec verifies that holder e of vector v, at pos, has a live record
-// that points back at it (and its pairs entry, if indexed).
+// that points back at it.
 func (s *Scheduler) checkRec(v uint32, e hentry, pos uint32) error {
 	if int(e.id) >= len(s.blocks.recs) {
 		return fmt.Errorf("block vector %d: holder slot %d has record %d of %d", v, e.slot, e.id, len(s.blocks.recs))
@@ -319,9 +310,6 @@ func (s *Scheduler) checkRec(v uint32, e hentry, pos uint32) error {
 	r := s.blocks.recs[e.id]
 	if r.rc == 0 || r.vec != v || r.pos != pos {
 		return fmt.Errorf("block vector %d: holder slot %d at %d: record %+v", v, e.slot, pos, r)
-	}
-	if r.indexed && s.blocks.pairs.get(pairKey(v, e.slot)) != e.id {
-		return fmt.Errorf("block vector %d: holder slot %d not in pairs", v, e.slot)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ func TestHeapMatchesScan(t *testing.T) {
 	if testing.Short() {
 		rounds = 15
 	}
-	var heapUsed, decisions, pruned uint64
+	var heapUsed, decisions, pruned, chained uint64
 	for round := range rounds {
 		seed := uint64(round)*0x9e3779b97f4a7c15 + 1
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -187,8 +187,12 @@ func TestHeapMatchesScan(t *testing.T) {
 		}
 		heapUsed += hs.heapUsed
 		pruned += hs.heldPruned
+		chained += hs.chained
 	}
-	t.Logf("%d decisions, %d took the heap path, %d touched ranks left uncosted", decisions, heapUsed, pruned)
+	t.Logf("%d decisions, %d took the heap path, %d touched ranks left uncosted, %d bookings followed record links", decisions, heapUsed, pruned, chained)
+	if chained == 0 {
+		t.Fatal("no booking followed the record links")
+	}
 	if pruned == 0 {
 		t.Fatal("the heap path never left a touched rank uncosted")
 	}

@@ -34,6 +34,7 @@ type Scheduler struct {
 	scan      []slotScan
 	hot       []slotHot
 	held      []uint64 // gen<<32 | count
+	deep      []uint32 // with held: the rank's record of its deepest held block (countHeld)
 	touched   []uint32 // ranks marked fTouched in the current decision
 	slots     []slotState
 	freeSlots []uint32
@@ -68,11 +69,13 @@ type Scheduler struct {
 	weights  []float64 // softmax
 	vecCache []uint32  // block vectors found by countHeld, by block position
 	vecN     int       // how many of vecCache are valid for the current decision
+	nested   bool      // each of them always followed the one before (blockVec.pred)
 
 	ph         plainHeap // plain ranks by load (heap.go)
 	forceScan  bool      // tests: decide by the scan even where the heap applies
 	heapUsed   uint64    // decisions that took the heap path (tests)
 	heldPruned uint64    // touched ranks the heap path did not cost (tests)
+	chained    uint64    // bookings that found their held records by the links (tests)
 }
 
 // slotScan mirrors the little of a dp rank that the common decision reads
@@ -232,6 +235,7 @@ func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 		s.scan = append(s.scan, slotScan{})
 		s.hot = append(s.hot, slotHot{})
 		s.held = append(s.held, 0)
+		s.deep = append(s.deep, 0)
 		s.slots = append(s.slots, slotState{})
 		i = uint32(len(s.slots) - 1)
 	}
@@ -594,20 +598,24 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 	if !s.cfg.AssumeKVReuse {
 		return
 	}
+	if len(blocks) > cap(s.vecCache) {
+		s.vecCache = make([]uint32, 0, 2*len(blocks))
+	}
 	g := uint64(gen) << 32
 	bv := s.blocks.vecs
+	vc := s.vecCache[:len(blocks)]
 	prev, run := uint32(0), uint32(0)
+	nested := true
 	for j, h := range blocks {
 		v := s.blocks.heads.get(uint64(h))
 		if v == 0 {
 			break
 		}
-		if j < cap(s.vecCache) {
-			s.vecCache = s.vecCache[:j+1]
-			s.vecCache[j] = v
-			s.vecN = j + 1
-		}
-		if run > 0 && bv[v].pred == prev && bv[v].n == bv[prev].n {
+		vc[j] = v
+		s.vecN = j + 1
+		follows := bv[v].pred == prev
+		nested = nested && (j == 0 || follows)
+		if run > 0 && follows && bv[v].n == bv[prev].n {
 			run++
 		} else {
 			if run > 0 {
@@ -620,18 +628,23 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 	if run > 0 {
 		s.holdRun(prev, g, run)
 	}
+	s.vecCache = vc
+	s.nested = nested
 }
 
-// holdRun adds k held blocks to every holder of vector v.
+// holdRun adds k held blocks to every holder of vector v and notes its
+// record as the holder's deepest.
 func (s *Scheduler) holdRun(v uint32, g uint64, k uint32) {
 	vec := &s.blocks.vecs[v]
 	s.holdOne(vec.first.slot, g, k)
+	s.deep[vec.first.slot] = vec.first.id
 	left := vec.n - 1
 	for c := vec.head; left > 0; c = s.blocks.chunks[c].next {
 		hs := &s.blocks.chunks[c].hs
 		n := min(left, chunkHolders)
 		for _, p := range hs[:n] {
 			s.holdOne(p.slot, g, k)
+			s.deep[p.slot] = p.id
 		}
 		left -= n
 	}

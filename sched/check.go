@@ -239,7 +239,7 @@ func (s *Scheduler) CheckInvariants() error {
 		} else if sl.headTok != 0 || sl.headDur != 0 {
 			return fmt.Errorf("slot %d: prefill anchor without requests", i)
 		}
-		if sc, want := s.scan[i], s.scanOf(uint32(i)); sc != want || sc.flags&fTouched != 0 {
+		if sc, want := s.scan[i], s.scanOf(uint32(i)); sc != want || sc.flags&fMarks != 0 {
 			return fmt.Errorf("slot %d: scan mirror %+v, want %+v", i, sc, want)
 		}
 		if h.decaying != (sl.headDur > 0) {

@@ -238,6 +238,7 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 		sl := &s.slots[i]
 		sl.ovHost, sl.ovDisk, sl.ovTree = o.Host, o.Disk, o.TreeSize
 		s.touch(i)
+		s.scan[i].flags |= fOverlap
 	}
 	s.countHeld(r.Blocks, gen)
 	cached := s.vecN

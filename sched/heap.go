@@ -79,7 +79,7 @@ func (s *Scheduler) place(i uint32) {
 		h.slowPos = append(h.slowPos, 0)
 	}
 	sc := s.scan[i]
-	f := sc.flags &^ fTouched
+	f := sc.flags &^ fMarks
 	if f == fLive {
 		k := s.heapKey(sc)
 		if p := h.pos[i]; p != 0 {
@@ -254,12 +254,13 @@ func (s *Scheduler) heapPlain(p *pass) {
 		prune = !math.IsNaN(cut) && !math.IsInf(cut, 0)
 	}
 	for _, i := range s.touched {
-		if s.scan[i].flags&^fTouched != fLive {
+		sc := s.scan[i]
+		if sc.flags&^fMarks != fLive {
 			continue
 		}
-		if prune && s.hot[i].ovGen != gen {
+		if prune && sc.flags&fOverlap == 0 {
 			held := float64(s.heldOf(int(i), gen))
-			if h.ents[h.pos[i]-1].key-held > cut {
+			if s.heapKey(sc)-held > cut { // its heap key, from the mirror
 				s.heldPruned++
 				continue
 			}
@@ -295,7 +296,7 @@ func (s *Scheduler) checkHeap() error {
 		}
 	}
 	for i := range s.scan {
-		f := s.scan[i].flags &^ fTouched
+		f := s.scan[i].flags &^ fMarks
 		if (f == fLive) != (i < len(h.pos) && h.pos[i] != 0) {
 			return fmt.Errorf("slot %d: in heap %v, plain %v", i, !(f == fLive), f == fLive)
 		}

@@ -96,6 +96,9 @@ const (
 	fBusy    // over a threshold (meaningful when not fSlow)
 	fSlow    // decaying, one of several ranks, or loads ≥ 2^32
 	fTouched // the current request has an overlap or active blocks here
+	fOverlap // the current request has an overlap here (with fTouched)
+
+	fMarks = fTouched | fOverlap // per-decision marks
 )
 
 // slotHot is the authoritative load of a dp rank and the per-decision
@@ -283,7 +286,7 @@ func (s *Scheduler) scanOf(i uint32) slotScan {
 	if !h.live {
 		return slotScan{}
 	}
-	f := uint32(fLive) | s.scan[i].flags&fTouched
+	f := uint32(fLive) | s.scan[i].flags&fMarks
 	if h.decaying || h.multi || h.active > math.MaxUint32 || h.pfSum > math.MaxUint32 {
 		f |= fSlow
 	}
@@ -304,7 +307,7 @@ func (s *Scheduler) touch(i uint32) {
 
 func (s *Scheduler) untouch() {
 	for _, i := range s.touched {
-		s.scan[i].flags &^= fTouched
+		s.scan[i].flags &^= fMarks
 	}
 	s.touched = s.touched[:0]
 }

@@ -67,6 +67,9 @@ type blockVec struct {
 	// holds it here also holds pred), so the holders of the two are
 	// nested, and equal when their counts are.
 	pred uint32
+	// child is the vector booked right after this one most recently: a
+	// hint for countHeld's walk, checked against the next block's hash.
+	child uint32
 }
 
 const predMixed = ^uint32(0)
@@ -157,13 +160,21 @@ func (b *blockIndex) notePred(vec *blockVec, pred uint32) {
 	}
 }
 
+// link notes v as the child of pred (0: none) and its predecessor.
+func (b *blockIndex) link(v, pred uint32) {
+	b.notePred(&b.vecs[v], pred)
+	if pred != 0 {
+		b.vecs[pred].child = v
+	}
+}
+
 // acquire adds one reference to vector v (from vec or a lookup made earlier
 // in the same call) on slot, booked right after vector pred (0: first block
 // of its request) whose record on slot is prev. It returns the holder record
 // and whether the block became active on the slot.
 func (b *blockIndex) acquire(v, slot, pred, prev uint32) (uint32, bool) {
+	b.link(v, pred)
 	vec := &b.vecs[v]
-	b.notePred(vec, pred)
 	if id, ok := b.locate(vec, slot); ok {
 		b.recs[id].rc++
 		return id, false
@@ -176,8 +187,8 @@ func (b *blockIndex) acquire(v, slot, pred, prev uint32) (uint32, bool) {
 // the request), as the last holder, since holders are only appended during
 // a booking.
 func (b *blockIndex) acquireNew(v, slot, pred, prev uint32) (uint32, bool) {
+	b.link(v, pred)
 	vec := &b.vecs[v]
-	b.notePred(vec, pred)
 	if vec.n > 0 {
 		last := vec.first
 		if vec.n > 1 {

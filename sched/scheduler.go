@@ -610,7 +610,14 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 	prev, run := uint32(0), uint32(0)
 	nested := true
 	for j, h := range blocks {
-		v := s.blocks.heads.get(uint64(h))
+		// The previous block's last child is usually this block: a
+		// live vector with this hash is the one the table maps it to.
+		v := uint32(0)
+		if c := bv[prev].child; c != 0 && bv[c].hash == uint64(h) && bv[c].n > 0 {
+			v = c
+		} else {
+			v = s.blocks.heads.get(uint64(h))
+		}
 		if v == 0 {
 			break
 		}

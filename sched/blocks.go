@@ -1,5 +1,7 @@
 package sched
 
+import "slices"
+
 // blockIndex reference-counts active blocks per dp rank. One table maps a
 // sequence hash to its vector: the list of its holders, one per rank that
 // has the block active, each with a holder record (its reference count, how
@@ -209,6 +211,12 @@ func (b *blockIndex) add(v, slot, prev uint32) uint32 {
 	if id != 0 {
 		b.freeRecs = b.recs[id].vec
 	} else {
+		// Double the arena: the count of holders drifts, and append's
+		// smaller steps for large slices would reallocate at each new
+		// high-water mark of a steady workload.
+		if len(b.recs) == cap(b.recs) {
+			b.recs = slices.Grow(b.recs, len(b.recs))
+		}
 		b.recs = append(b.recs, holderRec{})
 		id = uint32(len(b.recs) - 1)
 	}

@@ -234,8 +234,9 @@
 //     untouched key; the others cost more than that untouched rank. Overlap
 //     ranks (marked fOverlap in the mirror) are always costed.
 //
-// Cost: a holder record is 16 bytes per (block, rank) pair held, on top of
-// the 8-byte list entry; a block vector grows from 32 to 40 bytes.
+// Cost: a holder record is 16 bytes per (block, rank) pair held (the arena
+// up to twice that), on top of the 8-byte list entry; a block vector grows
+// from 32 to 40 bytes.
 //
 // Measured (BenchmarkDecide, full lifecycle, base and new binaries
 // interleaved, -count 6, 300 ms each, on the shared 2-vCPU VM at load
@@ -247,9 +248,11 @@
 //	    8 ranks   1.49 → 1.59 µs  (675k → 629k, no significant change, p = 0.70)
 //	7,000 ranks, every rank in the overlaps: 270 → 257 µs (p = 0.59)
 //
-// 0 allocations per op at every size (a benchmark run at 256 ranks can see a
-// few hundred bytes per op: the holder-record arena reaching its high-water
-// mark; TestDecideAllocs passes). At 7,000 ranks what remains is the run
+// 0 allocations per op at every size. The holder-record arena doubles when
+// full: with append's smaller steps for large slices, the drifting holder
+// count of a steady workload reallocated it at each new high-water mark
+// (a few hundred B/op at 256 ranks, which make bench-gate would flag). At
+// 7,000 ranks what remains is the run
 // visits of the ~120 touched ranks, the heap's top band and its ties
 // (selection for the tie break), and booking 32 blocks; at 8 ranks it is the
 // hash table's insert and delete of each new block, as before. Issue 17's

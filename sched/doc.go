@@ -238,15 +238,20 @@
 // up to twice that), on top of the 8-byte list entry; a block vector grows
 // from 32 to 40 bytes.
 //
-// Measured (BenchmarkDecide, full lifecycle, base and new binaries
+// Measured (BenchmarkDecide, full lifecycle, base and final binaries
 // interleaved, -count 6, 300 ms each, on the shared 2-vCPU VM at load
-// average 9-13 from other jobs; CPU time per decision, medians; wall-clock
-// decisions/s spread ±130-210% and are not quoted):
+// average 10-16 from other jobs; CPU time per decision, medians):
 //
-//	7,000 ranks  12.68 → 4.59 µs  (78.9k → 218k decisions/s, 2.77×, p = 0.002)
-//	  256 ranks   2.46 → 1.39 µs  (410k → 720k, +75%, p = 0.009)
-//	    8 ranks   1.49 → 1.59 µs  (675k → 629k, no significant change, p = 0.70)
-//	7,000 ranks, every rank in the overlaps: 270 → 257 µs (p = 0.59)
+//	7,000 ranks  14.30 → 5.22 µs  (70.1k → 192k decisions/s, 2.74×, p = 0.002)
+//	  256 ranks   2.48 → 1.56 µs  (411k → 641k, +56%, p = 0.002)
+//	    8 ranks   1.57 → 1.57 µs  (638k → 636k, no change, p = 1.0)
+//	7,000 ranks, every rank in the overlaps: 221 → 234 µs (p = 0.82)
+//
+// An earlier run of the same comparison (before the child hint and the arena
+// doubling) gave 12.68 → 4.59 µs at 7,000 and 2.46 → 1.39 µs at 256. Three
+// more interleaved pairs at load average 2 (wall decisions/s): 7,000 ranks
+// 79-88k → 195-268k, 256 ranks 417-457k → 580-754k, 8 ranks 631-695k →
+// 520-729k.
 //
 // 0 allocations per op at every size. The holder-record arena doubles when
 // full: with append's smaller steps for large slices, the drifting holder

@@ -257,10 +257,10 @@
 // full: with append's smaller steps for large slices, the drifting holder
 // count of a steady workload reallocated it at each new high-water mark
 // (a few hundred B/op at 256 ranks, which make bench-gate would flag). At
-// 7,000 ranks what remains is the run
-// visits of the ~120 touched ranks, the heap's top band and its ties
-// (selection for the tie break), and booking 32 blocks; at 8 ranks it is the
-// hash table's insert and delete of each new block, as before. Issue 17's
+// 7,000 ranks what remains is the run visits of the ~120 touched ranks, the
+// heap's top band and its ties (selection for the tie break), and booking 32
+// blocks; at 8 ranks it is the hash table's insert and delete of each new
+// block, as before. Issue 17's
 // targets (≥ 300k at 7,000, ≥ 1.5M at 8) are still not met. With every rank
 // in the overlaps the decision is O(W) by definition (every rank is touched).
 //

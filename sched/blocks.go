@@ -1,26 +1,57 @@
 package sched
 
+import "slices"
+
 // blockIndex reference-counts active blocks per dp rank. One table maps a
-// sequence hash to its holders: (slot, reference count) pairs, one per rank
-// that has the block active, the count being how many of its active requests
-// include the block. Counting how many of a request's blocks each rank
-// already has active is then one table lookup per block and a scan of that
-// block's holders, instead of a lookup per rank.
+// sequence hash to its vector: the list of its holders, one per rank that
+// has the block active, each with a holder record (its reference count, how
+// many of the rank's active requests include the block). Counting how many
+// of a request's blocks each rank already has active is then one table
+// lookup per block and a scan of that block's holders, instead of a lookup
+// per rank.
 //
 // Most blocks have one holder, kept inline in the vector header; further
 // holders live in 64-byte chunks of seven, linked in a list, all from one
 // pointer-free arena with a single free list, so the arena never fragments
 // and a steady workload does not allocate. Order among holders is arbitrary
 // (removal moves the last holder into the hole).
+//
+// A booking keeps the ids of the holder records it referenced, and a record
+// knows its vector and its place in the list, so freeing a request touches
+// each of its holders directly, whatever the block's holder count. A record
+// also links to the record of the same rank's previous block in the booking
+// that added it: while the block's predecessor is consistent (blockVec.pred)
+// that record is alive and the same for every booking, so booking a rank
+// that already holds a prefix of a chained request follows those links from
+// the deepest one (countHeld notes it) instead of searching each block's
+// holders. Only other cases (arbitrary hash lists, AddRequest) search the
+// holder list (locate), as all bookings did before.
 type blockIndex struct {
 	heads    u64map // hash → vector id
 	vecs     []blockVec
 	freeVecs []uint32
+	recs     []holderRec   // [0] unused
+	freeRecs uint32        // free record list through vec
 	chunks   []holderChunk // [0] unused
 	free     uint32        // free chunk list through next
 	live     int           // (hash, slot) pairs
 }
 
+// hentry is one holder in a vector's list: the slot and its record.
+type hentry struct {
+	slot uint32
+	id   uint32
+}
+
+// holderRec is a (block, slot) pair's reference count and place.
+type holderRec struct {
+	vec  uint32
+	rc   uint32
+	pos  uint32 // 0: the vector's inline holder; else chunk<<3 | offset
+	prev uint32 // the record before it in the booking that added it (0: first)
+}
+
+// holder is a (slot, reference count) pair, as appendHolders lists them.
 type holder struct {
 	slot uint32
 	rc   uint32
@@ -28,34 +59,35 @@ type holder struct {
 
 type blockVec struct {
 	hash       uint64
-	first      holder // holder 0
+	first      hentry // holder 0
 	n          uint32 // holders
 	head, tail uint32 // chunks with holders 1..n-1
+	// pred is the vector that preceded this one in every booking of it
+	// since it became active (0: it was every booking's first block),
+	// or predMixed once two bookings disagreed. While it is not mixed,
+	// every rank holding this block holds pred too (the booking that
+	// holds it here also holds pred), so the holders of the two are
+	// nested, and equal when their counts are.
+	pred uint32
+	// child is the vector booked right after this one most recently: a
+	// hint for countHeld's walk, checked against the next block's hash.
+	child uint32
 }
+
+const predMixed = ^uint32(0)
 
 const chunkHolders = 7
 
 // holderChunk is one cache line: seven holders and the list links.
 type holderChunk struct {
-	hs         [chunkHolders]holder
+	hs         [chunkHolders]hentry
 	prev, next uint32
 }
 
 func (b *blockIndex) init() {
 	b.vecs = make([]blockVec, 1, 64)
 	b.chunks = make([]holderChunk, 1, 16)
-}
-
-// at returns holder k (0 ≤ k < n) of vec.
-func (b *blockIndex) at(vec *blockVec, k uint32) *holder {
-	if k == 0 {
-		return &vec.first
-	}
-	c := vec.head
-	for k--; k >= chunkHolders; k -= chunkHolders {
-		c = b.chunks[c].next
-	}
-	return &b.chunks[c].hs[k]
+	b.recs = make([]holderRec, 1, 64)
 }
 
 // appendHolders appends the holders of vector v to dst.
@@ -64,11 +96,13 @@ func (b *blockIndex) appendHolders(dst []holder, v uint32) []holder {
 	if vec.n == 0 {
 		return dst
 	}
-	dst = append(dst, vec.first)
+	dst = append(dst, holder{vec.first.slot, b.recs[vec.first.id].rc})
 	left := vec.n - 1
 	for c := vec.head; c != 0 && left > 0; c = b.chunks[c].next {
 		k := min(left, chunkHolders)
-		dst = append(dst, b.chunks[c].hs[:k]...)
+		for _, e := range b.chunks[c].hs[:k] {
+			dst = append(dst, holder{e.slot, b.recs[e.id].rc})
+		}
 		left -= k
 	}
 	return dst
@@ -93,36 +127,101 @@ func (b *blockIndex) vec(hash uint64) uint32 {
 	return v
 }
 
-// find returns the index of slot among vec's holders, or vec.n.
-func (b *blockIndex) find(vec *blockVec, slot uint32) uint32 {
+// locate returns the record of slot among vector v's holders.
+func (b *blockIndex) locate(vec *blockVec, slot uint32) (uint32, bool) {
 	if vec.n == 0 {
-		return 0
+		return 0, false
 	}
 	if vec.first.slot == slot {
-		return 0
+		return vec.first.id, true
 	}
-	k := uint32(1)
-	for c := vec.head; c != 0 && k < vec.n; c = b.chunks[c].next {
-		hs := &b.chunks[c].hs
-		for j := 0; j < chunkHolders && k < vec.n; j++ {
-			if hs[j].slot == slot {
-				return k
+	left := vec.n - 1
+	for c := vec.head; left > 0; c = b.chunks[c].next {
+		k := min(left, chunkHolders)
+		for _, e := range b.chunks[c].hs[:k] {
+			if e.slot == slot {
+				return e.id, true
 			}
-			k++
 		}
+		left -= k
 	}
-	return vec.n
+	return 0, false
+}
+
+// holds reports whether slot has vector v active.
+func (b *blockIndex) holds(v, slot uint32) bool {
+	_, ok := b.locate(&b.vecs[v], slot)
+	return ok
+}
+
+func (b *blockIndex) notePred(vec *blockVec, pred uint32) {
+	if vec.n == 0 {
+		vec.pred = pred
+	} else if vec.pred != pred {
+		vec.pred = predMixed
+	}
+}
+
+// link notes v as the child of pred (0: none) and its predecessor.
+func (b *blockIndex) link(v, pred uint32) {
+	b.notePred(&b.vecs[v], pred)
+	if pred != 0 {
+		b.vecs[pred].child = v
+	}
 }
 
 // acquire adds one reference to vector v (from vec or a lookup made earlier
-// in the same call) on slot, and reports whether the block became active on
-// the slot.
-func (b *blockIndex) acquire(v, slot uint32) bool {
+// in the same call) on slot, booked right after vector pred (0: first block
+// of its request) whose record on slot is prev. It returns the holder record
+// and whether the block became active on the slot.
+func (b *blockIndex) acquire(v, slot, pred, prev uint32) (uint32, bool) {
+	b.link(v, pred)
 	vec := &b.vecs[v]
-	if k := b.find(vec, slot); k < vec.n {
-		b.at(vec, k).rc++
-		return false
+	if id, ok := b.locate(vec, slot); ok {
+		b.recs[id].rc++
+		return id, false
 	}
+	return b.add(v, slot, prev), true
+}
+
+// acquireNew is acquire for a slot that held vector v before the booking
+// in progress: if it holds v now, this booking added it (a block repeated in
+// the request), as the last holder, since holders are only appended during
+// a booking.
+func (b *blockIndex) acquireNew(v, slot, pred, prev uint32) (uint32, bool) {
+	b.link(v, pred)
+	vec := &b.vecs[v]
+	if vec.n > 0 {
+		last := vec.first
+		if vec.n > 1 {
+			last = b.chunks[vec.tail].hs[(vec.n-2)%chunkHolders]
+		}
+		if last.slot == slot {
+			b.recs[last.id].rc++
+			return last.id, false
+		}
+	}
+	return b.add(v, slot, prev), true
+}
+
+// add appends slot, with a new record of one reference, to vector v's
+// holders and returns the record; prev is the booking's previous record.
+func (b *blockIndex) add(v, slot, prev uint32) uint32 {
+	id := b.freeRecs
+	if id != 0 {
+		b.freeRecs = b.recs[id].vec
+	} else {
+		// Double the arena: the count of holders drifts, and append's
+		// smaller steps for large slices would reallocate at each new
+		// high-water mark of a steady workload.
+		if len(b.recs) == cap(b.recs) {
+			b.recs = slices.Grow(b.recs, len(b.recs))
+		}
+		b.recs = append(b.recs, holderRec{})
+		id = uint32(len(b.recs) - 1)
+	}
+	rec := holderRec{vec: v, rc: 1, prev: prev}
+	vec := &b.vecs[v]
 	k := vec.n
 	if k > 0 && (k-1)%chunkHolders == 0 {
 		c := b.free
@@ -132,7 +231,6 @@ func (b *blockIndex) acquire(v, slot uint32) bool {
 			b.chunks = append(b.chunks, holderChunk{})
 			c = uint32(len(b.chunks) - 1)
 		}
-		vec = &b.vecs[v]
 		b.chunks[c] = holderChunk{prev: vec.tail}
 		if vec.tail != 0 {
 			b.chunks[vec.tail].next = c
@@ -142,46 +240,60 @@ func (b *blockIndex) acquire(v, slot uint32) bool {
 		vec.tail = c
 	}
 	if k == 0 {
-		vec.first = holder{slot: slot, rc: 1}
+		vec.first = hentry{slot, id}
 	} else {
-		b.chunks[vec.tail].hs[(k-1)%chunkHolders] = holder{slot: slot, rc: 1}
+		o := (k - 1) % chunkHolders
+		b.chunks[vec.tail].hs[o] = hentry{slot, id}
+		rec.pos = vec.tail<<3 | o
 	}
+	b.recs[id] = rec
 	vec.n++
 	b.live++
-	return true
+	return id
 }
 
-// release drops one reference of vector v on slot and reports whether the
-// block left the slot. The reference must exist.
-func (b *blockIndex) release(v, slot uint32) bool {
-	vec := &b.vecs[v]
-	k := b.find(vec, slot)
-	if k == vec.n {
-		panic("sched: release of a block reference that does not exist")
+func (b *blockIndex) entryAt(vec *blockVec, pos uint32) *hentry {
+	if pos == 0 {
+		return &vec.first
 	}
-	h := b.at(vec, k)
-	h.rc--
-	if h.rc > 0 {
+	return &b.chunks[pos>>3].hs[pos&7]
+}
+
+// release drops one reference of holder record id and reports whether the
+// block left the slot.
+func (b *blockIndex) release(id uint32) bool {
+	rec := &b.recs[id]
+	rec.rc--
+	if rec.rc > 0 {
 		return false
 	}
+	v, pos := rec.vec, rec.pos
+	vec := &b.vecs[v]
+	hole := b.entryAt(vec, pos)
+	b.recs[id] = holderRec{vec: b.freeRecs}
+	b.freeRecs = id
 	last := vec.n - 1
 	if last == 0 {
-		vec.first = holder{}
+		vec.first = hentry{}
 	} else {
-		tail := &b.chunks[vec.tail]
+		tc := vec.tail
+		tail := &b.chunks[tc]
 		j := (last - 1) % chunkHolders
-		*h = tail.hs[j]
-		tail.hs[j] = holder{}
+		if lp := tc<<3 | j; lp != pos { // move the last holder into the hole
+			moved := tail.hs[j]
+			*hole = moved
+			b.recs[moved.id].pos = pos
+		}
+		tail.hs[j] = hentry{}
 		if j == 0 { // the tail chunk emptied
-			c := vec.tail
 			vec.tail = tail.prev
 			if vec.tail != 0 {
 				b.chunks[vec.tail].next = 0
 			} else {
 				vec.head = 0
 			}
-			b.chunks[c] = holderChunk{next: b.free}
-			b.free = c
+			b.chunks[tc] = holderChunk{next: b.free}
+			b.free = tc
 		}
 	}
 	vec.n--

@@ -50,6 +50,20 @@ func (s *Scheduler) CheckInvariants() error {
 		if vec.n == 0 || nchunks != (vec.n-1+chunkHolders-1)/chunkHolders {
 			return fmt.Errorf("block vector %d of %x: %d holders in %d chunks", c.val, c.key, vec.n, nchunks)
 		}
+		// Every holder's record points back at it.
+		k := uint32(0)
+		for ch := vec.head; ch != 0; ch = s.blocks.chunks[ch].next {
+			for o := uint32(0); o < chunkHolders && k+1+o < vec.n; o++ {
+				e := s.blocks.chunks[ch].hs[o]
+				if err := s.checkRec(c.val, e, ch<<3|o); err != nil {
+					return err
+				}
+			}
+			k += chunkHolders
+		}
+		if err := s.checkRec(c.val, vec.first, 0); err != nil {
+			return err
+		}
 		seen := make(map[uint32]bool)
 		for _, p := range s.blocks.appendHolders(nil, c.val) {
 			if p.rc == 0 {
@@ -65,6 +79,15 @@ func (s *Scheduler) CheckInvariants() error {
 			activeBy[p.slot]++
 			pairs++
 		}
+	}
+	freeRecs := 0
+	for id := s.blocks.freeRecs; id != 0; id = s.blocks.recs[id].vec {
+		if freeRecs++; freeRecs > len(s.blocks.recs) {
+			return fmt.Errorf("holder record free list cycles")
+		}
+	}
+	if freeRecs+s.blocks.live != len(s.blocks.recs)-1 {
+		return fmt.Errorf("holder records: %d free + %d live != %d", freeRecs, s.blocks.live, len(s.blocks.recs)-1)
 	}
 	if pairs != s.blocks.live {
 		return fmt.Errorf("block index: %d holders, %d counted live", pairs, s.blocks.live)
@@ -107,9 +130,26 @@ func (s *Scheduler) CheckInvariants() error {
 		if int(rq.slot) >= len(s.hot) || !s.hot[rq.slot].live {
 			return fmt.Errorf("request id %d on dead slot %d", rq.id, rq.slot)
 		}
-		for _, v := range rq.vecs {
+		for j, id := range rq.holds {
+			if int(id) >= len(s.blocks.recs) || s.blocks.recs[id].rc == 0 {
+				return fmt.Errorf("request id %d holds dead holder record %d", rq.id, id)
+			}
+			v := s.blocks.recs[id].vec
 			if int(v) >= len(s.blocks.vecs) || s.blocks.vecs[v].n == 0 {
 				return fmt.Errorf("request id %d holds dead block vector %d", rq.id, v)
+			}
+			if e := s.blocks.entryAt(&s.blocks.vecs[v], s.blocks.recs[id].pos); e.slot != rq.slot || e.id != id {
+				return fmt.Errorf("request id %d block %d: record %d is slot %d's, the request is on %d", rq.id, j, id, e.slot, rq.slot)
+			}
+			pred := uint32(0)
+			if j > 0 {
+				pred = s.blocks.recs[rq.holds[j-1]].vec
+			}
+			if p := s.blocks.vecs[v].pred; p != predMixed && p != pred {
+				return fmt.Errorf("request id %d block %d: vector %d says it follows %d, the request has %d", rq.id, j, v, p, pred)
+			}
+			if j > 0 && s.blocks.vecs[v].pred == pred && s.blocks.recs[id].prev != rq.holds[j-1] {
+				return fmt.Errorf("request id %d block %d: record %d links to %d, the request's previous record is %d", rq.id, j, id, s.blocks.recs[id].prev, rq.holds[j-1])
 			}
 			rc[holderKey{s.blocks.vecs[v].hash, rq.slot}]++
 		}
@@ -199,7 +239,7 @@ func (s *Scheduler) CheckInvariants() error {
 		} else if sl.headTok != 0 || sl.headDur != 0 {
 			return fmt.Errorf("slot %d: prefill anchor without requests", i)
 		}
-		if sc, want := s.scan[i], s.scanOf(uint32(i)); sc != want || sc.flags&fTouched != 0 {
+		if sc, want := s.scan[i], s.scanOf(uint32(i)); sc != want || sc.flags&fMarks != 0 {
 			return fmt.Errorf("slot %d: scan mirror %+v, want %+v", i, sc, want)
 		}
 		if h.decaying != (sl.headDur > 0) {
@@ -259,4 +299,17 @@ func (s *Scheduler) CheckInvariants() error {
 		}
 	}
 	return s.checkHeap()
+}
+
+// checkRec verifies that holder e of vector v, at pos, has a live record
+// that points back at it.
+func (s *Scheduler) checkRec(v uint32, e hentry, pos uint32) error {
+	if int(e.id) >= len(s.blocks.recs) {
+		return fmt.Errorf("block vector %d: holder slot %d has record %d of %d", v, e.slot, e.id, len(s.blocks.recs))
+	}
+	r := s.blocks.recs[e.id]
+	if r.rc == 0 || r.vec != v || r.pos != pos {
+		return fmt.Errorf("block vector %d: holder slot %d at %d: record %+v", v, e.slot, pos, r)
+	}
+	return nil
 }

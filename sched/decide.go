@@ -238,6 +238,7 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 		sl := &s.slots[i]
 		sl.ovHost, sl.ovDisk, sl.ovTree = o.Host, o.Disk, o.TreeSize
 		s.touch(i)
+		s.scan[i].flags |= fOverlap
 	}
 	s.countHeld(r.Blocks, gen)
 	cached := s.vecN
@@ -315,7 +316,11 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 	}
 	eff := min(max(0, p.in.isl-cachedTok), math.MaxUint32)
 	hint := PrefillLoadHint{InitialEffectiveTokens: uint32(eff), ExpectedDuration: r.ExpectedPrefill}
-	s.book(r.ID, i, r.Blocks, r.ISL, overlap, hint, now, cached)
+	held, deep := int(s.heldOf(int(i), gen)), uint32(0)
+	if held > 0 && s.nested {
+		deep = s.deep[i]
+	}
+	s.book(r.ID, i, r.Blocks, r.ISL, overlap, hint, now, cached, held, deep)
 	s.slots[i].decisions++
 	s.stats.Decisions++
 	if mode == costNone {

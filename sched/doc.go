@@ -165,10 +165,11 @@
 // (live, not busy, not decaying, the only rank of its worker, untouched by the
 // request) is "plain", mirrored in 12 bytes. Active blocks are indexed by
 // hash, each with the list of ranks holding it, so a request's blocks are
-// looked up once each (BenchmarkHeldCount compares this with a set per rank).
-// Requests sharing a prefix that is active on many ranks cost a visit per
-// (block, holding rank) until the first block no rank holds; those ranks are
-// "touched" by the request.
+// looked up once each (BenchmarkHeldCount compares this with a set per rank),
+// until the first block no rank holds; the ranks holding any of them are
+// "touched" by the request. A run of consecutive blocks held by the same
+// ranks costs one visit per holding rank, not one per (block, rank) (see
+// "Held blocks" below).
 //
 // Decision (issue 17 §3): plain ranks sit in a binary min-heap keyed by their
 // load, w × prefill tokens / B + active blocks (heap.go), kept in step
@@ -197,6 +198,71 @@
 // families) and booking; at 8 ranks it is booking and freeing the blocks.
 // Issue 17's targets (≥ 300k at 7,000, ≥ 1.5M at 8) are not met by this
 // change alone.
+//
+// # Held blocks (issue 17 §3, second step)
+//
+// After the heap, a decision at 7,000 ranks went to counting the touched
+// ranks' held blocks (a visit per block per holding rank: 16 shared blocks
+// on about 120 ranks per request in BenchmarkDecide), to searching a
+// block's holder list for the rank when booking and freeing (linear in the
+// holders), and to costing every touched rank. Three changes, each exact
+// (decisions identical: TestHeapMatchesScan, the model, script and fuzz
+// tests, plus TestCountHeldMatchesNaive and CheckInvariants' new checks):
+//
+//   - Runs. Each block vector remembers the vector that preceded it in every
+//     booking since it became active (blockVec.pred, or "mixed" once two
+//     bookings disagree). While that holds, every rank holding the block
+//     holds its predecessor, so when the counts of holders are equal the
+//     holder sets are equal: countHeld adds a whole run of such blocks to
+//     each holder of the run's last block in one visit. Chained sequence
+//     hashes always qualify, except at branch points; arbitrary hash lists
+//     fall back to a visit per block. The walk also tries the previous
+//     block's most recent child vector before probing the hash table.
+//   - Holder records. A booking keeps, per block, the id of its (block,
+//     rank) record (reference count, vector, place in the holder list), so
+//     freeing releases each block directly. A record links to the same
+//     rank's record of the previous block; booking a rank that holds a
+//     prefix of a chained request follows those links back from its deepest
+//     held block (noted during the count) and appends the rank to the other
+//     blocks without searching; a rank holding none of the walked blocks
+//     (held count 0) is appended directly. Only arbitrary hash lists and
+//     AddRequest search the holder list. A (vector, slot) hash index for the
+//     search was tried first and dropped: its insert and delete per booking
+//     of a widely held block cost more than the walks it saved.
+//   - Pruning. The heap path costs a touched plain rank only when its key
+//     minus its held blocks is within the rounding band of the smallest
+//     untouched key; the others cost more than that untouched rank. Overlap
+//     ranks (marked fOverlap in the mirror) are always costed.
+//
+// Cost: a holder record is 16 bytes per (block, rank) pair held (the arena
+// up to twice that), on top of the 8-byte list entry; a block vector grows
+// from 32 to 40 bytes.
+//
+// Measured (BenchmarkDecide, full lifecycle, base and final binaries
+// interleaved, -count 6, 300 ms each, on the shared 2-vCPU VM at load
+// average 10-16 from other jobs; CPU time per decision, medians):
+//
+//	7,000 ranks  14.30 → 5.22 µs  (70.1k → 192k decisions/s, 2.74×, p = 0.002)
+//	  256 ranks   2.48 → 1.56 µs  (411k → 641k, +56%, p = 0.002)
+//	    8 ranks   1.57 → 1.57 µs  (638k → 636k, no change, p = 1.0)
+//	7,000 ranks, every rank in the overlaps: 221 → 234 µs (p = 0.82)
+//
+// An earlier run of the same comparison (before the child hint and the arena
+// doubling) gave 12.68 → 4.59 µs at 7,000 and 2.46 → 1.39 µs at 256. Three
+// more interleaved pairs at load average 2 (wall decisions/s): 7,000 ranks
+// 79-88k → 195-268k, 256 ranks 417-457k → 580-754k, 8 ranks 631-695k →
+// 520-729k.
+//
+// 0 allocations per op at every size. The holder-record arena doubles when
+// full: with append's smaller steps for large slices, the drifting holder
+// count of a steady workload reallocated it at each new high-water mark
+// (a few hundred B/op at 256 ranks, which make bench-gate would flag). At
+// 7,000 ranks what remains is the run visits of the ~120 touched ranks, the
+// heap's top band and its ties (selection for the tie break), and booking 32
+// blocks; at 8 ranks it is the hash table's insert and delete of each new
+// block, as before. Issue 17's
+// targets (≥ 300k at 7,000, ≥ 1.5M at 8) are still not met. With every rank
+// in the overlaps the decision is O(W) by definition (every rank is touched).
 //
 // # API
 //

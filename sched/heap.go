@@ -79,7 +79,7 @@ func (s *Scheduler) place(i uint32) {
 		h.slowPos = append(h.slowPos, 0)
 	}
 	sc := s.scan[i]
-	f := sc.flags &^ fTouched
+	f := sc.flags &^ fMarks
 	if f == fLive {
 		k := s.heapKey(sc)
 		if p := h.pos[i]; p != 0 {
@@ -189,11 +189,6 @@ func (s *Scheduler) heapPlain(p *pass) {
 	for _, i := range h.slow {
 		s.consider(p, int(i))
 	}
-	for _, i := range s.touched {
-		if s.scan[i].flags&^fTouched == fLive {
-			s.consider(p, int(i))
-		}
-	}
 	// The smallest untouched key: only touched ranks can sit above it.
 	kmin := math.Inf(1)
 	st := h.stack[:0]
@@ -245,6 +240,33 @@ func (s *Scheduler) heapPlain(p *pass) {
 		}
 	}
 	h.stack = st
+	// The plain ranks the request touches. One whose key less its held
+	// blocks exceeds the smallest untouched key by more than the rounding
+	// band costs more than that untouched rank (its cost is its key plus
+	// the common term, less what its overlap and held blocks save), so it
+	// cannot be among the best; only the others are costed. Ranks with an
+	// overlap are always costed (an overlap lowers the prefill term).
+	gen := p.in.gen
+	var cut float64
+	prune := !math.IsInf(kmin, 1) && p.in.mode != costLeast
+	if prune {
+		cut = kmin + 1e-6*(math.Abs(kmin)+float64(p.in.nb)+p.in.w*float64(p.in.isl)*s.invBS+1)
+		prune = !math.IsNaN(cut) && !math.IsInf(cut, 0)
+	}
+	for _, i := range s.touched {
+		sc := s.scan[i]
+		if sc.flags&^fMarks != fLive {
+			continue
+		}
+		if prune && sc.flags&fOverlap == 0 {
+			held := float64(s.heldOf(int(i), gen))
+			if s.heapKey(sc)-held > cut { // its heap key, from the mirror
+				s.heldPruned++
+				continue
+			}
+		}
+		s.consider(p, int(i))
+	}
 	p.eligible = len(s.slotOf)
 	// The scan reconsiders busy ranks in rank order (route orders the ties
 	// when it breaks them).
@@ -274,7 +296,7 @@ func (s *Scheduler) checkHeap() error {
 		}
 	}
 	for i := range s.scan {
-		f := s.scan[i].flags &^ fTouched
+		f := s.scan[i].flags &^ fMarks
 		if (f == fLive) != (i < len(h.pos) && h.pos[i] != 0) {
 			return fmt.Errorf("slot %d: in heap %v, plain %v", i, !(f == fLive), f == fLive)
 		}

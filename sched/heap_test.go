@@ -23,7 +23,7 @@ func TestHeapMatchesScan(t *testing.T) {
 	if testing.Short() {
 		rounds = 15
 	}
-	var heapUsed, decisions uint64
+	var heapUsed, decisions, pruned, chained uint64
 	for round := range rounds {
 		seed := uint64(round)*0x9e3779b97f4a7c15 + 1
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -73,8 +73,13 @@ func TestHeapMatchesScan(t *testing.T) {
 		chain := func(n int) []wire.SeqHash {
 			fam := uint64(rng.IntN(5))
 			hs := make([]wire.SeqHash, n)
+			arbitrary := rng.IntN(5) == 0 // repeats, disagreeing predecessors
 			for i := range hs {
-				hs[i] = wire.SeqHash(fam<<32 | uint64(i+1))
+				if arbitrary {
+					hs[i] = wire.SeqHash(fam<<32 | uint64(rng.IntN(3)+1))
+				} else {
+					hs[i] = wire.SeqHash(fam<<32 | uint64(i+1))
+				}
 			}
 			return hs
 		}
@@ -181,8 +186,16 @@ func TestHeapMatchesScan(t *testing.T) {
 			t.Fatalf("forced scan took the heap %d times", ss.heapUsed)
 		}
 		heapUsed += hs.heapUsed
+		pruned += hs.heldPruned
+		chained += hs.chained
 	}
-	t.Logf("%d decisions, %d took the heap path", decisions, heapUsed)
+	t.Logf("%d decisions, %d took the heap path, %d touched ranks left uncosted, %d bookings followed record links", decisions, heapUsed, pruned, chained)
+	if chained == 0 {
+		t.Fatal("no booking followed the record links")
+	}
+	if pruned == 0 {
+		t.Fatal("the heap path never left a touched rank uncosted")
+	}
 	if heapUsed < decisions/4 {
 		t.Fatalf("only %d of %d decisions took the heap path", heapUsed, decisions)
 	}

@@ -34,6 +34,7 @@ type Scheduler struct {
 	scan      []slotScan
 	hot       []slotHot
 	held      []uint64 // gen<<32 | count
+	deep      []uint32 // with held: the rank's record of its deepest held block (countHeld)
 	touched   []uint32 // ranks marked fTouched in the current decision
 	slots     []slotState
 	freeSlots []uint32
@@ -68,10 +69,13 @@ type Scheduler struct {
 	weights  []float64 // softmax
 	vecCache []uint32  // block vectors found by countHeld, by block position
 	vecN     int       // how many of vecCache are valid for the current decision
+	nested   bool      // each of them always followed the one before (blockVec.pred)
 
-	ph        plainHeap // plain ranks by load (heap.go)
-	forceScan bool      // tests: decide by the scan even where the heap applies
-	heapUsed  uint64    // decisions that took the heap path (tests)
+	ph         plainHeap // plain ranks by load (heap.go)
+	forceScan  bool      // tests: decide by the scan even where the heap applies
+	heapUsed   uint64    // decisions that took the heap path (tests)
+	heldPruned uint64    // touched ranks the heap path did not cost (tests)
+	chained    uint64    // bookings that found their held records by the links (tests)
 }
 
 // slotScan mirrors the little of a dp rank that the common decision reads
@@ -92,6 +96,9 @@ const (
 	fBusy    // over a threshold (meaningful when not fSlow)
 	fSlow    // decaying, one of several ranks, or loads ≥ 2^32
 	fTouched // the current request has an overlap or active blocks here
+	fOverlap // the current request has an overlap here (with fTouched)
+
+	fMarks = fTouched | fOverlap // per-decision marks
 )
 
 // slotHot is the authoritative load of a dp rank and the per-decision
@@ -156,7 +163,7 @@ type request struct {
 	exNext   uint32
 	slPrev   uint32
 	slNext   uint32
-	vecs     []uint32 // block vectors booked (of random hashes without KV reuse)
+	holds    []uint32 // holder records of its blocks (of random hashes without KV reuse)
 	nextFree uint32
 }
 
@@ -231,6 +238,7 @@ func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 		s.scan = append(s.scan, slotScan{})
 		s.hot = append(s.hot, slotHot{})
 		s.held = append(s.held, 0)
+		s.deep = append(s.deep, 0)
 		s.slots = append(s.slots, slotState{})
 		i = uint32(len(s.slots) - 1)
 	}
@@ -278,7 +286,7 @@ func (s *Scheduler) scanOf(i uint32) slotScan {
 	if !h.live {
 		return slotScan{}
 	}
-	f := uint32(fLive) | s.scan[i].flags&fTouched
+	f := uint32(fLive) | s.scan[i].flags&fMarks
 	if h.decaying || h.multi || h.active > math.MaxUint32 || h.pfSum > math.MaxUint32 {
 		f |= fSlow
 	}
@@ -299,7 +307,7 @@ func (s *Scheduler) touch(i uint32) {
 
 func (s *Scheduler) untouch() {
 	for _, i := range s.touched {
-		s.scan[i].flags &^= fTouched
+		s.scan[i].flags &^= fMarks
 	}
 	s.touched = s.touched[:0]
 }
@@ -581,41 +589,83 @@ func (s *Scheduler) nextGen() uint32 {
 // countHeld sets the held count (under gen) of every rank to how many of
 // blocks it has active, and caches the blocks' vectors for booking. Blocks
 // are chained sequence hashes, so the first hash no rank holds ends the walk.
+//
+// Consecutive blocks held by the same ranks are counted once: when block j's
+// vector has always been booked right after block j−1's (blockVec.pred) and
+// has as many holders, the two have the same holders, so a run of such
+// blocks adds its length to each holder of its last block in one visit. A
+// prefix shared by k ranks costs k visits instead of k per block; blocks
+// without the property (arbitrary hashes, branch points) are counted one by
+// one as before, so the counts are the same.
 func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 	if !s.cfg.AssumeKVReuse {
 		return
 	}
+	if len(blocks) > cap(s.vecCache) {
+		s.vecCache = make([]uint32, 0, 2*len(blocks))
+	}
 	g := uint64(gen) << 32
+	bv := s.blocks.vecs
+	vc := s.vecCache[:len(blocks)]
+	prev, run := uint32(0), uint32(0)
+	nested := true
 	for j, h := range blocks {
-		v := s.blocks.heads.get(uint64(h))
+		// The previous block's last child is usually this block: a
+		// live vector with this hash is the one the table maps it to.
+		v := uint32(0)
+		if c := bv[prev].child; c != 0 && bv[c].hash == uint64(h) && bv[c].n > 0 {
+			v = c
+		} else {
+			v = s.blocks.heads.get(uint64(h))
+		}
 		if v == 0 {
-			return
+			break
 		}
-		if j < cap(s.vecCache) {
-			s.vecCache = s.vecCache[:j+1]
-			s.vecCache[j] = v
-			s.vecN = j + 1
-		}
-		vec := &s.blocks.vecs[v]
-		s.holdOne(vec.first.slot, g)
-		left := vec.n - 1
-		for c := vec.head; left > 0; c = s.blocks.chunks[c].next {
-			hs := &s.blocks.chunks[c].hs
-			k := min(left, chunkHolders)
-			for _, p := range hs[:k] {
-				s.holdOne(p.slot, g)
+		vc[j] = v
+		s.vecN = j + 1
+		follows := bv[v].pred == prev
+		nested = nested && (j == 0 || follows)
+		if run > 0 && follows && bv[v].n == bv[prev].n {
+			run++
+		} else {
+			if run > 0 {
+				s.holdRun(prev, g, run)
 			}
-			left -= k
+			run = 1
 		}
+		prev = v
+	}
+	if run > 0 {
+		s.holdRun(prev, g, run)
+	}
+	s.vecCache = vc
+	s.nested = nested
+}
+
+// holdRun adds k held blocks to every holder of vector v and notes its
+// record as the holder's deepest.
+func (s *Scheduler) holdRun(v uint32, g uint64, k uint32) {
+	vec := &s.blocks.vecs[v]
+	s.holdOne(vec.first.slot, g, k)
+	s.deep[vec.first.slot] = vec.first.id
+	left := vec.n - 1
+	for c := vec.head; left > 0; c = s.blocks.chunks[c].next {
+		hs := &s.blocks.chunks[c].hs
+		n := min(left, chunkHolders)
+		for _, p := range hs[:n] {
+			s.holdOne(p.slot, g, k)
+			s.deep[p.slot] = p.id
+		}
+		left -= n
 	}
 }
 
-// holdOne counts one more held block on slot under the generation g<<32.
-func (s *Scheduler) holdOne(slot uint32, g uint64) {
+// holdOne counts k more held blocks on slot under the generation g<<32.
+func (s *Scheduler) holdOne(slot uint32, g uint64, k uint32) {
 	if c := s.held[slot]; c&^0xffffffff == g {
-		s.held[slot] = c + 1
+		s.held[slot] = c + uint64(k)
 	} else {
-		s.held[slot] = g | 1
+		s.held[slot] = g | uint64(k)
 		s.touch(slot)
 	}
 }

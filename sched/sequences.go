@@ -21,7 +21,7 @@ func (s *Scheduler) AddRequest(id uint64, worker wire.WorkerKey, blocks []wire.S
 	if !ok {
 		return ErrUnknownWorker
 	}
-	s.book(id, i, blocks, isl, overlap, hint, now, 0)
+	s.book(id, i, blocks, isl, overlap, hint, now, 0, 0, 0)
 	s.checkInvariants()
 	return nil
 }
@@ -29,8 +29,13 @@ func (s *Scheduler) AddRequest(id uint64, worker wire.WorkerKey, blocks []wire.S
 // book makes a request active on slot i. It does not allocate once the
 // request table, its block lists and the block index have grown to the
 // steady-state working set. The first cached blocks' vectors were looked up
-// by countHeld in the same decision (s.vecCache), saving a lookup each.
-func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overlap uint32, hint PrefillLoadHint, now int64, cached int) {
+// by countHeld in the same decision (s.vecCache), saving a lookup each, and
+// slot i holds held of them. With held 0 each becomes active there without
+// searching the block's holders. With deep (countHeld found the cached
+// blocks nested and deep is slot i's record of its deepest held block), slot
+// i holds exactly the first held blocks: their records are deep and its
+// predecessors (holderRec.prev), and the rest are new there.
+func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overlap uint32, hint PrefillLoadHint, now int64, cached, held int, deep uint32) {
 	r := s.freeReqs
 	if r != 0 {
 		s.freeReqs = s.reqs[r].nextFree
@@ -39,29 +44,54 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		r = uint32(len(s.reqs) - 1)
 	}
 	rq := &s.reqs[r]
-	vecs := rq.vecs[:0]
+	holds := rq.holds[:0]
 	*rq = request{id: id, slot: i, isl: isl, overlap: overlap, start: now, live: true}
 	h, sl := &s.hot[i], &s.slots[i]
 	reuse := s.cfg.AssumeKVReuse
-	for j, b := range blocks {
+	pred, prev := uint32(0), uint32(0)
+	fresh := held == 0
+	start := 0
+	if deep != 0 && held <= cached {
+		holds = s.chainHolds(holds, deep, held)
+		if len(holds) == held {
+			for _, id := range holds {
+				s.blocks.recs[id].rc++
+			}
+			// Nesting means each later block followed the one before
+			// already; the first may have followed another block elsewhere.
+			s.blocks.notePred(&s.blocks.vecs[s.vecCache[0]], 0)
+			start, fresh = held, true
+			s.chained++
+			pred, prev = s.vecCache[held-1], holds[held-1]
+		}
+	}
+	for j := start; j < len(blocks); j++ {
 		var v uint32
 		switch {
 		case !reuse:
 			v = s.blocks.vec(s.rng.Uint64())
 		case j < cached:
 			v = s.vecCache[j]
+			if fresh {
+				id, became := s.blocks.acquireNew(v, i, pred, prev)
+				if became {
+					h.active++
+				}
+				pred, prev = v, id
+				holds = append(holds, id)
+				continue
+			}
 		default:
-			v = s.blocks.vec(uint64(b))
+			v = s.blocks.vec(uint64(blocks[j]))
 		}
-		if s.blocks.acquire(v, i) {
+		id, became := s.blocks.acquire(v, i, pred, prev)
+		if became {
 			h.active++
 		}
-		vecs = append(vecs, v)
+		pred, prev = v, id
+		holds = append(holds, id)
 	}
-	rq.vecs = vecs
-	if len(blocks) > cap(s.vecCache) {
-		s.vecCache = make([]uint32, 0, 2*len(blocks))
-	}
+	rq.holds = holds
 	s.byID.set(id, r)
 
 	// Per-slot list, for removal of the rank.
@@ -97,6 +127,25 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		sl.pfTail = r
 	}
 	s.sync(i)
+}
+
+// chainHolds returns holds with the records of the first n cached blocks,
+// following the links back from deep, or empty if a record is not the
+// block's (which nesting rules out; the caller then searches).
+func (s *Scheduler) chainHolds(holds []uint32, deep uint32, n int) []uint32 {
+	holds = holds[:0]
+	for range n {
+		holds = append(holds, 0)
+	}
+	id := deep
+	for k := n - 1; k >= 0; k-- {
+		if id == 0 || s.blocks.recs[id].vec != s.vecCache[k] {
+			return holds[:0]
+		}
+		holds[k] = id
+		id = s.blocks.recs[id].prev
+	}
+	return holds
 }
 
 // setHead makes request r (0: none) the oldest in prefill on slot i, decaying
@@ -199,8 +248,8 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	}
 	i := rq.slot
 	h, sl := &s.hot[i], &s.slots[i]
-	for _, v := range rq.vecs {
-		if s.blocks.release(v, i) {
+	for _, id := range rq.holds {
+		if s.blocks.release(id) {
 			h.active--
 		}
 	}
@@ -226,8 +275,8 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	s.sync(i)
 	s.byID.del(rq.id)
 	s.active--
-	vecs := rq.vecs[:0]
-	*rq = request{vecs: vecs, nextFree: s.freeReqs}
+	holds := rq.holds[:0]
+	*rq = request{holds: holds, nextFree: s.freeReqs}
 	s.freeReqs = r
 }
 

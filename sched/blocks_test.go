@@ -1,0 +1,191 @@
+package sched
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// TestBlockIndexModel drives the block index with random acquires and
+// releases on few hashes and many slots (so blocks have dozens of holders
+// in several chunks) against a map of reference counts, and checks
+// holders, counts, membership and the holder records after every step.
+func TestBlockIndexModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var b blockIndex
+	b.init()
+	type key struct{ hash, slot uint32 }
+	ref := map[key]uint32{}
+	maxHolders, lastMax := 0, 0
+	check := func(step int) {
+		t.Helper()
+		live, most := 0, 0
+		for _, c := range b.heads.cells {
+			if c.val == 0 {
+				continue
+			}
+			v := c.val
+			vec := &b.vecs[v]
+			hs := b.appendHolders(nil, v)
+			if len(hs) != int(vec.n) || vec.n == 0 {
+				t.Fatalf("step %d: hash %d: %d holders listed, n %d", step, c.key, len(hs), vec.n)
+			}
+			for _, h := range hs {
+				if ref[key{uint32(c.key), h.slot}] != h.rc {
+					t.Fatalf("step %d: hash %d slot %d: rc %d, want %d", step, c.key, h.slot, h.rc, ref[key{uint32(c.key), h.slot}])
+				}
+			}
+			live += len(hs)
+			most = max(most, len(hs))
+		}
+		if live != len(ref) || live != b.live {
+			t.Fatalf("step %d: %d holders, %d referenced, live %d", step, live, len(ref), b.live)
+		}
+		maxHolders, lastMax = max(maxHolders, most), most
+		for id := range b.recs {
+			r := b.recs[id]
+			if r.rc == 0 {
+				continue
+			}
+			if e := b.entryAt(&b.vecs[r.vec], r.pos); e.id != uint32(id) {
+				t.Fatalf("step %d: record %d at %d of vector %d holds record %d", step, id, r.pos, r.vec, e.id)
+			}
+		}
+		for hash := range uint32(4) {
+			v := b.heads.get(uint64(hash))
+			for slot := range uint32(60) {
+				_, want := ref[key{hash, slot}]
+				if got := v != 0 && b.holds(v, slot); got != want {
+					t.Fatalf("step %d: holds(%d, %d) = %v, want %v", step, hash, slot, got, want)
+				}
+			}
+		}
+	}
+	for step := range 20000 {
+		k := key{uint32(rng.IntN(4)), uint32(rng.IntN(60))}
+		// Drift between filling and emptying so counts cross the chunk
+		// boundaries both ways.
+		fill := (step/2000)%2 == 0
+		if rc := ref[k]; rc > 0 && (rng.IntN(10) < 3 || !fill && rng.IntN(10) < 9) {
+			v := b.heads.get(uint64(k.hash))
+			id, ok := b.locate(&b.vecs[v], k.slot)
+			if !ok {
+				t.Fatalf("step %d: hash %d slot %d not found", step, k.hash, k.slot)
+			}
+			left := b.release(id)
+			if left != (rc == 1) {
+				t.Fatalf("step %d: release reported %v at rc %d", step, left, rc)
+			}
+			if rc == 1 {
+				delete(ref, k)
+			} else {
+				ref[k] = rc - 1
+			}
+		} else if fill || rng.IntN(10) == 0 {
+			v := b.vec(uint64(k.hash))
+			if _, became := b.acquire(v, k.slot, 0, 0); became != (ref[k] == 0) {
+				t.Fatalf("step %d: acquire reported %v at rc %d", step, became, ref[k])
+			}
+			ref[k]++
+		}
+		if step%97 == 0 {
+			check(step)
+		}
+	}
+	check(-1)
+	if maxHolders < 40 || lastMax > maxHolders/2 {
+		t.Fatalf("blocks peaked at %d holders, end at %d: the walk did not fill and empty them", maxHolders, lastMax)
+	}
+}
+
+// TestCountHeldMatchesNaive books random requests (chains of a few families
+// at random lengths, so holders shrink along a prefix; arbitrary hash lists
+// with repeats, so predecessors disagree) and compares countHeld, which
+// counts runs of blocks with the same holders in one visit, with a count
+// from the active requests' block lists.
+func TestCountHeldMatchesNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	cfg := testConfig()
+	s, err := New(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ranks = 30
+	for w := range ranks {
+		s.AddWorker(wire.WorkerKey{Worker: uint64(w + 1)}, Capacity{})
+	}
+	blocks := func() []wire.SeqHash {
+		n := rng.IntN(12)
+		hs := make([]wire.SeqHash, n)
+		fam := uint64(rng.IntN(3))
+		arbitrary := rng.IntN(4) == 0
+		for j := range hs {
+			if arbitrary {
+				hs[j] = wire.SeqHash(rng.IntN(3)<<32 | rng.IntN(12) + 1)
+			} else {
+				hs[j] = wire.SeqHash(fam<<32 | uint64(j+1))
+			}
+		}
+		return hs
+	}
+	type active struct {
+		slot   int
+		blocks []wire.SeqHash
+	}
+	live := map[uint64]active{}
+	runs := 0
+	for step := range 6000 {
+		id := uint64(1 + rng.IntN(400))
+		if _, ok := live[id]; ok {
+			s.Free(id, 0)
+			delete(live, id)
+		} else {
+			slot := rng.IntN(ranks)
+			bs := blocks()
+			if err := s.AddRequest(id, wire.WorkerKey{Worker: uint64(slot + 1)}, bs, 0, 0, PrefillLoadHint{}, 0); err != nil {
+				t.Fatal(err)
+			}
+			live[id] = active{slot, bs}
+		}
+		q := blocks()
+		gen := s.nextGen()
+		s.countHeld(q, gen)
+		s.untouch()
+		// Naive: which ranks hold each hash, then walk until no rank does.
+		holds := make(map[wire.SeqHash]map[int]bool)
+		for _, a := range live {
+			for _, h := range a.blocks {
+				if holds[h] == nil {
+					holds[h] = map[int]bool{}
+				}
+				holds[h][a.slot] = true
+			}
+		}
+		want := make([]uint32, ranks)
+		for _, h := range q {
+			if len(holds[h]) == 0 {
+				break
+			}
+			for r := range holds[h] {
+				want[r]++
+			}
+		}
+		for r := range ranks {
+			if got := s.heldOf(r, gen); got != want[r] {
+				t.Fatalf("step %d: blocks %v: rank %d holds %d, want %d", step, q, r, got, want[r])
+			}
+		}
+		if want[0] > 1 {
+			runs++
+		}
+		if step%100 == 0 {
+			if err := s.CheckInvariants(); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+		}
+	}
+	if runs < 100 {
+		t.Fatalf("only %d queries with a rank holding several blocks", runs)
+	}
+}

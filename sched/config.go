@@ -156,7 +156,7 @@ type Config struct {
 	// QueueAffinityMaxWait bounds the unfairness of cache-aware dispatch
 	// (--queue-affinity-max-wait): a request that has waited this long is
 	// admitted before any later one (strict queue order among such aged
-	// requests). Default 3 s.
+	// requests). Default 10 s (doc.go, "Cache-aware dispatch").
 	QueueAffinityMaxWait time.Duration
 	// RejectionWindow is how long Throttled reports true after an
 	// AllWorkersBusy event (--all-workers-busy-rejection-window). Default 5 s.
@@ -189,7 +189,7 @@ func DefaultConfig() Config {
 		QueuePolicy:          QueueFCFS,
 		QueueDepth:           1024,
 		QueueAffinity:        32,
-		QueueAffinityMaxWait: 3 * time.Second,
+		QueueAffinityMaxWait: 10 * time.Second,
 		RejectionWindow:      5 * time.Second,
 	}
 }

@@ -17,7 +17,7 @@ type queue struct {
 	ids    u64map   // id → entry
 	seq    uint64   // arrival counter
 
-	// Cache-aware dispatch scratch (drainAffinity): avail[slot] == agen
+	// Cache-aware dispatch scratch (pickAffinity): avail[slot] == agen
 	// marks a rank a request may be admitted to now, wok[worker] == agen a
 	// worker with a rank that is not busy. Sized with the slot and worker
 	// tables, so dispatching does not allocate once they stop growing.
@@ -271,7 +271,7 @@ func (s *Scheduler) markAvailable(now int64) bool {
 
 // advantage is how much more of r's prompt is cached on the best available
 // rank (marked by markAvailable) than on the best other rank, in blocks
-// (drainAffinity). A rank's cached blocks are the larger of the overlap the
+// (pickAffinity). A rank's cached blocks are the larger of the overlap the
 // index reported when r arrived (tiers weighed as in the cost) and the
 // blocks of r's prompt active there now (booked by requests admitted since,
 // whose prefix will be cached by the time r's prefill runs).

@@ -197,6 +197,14 @@
 // as cached as well as the arrival overlaps: 908 vs 1003 ms at 2 s, 719 vs
 // 768 at 5 s. Under serve's shedding (--max-queue-wait 2 s) waits stay
 // near 2 s, so the 10 s bound is a guard against starvation, not a regime.
+// Letting requests wait for their rank is most of the gain: passing the
+// first request only for a positive advantage (never for 0 over a negative
+// one) gave 1107 ms at 5x and saturated at 6x (9924 ms). Its price shows
+// without the host tier at 4x: 554 ms against 493 with strict order (hit
+// 0.101 vs 0.117, 61 requests queued instead of 16; a GPU-only cache
+// waited for may be evicted meanwhile), still far below least-loaded
+// (1415) and round-robin (1617); at 5x GPU-only everything saturates, kv at
+// 3157 ms against 8218 with strict order.
 //
 // # Cost of a decision
 //

@@ -31,6 +31,9 @@ func TestAffinityMatchesModel(t *testing.T) {
 		cfg.CreditCost = rng.IntN(4) == 0
 		cfg.OverlapCredit = 1.5
 		cfg.QueueDepth = 256
+		if rng.IntN(2) == 0 {
+			cfg.BusyPrefillTokens = 40 // decaying prefills free ranks as time passes
+		}
 		s, err := New(cfg, rng.Uint64())
 		if err != nil {
 			t.Fatal(err)
@@ -56,7 +59,11 @@ func TestAffinityMatchesModel(t *testing.T) {
 		for _, k := range keys {
 			for n := rng.IntN(3); n > 0; n-- {
 				id++
-				if err := s.AddRequest(id, k, prompt(), 16, 0, PrefillLoadHint{}, 0); err != nil {
+				hint := PrefillLoadHint{InitialEffectiveTokens: uint32(rng.IntN(64))}
+				if rng.IntN(2) == 0 {
+					hint.ExpectedDuration = time.Duration(1+rng.IntN(20)) * time.Second
+				}
+				if err := s.AddRequest(id, k, prompt(), 16, 0, hint, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -89,6 +96,20 @@ func TestAffinityMatchesModel(t *testing.T) {
 			s.q.push(&e.r, e.ov, e.at, s.bs)
 			q = append(q, e)
 		}
+		// The available ranks: from the heap and slow list, and by the scan.
+		s.markAvailable(now)
+		byHeap := make([]bool, len(s.hot))
+		for i := range byHeap {
+			byHeap[i] = s.q.avail[i] == s.q.agen
+		}
+		s.q.agen++
+		s.markAvailableScan(now)
+		for i := range byHeap {
+			if byHeap[i] != (s.q.avail[i] == s.q.agen) {
+				t.Fatalf("iteration %d: rank %d available %v by the heap, %v by the scan", iter, i, byHeap[i], !byHeap[i])
+			}
+		}
+		s.forceScan = rng.IntN(2) == 0
 		k0 := -1
 		for i, e := range q {
 			if e.unr {

@@ -179,7 +179,11 @@
 // (TestAffinityNeverPassesAged, TestAffinityAgingBound); the rule is checked
 // against a naive model built from the read model (TestAffinityMatchesModel)
 // and allocates nothing (TestAffinityDispatchAllocs). Stats.AdmittedAhead
-// counts the requests admitted before an earlier one.
+// counts the requests admitted before an earlier one. The available ranks
+// are read from the plain-rank heap and its slow list (below), so a drain
+// that finds the whole fleet busy, the common case under overload, costs
+// O(slow ranks) as route does, not O(ranks); each admission adds
+// QueueAffinity advantages (the request's overlaps and a held-block walk).
 //
 // Measured (bench/replay, the setup above, defaults; README § Replay with a
 // host tier has the table): at 5x kv went from saturated (5115 ms mean

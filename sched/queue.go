@@ -235,7 +235,12 @@ func (s *Scheduler) pickAffinity(k int, now int64) int {
 // markAvailable stamps (under a new q.agen) every rank a request without
 // restrictions may be admitted to now, as route decides it: a live rank
 // that is not busy, or a busy one of a worker with another rank that is
-// not. It reports whether there is one.
+// not. It reports whether there is one. With the plain-rank heap (heap.go,
+// always under PolicyKV) it reads the heap's ranks (live, not busy, their
+// worker's only rank) and the slow list (every other live rank that may be
+// free: decaying, of a worker with several ranks, huge loads), not every
+// rank: a drain finding the whole fleet busy costs O(slow ranks), as route
+// does, not O(ranks).
 func (s *Scheduler) markAvailable(now int64) bool {
 	q := &s.q
 	if n := len(s.hot); len(q.avail) < n {
@@ -250,6 +255,35 @@ func (s *Scheduler) markAvailable(now int64) bool {
 		clear(q.wok)
 		q.agen = 1
 	}
+	if !s.ph.on || s.forceScan {
+		return s.markAvailableScan(now)
+	}
+	g, free, multi := q.agen, false, false
+	for _, e := range s.ph.ents {
+		q.avail[e.rank], free = g, true
+	}
+	for _, i := range s.ph.slow {
+		h := &s.hot[i]
+		if h.busy(s.prefillAt(int(i), now)) {
+			multi = multi || h.multi
+			continue
+		}
+		q.avail[i], q.wok[h.worker], free = g, g, true
+	}
+	if multi && free {
+		for _, i := range s.ph.slow {
+			if h := &s.hot[i]; h.multi && q.wok[h.worker] == g {
+				q.avail[i] = g
+			}
+		}
+	}
+	return free
+}
+
+// markAvailableScan is markAvailable by a scan of every rank (no heap, or
+// tests forcing the scan).
+func (s *Scheduler) markAvailableScan(now int64) bool {
+	q := &s.q
 	g, free, multi := q.agen, false, false
 	for i := range s.hot {
 		h := &s.hot[i]

@@ -33,6 +33,10 @@ type Config struct {
 	// --component).
 	BlockSize int
 	Subjects  plane.Subjects
+	// EagleWindows hashes the ZMQ events' EAGLE (bigram) pages as windows
+	// of BlockSize+1 tokens (ingest.Config.EagleWindows; serve sets it from
+	// router.Config.EagleWindows, --eagle-windows).
+	EagleWindows bool
 	// NoEvents (approximate mode, --no-kv-events) builds the ingest but
 	// subscribes to nothing.
 	NoEvents bool
@@ -196,7 +200,7 @@ func (n *Node) start() error {
 		}
 	}
 	ic := ingest.Config{BlockSize: n.cfg.BlockSize, Subjects: n.cfg.Subjects, Logger: n.cfg.Logger, StartSeq: n.startSeq, SafeInterval: n.cfg.SafeInterval,
-		ZMQMaxMessageBytes: n.cfg.MaxEventBytes}
+		ZMQMaxMessageBytes: n.cfg.MaxEventBytes, EagleWindows: n.cfg.EagleWindows}
 	n.fleet = newFleet(n.cfg.Fleet, n.Index)
 	if n.cfg.Fleet.Filter {
 		ic.Admit = n.fleet.admit

@@ -78,6 +78,15 @@ type Config struct {
 	// engine cannot tokenize it differently. vLLM and SGLang take a
 	// token-id prompt.
 	ForwardTokenIDs bool
+	// EagleWindows (--eagle-windows) hashes as Dynamo does for EAGLE
+	// workers (SGLang speculative decoding, bigram pages): block i of a
+	// request is the window of BlockSize+1 tokens from i × BlockSize
+	// (wire.LocalHashesEagle), and the ZMQ events' bigram pages the same
+	// way (wire.VLLMConfig.EagleWindows), so a page matches only when the
+	// token after it does too. Serve copies it to Node.EagleWindows; the
+	// two sides must agree, so it is one switch for the whole fleet.
+	// Requests declaring multimodal objects keep the plain hashing.
+	EagleWindows bool
 	// Workers are static workers, known from the start.
 	Workers []StaticWorker
 	// Subjects are the control-plane subjects (registrations, load metrics,

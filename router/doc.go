@@ -54,7 +54,12 @@
 // (openai.Parse). The router cannot compute a real engine's content hash of
 // an image, so such blocks never match an engine's multimodal blocks: the
 // request can match only the text before its first image, never a false
-// prefix.
+// prefix. With Config.EagleWindows (--eagle-windows, for SGLang EAGLE
+// fleets) a request without mm_hashes is hashed as Dynamo hashes EAGLE
+// requests, block i the window of B+1 tokens from i × B
+// (wire.LocalHashesEagle), and node's ZMQ decoders hash the bigram pages
+// the same way: a page matches only when the token after it does too
+// (TestEagleWindowsThroughServe).
 //
 // Another method gets 405 with Allow. A proxied response carries
 // X-Kvroute-Worker, X-Kvroute-Dp-Rank and X-Kvroute-Cached-Blocks. Its load

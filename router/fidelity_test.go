@@ -3,6 +3,7 @@ package router
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +192,14 @@ func TestEngineFidelityThroughRoute(t *testing.T) {
 		if got := route(""); got[102] != 3 {
 			t.Fatalf("overlaps %v, want worker 102 at 3", got)
 		}
+		// Plain hashing credits the third page even when the request's
+		// token after it differs (SGLang would not reuse it): the page too
+		// many that --eagle-windows removes (TestEagleWindowsThroughServe).
+		other := slices.Clone(prompt)
+		other[3*bs]++
+		if got := e.explain(fmt.Sprintf(`{"token_ids":%s}`, promptJSON(other))); got[102] != 3 {
+			t.Fatalf("another token after the pages: overlaps %v, want worker 102 at 3 (plain)", got)
+		}
 		sglang.publish(t, wire.AppendVLLMBatch(nil, &wire.VLLMBatch{Events: []wire.VLLMEvent{{Kind: wire.KindCleared}}}, wire.VLLMEncoding{}))
 		waitFor(t, "cleared", func() bool { return route("")[102] == 0 })
 	})
@@ -319,5 +328,54 @@ func TestMultimodalAndSaltedChat(t *testing.T) {
 	}
 	if _, c := chat("http://img/cat.png", "tenant-x"); c != 0 {
 		t.Errorf("salted request: cached %d, want 0 (the blocks are not the tenant's)", c)
+	}
+}
+
+// --eagle-windows through serve: an SGLang EAGLE worker's bigram pages and
+// the requests are both hashed in windows of a page and the token after it
+// (Dynamo's form), so a request matches a page only when its token after
+// the page is the page's too. The plain hashing (TestEngineFidelityThroughRoute,
+// "eagle bigrams") credits the third page in both cases below.
+func TestEagleWindowsThroughServe(t *testing.T) {
+	e := startEnv(t, envOptions{noFleet: true, eagle: true})
+	sglang := e.fakeEngine(102, plane.TransportZMQ)
+	e.waitWorkers(1)
+	e.waitZMQ(sglang)
+
+	const bs = testBlockSize
+	prompt := tokens(41, 0, 4*bs, 0)
+	hs := []wire.EngineHash{7000, 7001, 7002}
+	// Three pages: token_ids as bigrams cover the 3 × bs tokens and the one after.
+	sglang.publish(t, wire.AppendVLLMBatch(nil, &wire.VLLMBatch{Events: []wire.VLLMEvent{
+		{Kind: wire.KindStored, BlockHashes: hs, Tokens: prompt[:3*bs+1], BlockSize: bs, Medium: "GPU", Bigram: true},
+	}}, wire.VLLMEncoding{Compact: true}))
+	windows := wire.LocalHashesEagle(nil, prompt, bs, wire.Seed)
+	if len(windows) != 3 {
+		t.Fatalf("%d windows of a %d-token prompt", len(windows), len(prompt))
+	}
+	e.waitIndexed(sglang, windows, 3)
+	// The plain hashes of the same prompt are not in the index: the events
+	// were hashed as windows.
+	if ovs, err := e.svc.Index.Match(nil, wire.LocalHashes(nil, prompt, bs, wire.Seed)); err != nil || len(ovs) != 0 {
+		t.Fatalf("plain hashes matched %v (%v)", ovs, err)
+	}
+	route := func(toks []uint32) int {
+		return e.explain(fmt.Sprintf(`{"token_ids":%s}`, promptJSON(toks)))[102]
+	}
+	other := slices.Clone(prompt)
+	other[3*bs]++ // the token after the third page differs
+	for _, tc := range []struct {
+		name string
+		toks []uint32
+		want int
+	}{
+		{"same token after the pages", prompt, 3},
+		{"another token after the third page", other, 2},
+		{"prompt ends with the third page", prompt[:3*bs], 2},
+		{"prompt ends one token after it", prompt[:3*bs+1], 3},
+	} {
+		if got := route(tc.toks); got != tc.want {
+			t.Errorf("%s: overlap %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }

@@ -61,6 +61,8 @@ type envOptions struct {
 	health func(*Config)
 	// noFleet starts no simulated fleet.
 	noFleet bool
+	// eagle is --eagle-windows (Config.EagleWindows).
+	eagle bool
 	// node tunes the node's configuration (e.g. its fleet bounds).
 	node    func(*node.Config)
 	model   string // the fleet's model (default mock's "mock")
@@ -127,7 +129,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 	cfg := ServiceConfig{
 		Router: Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second,
 			Workers: o.static, Proxy: o.proxy, MaxBodyBytes: o.maxBody, ChatTemplate: o.chatTemplate,
-			Tokenizer: o.tokenizer, ModelTokenizers: o.modelTokenizers, ForwardTokenIDs: o.forwardIDs,
+			Tokenizer: o.tokenizer, ModelTokenizers: o.modelTokenizers, ForwardTokenIDs: o.forwardIDs, EagleWindows: o.eagle,
 			ID: o.routerID, Sync: o.sync, SyncExpiry: o.syncExpiry},
 		HTTPAddr:           "127.0.0.1:0",
 		ShutdownGrace:      o.grace,

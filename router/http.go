@@ -348,12 +348,18 @@ func (r *Router) fail(ctx *fasthttp.RequestCtx, err error) {
 // hash fills p's prompt from req's tokens, hashed as the engines' events
 // are: seeded by the LoRA adapter and the cache salt (wire.SaltSeed), with
 // the hashes of the multimodal objects req declares folded into the blocks
-// they overlap (wire.LocalHashesMM).
+// they overlap (wire.LocalHashesMM). With Config.EagleWindows a request
+// without multimodal objects is hashed in windows of a block and the token
+// after it (wire.LocalHashesEagle), as the EAGLE pages are.
 func (r *Router) hash(p *pending, req *openai.Request) {
 	tokens := req.Tokens
 	seed := wire.SaltSeed(req.LoRA, req.Salt)
 	p.isl = uint32(min(len(tokens), math.MaxUint32))
-	p.local, p.mm, p.mmBytes = wire.LocalHashesMM(p.local[:0], tokens, r.cfg.Sched.BlockSize, seed, req.MM, p.mm, p.mmBytes)
+	if r.cfg.EagleWindows && len(req.MM) == 0 {
+		p.local = wire.LocalHashesEagle(p.local[:0], tokens, r.cfg.Sched.BlockSize, seed)
+	} else {
+		p.local, p.mm, p.mmBytes = wire.LocalHashesMM(p.local[:0], tokens, r.cfg.Sched.BlockSize, seed, req.MM, p.mm, p.mmBytes)
+	}
 	p.seq = wire.SequenceHashes(p.seq[:0], p.local)
 }
 

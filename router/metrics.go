@@ -86,6 +86,7 @@ var routerFamilies = []promtext.Family{
 	{Name: "kvroute_sched_rejections_total", Type: promtext.Counter, Help: "Requests rejected by the scheduler"},
 	{Name: "kvroute_sched_expirations_total", Type: promtext.Counter, Help: "Booked requests the scheduler expired"},
 	{Name: "kvroute_sched_dropped_total", Type: promtext.Counter, Help: "Booked requests dropped because their worker left"},
+	{Name: "kvroute_queue_admitted_ahead_total", Type: promtext.Counter, Help: "Requests admitted from the queue before an earlier waiting one, by cache-aware dispatch (--queue-affinity)"},
 	{Name: "kvroute_workers", Type: promtext.Gauge, Help: "Worker dp ranks known to the scheduler"},
 	{Name: "kvroute_worker_decisions_total", Type: promtext.Counter, Help: "Decisions that chose the worker's dp rank"},
 	{Name: "kvroute_worker_active_blocks", Type: promtext.Gauge, Help: "KV blocks booked on the worker's dp rank by routed requests"},
@@ -336,6 +337,7 @@ func (r *Router) writeSamples(w io.Writer) {
 		metrics.WriteCounterUint64(w, "kvroute_sched_rejections_total", st.Rejections)
 		metrics.WriteCounterUint64(w, "kvroute_sched_expirations_total", st.Expirations)
 		metrics.WriteCounterUint64(w, "kvroute_sched_dropped_total", st.Dropped)
+		metrics.WriteCounterUint64(w, "kvroute_queue_admitted_ahead_total", st.AdmittedAhead)
 		metrics.WriteGaugeUint64(w, "kvroute_workers", uint64(len(loads)))
 		for _, l := range loads {
 			lbl := fmt.Sprintf(`{worker="%d",dp_rank="%d"}`, l.Worker.Worker, l.Worker.Dp)

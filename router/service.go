@@ -115,6 +115,7 @@ func StartService(cfg ServiceConfig) (*Service, error) {
 	cfg.Router.Logger = cfg.Logger
 	cfg.Node.Logger = cfg.Logger
 	cfg.Node.BlockSize = cfg.Router.Sched.BlockSize
+	cfg.Node.EagleWindows = cfg.Router.EagleWindows
 	cfg.Node.Subjects = cfg.Router.Subjects
 	cfg.Node.NoEvents = cfg.Router.Approx
 	// KV events of workers that never registered are dropped after a grace

@@ -147,6 +147,17 @@ type Config struct {
 	// Default 1024 (a guess sized to a few batches of a busy frontend; the
 	// service flag sets it).
 	QueueDepth int
+	// QueueAffinity is cache-aware dispatch from the waiting queue, under
+	// PolicyKV (--queue-affinity): when a rank frees, the first
+	// QueueAffinity unrestricted waiting requests in queue order compete
+	// for it and the one whose cached prefix favours it most goes first
+	// (doc.go, "Cache-aware dispatch"). ≤ 1: strict queue order. Default 32.
+	QueueAffinity int
+	// QueueAffinityMaxWait bounds the unfairness of cache-aware dispatch
+	// (--queue-affinity-max-wait): a request that has waited this long is
+	// admitted before any later one (strict queue order among such aged
+	// requests). Default 10 s (doc.go, "Cache-aware dispatch").
+	QueueAffinityMaxWait time.Duration
 	// RejectionWindow is how long Throttled reports true after an
 	// AllWorkersBusy event (--all-workers-busy-rejection-window). Default 5 s.
 	RejectionWindow time.Duration
@@ -164,20 +175,22 @@ type Config struct {
 // BlockSize 16.
 func DefaultConfig() Config {
 	return Config{
-		BlockSize:        16,
-		Policy:           PolicyKV,
-		Weight:           8,
-		Temperature:      0,
-		PrefillLoadScale: 1,
-		OverlapCredit:    1,
-		HostHitWeight:    0.75,
-		DiskHitWeight:    0.25,
-		AssumeKVReuse:    true,
-		Expiry:           300 * time.Second,
-		BusyDecodeFrac:   1.0,
-		QueuePolicy:      QueueFCFS,
-		QueueDepth:       1024,
-		RejectionWindow:  5 * time.Second,
+		BlockSize:            16,
+		Policy:               PolicyKV,
+		Weight:               8,
+		Temperature:          0,
+		PrefillLoadScale:     1,
+		OverlapCredit:        1,
+		HostHitWeight:        0.75,
+		DiskHitWeight:        0.25,
+		AssumeKVReuse:        true,
+		Expiry:               300 * time.Second,
+		BusyDecodeFrac:       1.0,
+		QueuePolicy:          QueueFCFS,
+		QueueDepth:           1024,
+		QueueAffinity:        32,
+		QueueAffinityMaxWait: 10 * time.Second,
+		RejectionWindow:      5 * time.Second,
 	}
 }
 
@@ -209,6 +222,10 @@ func (c *Config) Validate() error {
 		return bad("busy prefill tokens %d must be ≥ 0", c.BusyPrefillTokens)
 	case c.QueueDepth < 0:
 		return bad("queue depth %d must be ≥ 0", c.QueueDepth)
+	case c.QueueAffinity < 0:
+		return bad("queue affinity %d must be ≥ 0", c.QueueAffinity)
+	case c.QueueAffinityMaxWait < 0:
+		return bad("queue affinity max wait %v must be ≥ 0", c.QueueAffinityMaxWait)
 	case c.RejectionWindow < 0:
 		return bad("rejection window %v must be ≥ 0", c.RejectionWindow)
 	case c.MaxQueueWait < 0:

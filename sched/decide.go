@@ -80,44 +80,6 @@ func (s *Scheduler) decideNew(r *Request, ov []Overlap, now int64, exp *[]Candid
 	return Decision{ID: r.ID, Outcome: Rejected, Reason: ReasonQueueFull}
 }
 
-// drain admits waiting requests, in queue order, that can now be routed.
-// Once a request without restrictions finds every worker busy, the later ones
-// without restrictions are skipped: busy-ness does not depend on the request.
-func (s *Scheduler) drain(now int64) {
-	s.shed.account(now, s.q.len())
-	if s.q.len() == 0 {
-		s.shed.sample()
-		return
-	}
-	kept := s.q.order[:0]
-	blocked := false
-	for _, e := range s.q.order {
-		qe := &s.q.ents[e]
-		if blocked && qe.unrestricted {
-			kept = append(kept, e)
-			continue
-		}
-		d, st := s.route(&qe.req, qe.overlaps, now, nil)
-		switch st {
-		case stRouted:
-			s.stats.Admitted++
-			s.shed.admitted(1)
-			s.emit(Effect{Kind: EffectAdmitted, ID: d.ID, Decision: d, At: now})
-			s.q.release(e)
-		case stNoWorkers:
-			s.stats.Rejections++
-			s.stats.RejectedNoWorkers++
-			s.emit(Effect{Kind: EffectRejected, ID: qe.req.ID, Reason: ReasonNoWorkers, At: now})
-			s.q.release(e)
-		default:
-			kept = append(kept, e)
-			blocked = blocked || qe.unrestricted
-		}
-	}
-	s.q.order = kept
-	s.shed.sample()
-}
-
 type costMode uint8
 
 // plainCost is a plain rank's cost (no overlap, none of the request's

@@ -1,6 +1,9 @@
 package sched
 
-import "sort"
+import (
+	"math"
+	"sort"
+)
 
 // queue holds the requests waiting for a non-busy worker, in admission order
 // under its policy. Entries own copies of the request's blocks, allowed list
@@ -13,6 +16,14 @@ type queue struct {
 	free   []uint32 // free entry indices
 	ids    u64map   // id → entry
 	seq    uint64   // arrival counter
+
+	// Cache-aware dispatch scratch (pickAffinity): avail[slot] == agen
+	// marks a rank a request may be admitted to now, wok[worker] == agen a
+	// worker with a rank that is not busy. Sized with the slot and worker
+	// tables, so dispatching does not allocate once they stop growing.
+	avail []uint32
+	wok   []uint32
+	agen  uint32
 }
 
 type qentry struct {
@@ -107,4 +118,229 @@ func (q *queue) appendWaiting(dst []uint64) []uint64 {
 		dst = append(dst, q.ents[e].req.ID)
 	}
 	return dst
+}
+
+// remove takes the entry at position k out of the admission order.
+func (q *queue) remove(k int) {
+	q.order = append(q.order[:k], q.order[k+1:]...)
+}
+
+// drain admits waiting requests that can now be routed, walking the queue
+// in order. Once a request without restrictions finds every worker busy,
+// the later ones without restrictions are skipped: busy-ness does not
+// depend on the request. Restricted requests (pinned, or with an allowed
+// set) are each tried in turn. Under PolicyKV with Config.QueueAffinity > 1,
+// the unrestricted request admitted at each step is chosen by cache-aware
+// dispatch (pickAffinity) among the first QueueAffinity from there on;
+// otherwise it is the first.
+func (s *Scheduler) drain(now int64) {
+	s.shed.account(now, s.q.len())
+	if s.q.len() == 0 {
+		s.shed.sample()
+		return
+	}
+	affinity := s.cfg.Policy == PolicyKV && s.cfg.QueueAffinity > 1
+	blocked := false
+	for k := 0; k < len(s.q.order); {
+		e := s.q.order[k]
+		if !s.q.ents[e].unrestricted {
+			if s.admit(e, now) == stBusy {
+				k++
+			} else {
+				s.q.remove(k)
+			}
+			continue
+		}
+		if blocked {
+			k++
+			continue
+		}
+		pick := k
+		if affinity {
+			pick = s.pickAffinity(k, now)
+		}
+		if s.admit(s.q.order[pick], now) == stBusy {
+			blocked = true
+			k++
+			continue
+		}
+		if pick != k {
+			s.stats.AdmittedAhead++
+		}
+		s.q.remove(pick) // the request at k, if not picked, is next in line again
+	}
+	s.shed.sample()
+}
+
+// admit routes waiting entry e and, unless every rank it may use is busy,
+// reports it (EffectAdmitted or EffectRejected) and releases the entry.
+// The caller removes it from the order when the status is not stBusy.
+func (s *Scheduler) admit(e uint32, now int64) status {
+	qe := &s.q.ents[e]
+	d, st := s.route(&qe.req, qe.overlaps, now, nil)
+	switch st {
+	case stRouted:
+		s.stats.Admitted++
+		s.shed.admitted(1)
+		s.emit(Effect{Kind: EffectAdmitted, ID: d.ID, Decision: d, At: now})
+		s.q.release(e)
+	case stNoWorkers:
+		s.stats.Rejections++
+		s.stats.RejectedNoWorkers++
+		s.emit(Effect{Kind: EffectRejected, ID: qe.req.ID, Reason: ReasonNoWorkers, At: now})
+		s.q.release(e)
+	}
+	return st
+}
+
+// pickAffinity is cache-aware dispatch (doc.go, "Cache-aware dispatch"):
+// the position, from k on (k holds an unrestricted request), of the waiting
+// request to admit next. Of the first Config.QueueAffinity unrestricted
+// requests from k in queue order it is the first that has waited
+// Config.QueueAffinityMaxWait (aged), else the one whose cached prefix
+// favours the ranks available now most: the largest
+//
+//	advantage = max cached on an available rank − max cached on any other
+//
+// (see advantage), the earliest in queue order among equals. With no rank
+// available it is k, which finds out (busy, or no rank left at all). The
+// request is then routed as any other: the cost picks among the available
+// ranks. It is work-conserving: while a rank is available and requests
+// wait, one is admitted.
+func (s *Scheduler) pickAffinity(k int, now int64) int {
+	if !s.markAvailable(now) {
+		return k
+	}
+	aging := durNanos(s.cfg.QueueAffinityMaxWait)
+	pick, n := k, 0
+	best := math.Inf(-1)
+	for j := k; j < len(s.q.order); j++ {
+		qe := &s.q.ents[s.q.order[j]]
+		if !qe.unrestricted {
+			continue
+		}
+		if now-qe.at >= aging {
+			return j
+		}
+		if a := s.advantage(qe); a > best {
+			best, pick = a, j
+		}
+		if n++; n == s.cfg.QueueAffinity {
+			break
+		}
+	}
+	return pick
+}
+
+// markAvailable stamps (under a new q.agen) every rank a request without
+// restrictions may be admitted to now, as route decides it: a live rank
+// that is not busy, or a busy one of a worker with another rank that is
+// not. It reports whether there is one. With the plain-rank heap (heap.go,
+// always under PolicyKV) it reads the heap's ranks (live, not busy, their
+// worker's only rank) and the slow list (every other live rank that may be
+// free: decaying, of a worker with several ranks, huge loads), not every
+// rank: a drain finding the whole fleet busy costs O(slow ranks), as route
+// does, not O(ranks).
+func (s *Scheduler) markAvailable(now int64) bool {
+	q := &s.q
+	if n := len(s.hot); len(q.avail) < n {
+		q.avail = append(q.avail, make([]uint32, n-len(q.avail))...)
+	}
+	if n := len(s.workers); len(q.wok) < n {
+		q.wok = append(q.wok, make([]uint32, n-len(q.wok))...)
+	}
+	q.agen++
+	if q.agen == 0 {
+		clear(q.avail)
+		clear(q.wok)
+		q.agen = 1
+	}
+	if !s.ph.on || s.forceScan {
+		return s.markAvailableScan(now)
+	}
+	g, free, multi := q.agen, false, false
+	for _, e := range s.ph.ents {
+		q.avail[e.rank], free = g, true
+	}
+	for _, i := range s.ph.slow {
+		h := &s.hot[i]
+		if h.busy(s.prefillAt(int(i), now)) {
+			multi = multi || h.multi
+			continue
+		}
+		q.avail[i], q.wok[h.worker], free = g, g, true
+	}
+	if multi && free {
+		for _, i := range s.ph.slow {
+			if h := &s.hot[i]; h.multi && q.wok[h.worker] == g {
+				q.avail[i] = g
+			}
+		}
+	}
+	return free
+}
+
+// markAvailableScan is markAvailable by a scan of every rank (no heap, or
+// tests forcing the scan).
+func (s *Scheduler) markAvailableScan(now int64) bool {
+	q := &s.q
+	g, free, multi := q.agen, false, false
+	for i := range s.hot {
+		h := &s.hot[i]
+		if !h.live || h.busy(s.prefillAt(i, now)) {
+			multi = multi || h.multi
+			continue
+		}
+		q.avail[i], q.wok[h.worker], free = g, g, true
+	}
+	if multi && free {
+		for i := range s.hot {
+			if h := &s.hot[i]; h.live && h.multi && q.wok[h.worker] == g {
+				q.avail[i] = g
+			}
+		}
+	}
+	return free
+}
+
+// advantage is how much more of r's prompt is cached on the best available
+// rank (marked by markAvailable) than on the best other rank, in blocks
+// (pickAffinity). A rank's cached blocks are the larger of the overlap the
+// index reported when r arrived (tiers weighed as in the cost) and the
+// blocks of r's prompt active there now (booked by requests admitted since,
+// whose prefix will be cached by the time r's prefill runs).
+func (s *Scheduler) advantage(qe *qentry) float64 {
+	dw := 1.0
+	if s.cfg.CreditCost {
+		dw = s.cfg.OverlapCredit
+	}
+	g := s.q.agen
+	in, out := 0.0, 0.0
+	for j := range qe.overlaps {
+		o := &qe.overlaps[j]
+		i, ok := s.lookup(o.Worker)
+		if !ok || !s.hot[i].live {
+			continue
+		}
+		c := dw*float64(o.Device) + s.cfg.HostHitWeight*float64(o.Host) + s.cfg.DiskHitWeight*float64(o.Disk)
+		if s.q.avail[i] == g {
+			in = max(in, c)
+		} else {
+			out = max(out, c)
+		}
+	}
+	if s.cfg.AssumeKVReuse {
+		gen := s.nextGen()
+		s.countHeld(qe.req.Blocks, gen)
+		for _, i := range s.touched {
+			c := float64(s.heldOf(int(i), gen))
+			if s.q.avail[i] == g {
+				in = max(in, c)
+			} else {
+				out = max(out, c)
+			}
+		}
+		s.untouch()
+	}
+	return in - out
 }

@@ -169,6 +169,9 @@ func TestDefaults(t *testing.T) {
 	if c.Weight != 8 || c.BusyDecodeFrac != 1 || c.HostHitWeight != 0.75 || c.DiskHitWeight != 0.25 {
 		t.Fatalf("defaults: weight %v, busy decode frac %v, host %v, disk %v", c.Weight, c.BusyDecodeFrac, c.HostHitWeight, c.DiskHitWeight)
 	}
+	if c.QueueAffinity != 32 || c.QueueAffinityMaxWait != 10*time.Second {
+		t.Fatalf("defaults: queue affinity %d, max wait %v", c.QueueAffinity, c.QueueAffinityMaxWait)
+	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

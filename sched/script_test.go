@@ -309,6 +309,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			cfg.QueuePolicy = p
 		}
 		cfg.QueueDepth = int(a.u64(t, "queue-depth", uint64(cfg.QueueDepth)))
+		cfg.QueueAffinity = int(a.u64(t, "affinity", uint64(cfg.QueueAffinity)))
+		if v, ok := a.kv["affinity-wait"]; ok {
+			cfg.QueueAffinityMaxWait = time.Duration(dur(t, v))
+		}
 		if v, ok := a.kv["reuse"]; ok {
 			cfg.AssumeKVReuse = v == "true"
 		}

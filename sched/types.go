@@ -289,6 +289,7 @@ type WorkerLoad struct {
 type Stats struct {
 	Decisions         uint64 // requests routed (directly or from the queue)
 	Admitted          uint64 // of which from the queue
+	AdmittedAhead     uint64 // of which before an earlier waiting request (Config.QueueAffinity)
 	Queued            uint64 // requests that had to wait
 	Rejections        uint64 // all rejections
 	RejectedQueueFull uint64

@@ -70,7 +70,7 @@
 //     request (when the request's token after a cached page differs, or the
 //     prompt ends with the page). VLLMConfig.EagleWindows and
 //     LocalHashesEagle implement Dynamo's form; they must be switched on
-//     together (events and requests), which serve does not do yet.
+//     together (events and requests): serve's --eagle-windows does both.
 //   - vLLM's offloading connector ("Offloaded blocks"): a BlockStored with
 //     empty token_ids on a tier other than the device (medium CPU),
 //     block_size the offloaded block size (the GPU's by default, a multiple

@@ -109,8 +109,8 @@ type schedFlags struct {
 	reuse, credit                                                          *bool
 	busyPTok                                                               *int64
 	qPolicy                                                                *string
-	qDepth                                                                 *int
-	rejWindow, expiry                                                      *time.Duration
+	qDepth, qAffinity                                                      *int
+	rejWindow, expiry, qAgeBound                                           *time.Duration
 	seed                                                                   *uint64
 }
 
@@ -130,6 +130,8 @@ func addSchedFlags(fs *flag.FlagSet) *schedFlags {
 		busyPFrac:  fs.Float64("busy-prefill-frac", def.BusyPrefillFrac, "a rank is busy above this multiple of its max batched tokens in prefill (0: off)"),
 		qPolicy:    fs.String("queue-policy", def.QueuePolicy.String(), "order of requests waiting while all workers are busy: fcfs, lcfs or wspt"),
 		qDepth:     fs.Int("queue-depth", def.QueueDepth, "requests that may wait while all workers are busy; beyond it: rejected (429) and all-workers-busy"),
+		qAffinity:  fs.Int("queue-affinity", def.QueueAffinity, "kv: when a worker frees, the first N waiting requests compete for it and the one whose cache favours it most goes first (0 or 1: strict --queue-policy order)"),
+		qAgeBound:  fs.Duration("queue-affinity-max-wait", def.QueueAffinityMaxWait, "with --queue-affinity: a request waiting this long goes before any later one"),
 		rejWindow:  fs.Duration("rejection-window", def.RejectionWindow, "how long new requests are throttled (429) after an all-workers-busy event"),
 		expiry:     fs.Duration("request-expiry", def.Expiry, "force-free requests booked longer than this (0: never)"),
 		seed:       fs.Uint64("seed", 0, "seed of the scheduler's random choices"),
@@ -151,6 +153,12 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	if *f.qDepth < 0 {
 		return fmt.Errorf("--queue-depth must be >= 0 (got %d)", *f.qDepth)
 	}
+	if *f.qAffinity < 0 {
+		return fmt.Errorf("--queue-affinity must be >= 0 (got %d)", *f.qAffinity)
+	}
+	if *f.qAgeBound < 0 {
+		return fmt.Errorf("--queue-affinity-max-wait must be >= 0 (got %v)", *f.qAgeBound)
+	}
 	if *f.rejWindow < 0 {
 		return fmt.Errorf("--rejection-window must be >= 0 (got %v)", *f.rejWindow)
 	}
@@ -161,5 +169,6 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	sc.CreditCost, sc.PrefillLoadScale, sc.OverlapCredit, sc.HostHitWeight, sc.DiskHitWeight = *f.credit, *f.prefScale, *f.ovCredit, *f.hostW, *f.diskW
 	sc.BusyDecodeFrac, sc.BusyPrefillTokens, sc.BusyPrefillFrac = *f.busyDecode, *f.busyPTok, *f.busyPFrac
 	sc.QueuePolicy, sc.QueueDepth, sc.RejectionWindow, sc.Expiry = qp, *f.qDepth, *f.rejWindow, *f.expiry
+	sc.QueueAffinity, sc.QueueAffinityMaxWait = *f.qAffinity, *f.qAgeBound
 	return sc.Validate()
 }

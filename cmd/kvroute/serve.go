@@ -86,6 +86,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		qTimeout   = fs.Duration("queue-timeout", 30*time.Second, "a request waiting for a free worker longer than this gets 503")
 		maxQWait   = fs.Duration("max-queue-wait", 2*time.Second, "shed (429) requests whose predicted wait for a free worker, from the queue's measured drain rate, nears this: from half of it on, with a probability rising to 1 at it (0: off, only --queue-depth bounds the queue)")
 		tokenizer  = fs.String("tokenizer", "bytes", "tokenizer for text prompts and chat: bytes (one token per UTF-8 byte, the simulated fleet's default) or the path of the engines' Hugging Face tokenizer.json or of its directory (with tokenizer_config.json)")
+		eagle      = fs.Bool("eagle-windows", false, "hash requests and the ZMQ events' EAGLE (bigram) pages as Dynamo does for SGLang EAGLE workers: a block with the token after it, so a page matches only when that token does too (the whole fleet; see EAGLE pages)")
 		forwardIDs = fs.Bool("forward-token-ids", false, "send a /v1/completions text prompt to the worker as the token ids the router hashed (vLLM and SGLang accept them), so router and engine cannot tokenize differently")
 		shards     = fs.Int("shards", 1, "index shards")
 		cpus       = fs.String("cpus", "", "pin index shards to these CPUs, e.g. 0-3,8 (empty: no pinning)")
@@ -353,7 +354,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	}
 
 	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, ModelTokenizers: modelTok,
-		ForwardTokenIDs: *forwardIDs, Subjects: subjects, ID: *routerID,
+		ForwardTokenIDs: *forwardIDs, EagleWindows: *eagle, Subjects: subjects, ID: *routerID,
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
 		MaxConns: *maxConns, MaxInflightBodyBytes: int64(inflight), MaxWorkers: *maxWorkers, MaxDpRanks: *maxRanks,
 		MaxPromptTokens: *maxPrompt, Peers: peerIDs, Sync: *syncOn, SyncInterval: *syncIvl, SyncExpiry: *syncExp,

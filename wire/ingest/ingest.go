@@ -90,6 +90,11 @@ type Config struct {
 	// ZMQMaxMessageBytes bounds a ZMQ frame and message (--max-event-bytes;
 	// zmq.SubscriberConfig.MaxMessageBytes); zero: wire/zmq's default.
 	ZMQMaxMessageBytes int
+	// EagleWindows hashes the EAGLE pages (bigram token_ids) of ZMQ events
+	// as Dynamo does, windows of BlockSize+1 tokens
+	// (wire.VLLMConfig.EagleWindows, --eagle-windows); requests must then be
+	// hashed with wire.LocalHashesEagle.
+	EagleWindows bool
 	// AfterApply, if set, is called by ConsumeJetStream's handler goroutine
 	// right after the events of the message with stream sequence seq were
 	// handed to the sink (and LastSeq is seq), before the next message: the

@@ -190,7 +190,7 @@ func (z *zmqSub) close() {
 // wire/zmq.Subscribe, which dials (and keeps re-dialing an engine that is not
 // up yet or restarts) and fills sequence gaps from the replay socket when
 // z.Replay is set, and decodes its batches on the subscriber's goroutine with
-// a wire.VLLMDecoder (VLLMConfig{z.Worker, Config.BlockSize}). Adding the same
+// a wire.VLLMDecoder (VLLMConfig{z.Worker, Config.BlockSize, Config.EagleWindows}). Adding the same
 // worker and dp rank again with the same settings is a no-op; with other
 // settings it replaces the old subscription (stopped first).
 func (in *Ingest) AddZMQ(z ZMQWorker) error {
@@ -218,7 +218,7 @@ func (in *Ingest) AddZMQ(z ZMQWorker) error {
 	}
 	p := newPipe(in, SourceZMQ)
 	p.zw = z
-	p.dec = wire.NewVLLMDecoder(wire.VLLMConfig{Worker: z.Worker, BlockSize: in.cfg.BlockSize})
+	p.dec = wire.NewVLLMDecoder(wire.VLLMConfig{Worker: z.Worker, BlockSize: in.cfg.BlockSize, EagleWindows: in.cfg.EagleWindows})
 	zs := &zmqSub{w: z, p: p}
 	zs.sub = zmq.Subscribe(zmq.SubscriberConfig{
 		Endpoint: z.Endpoint, ReplayEndpoint: z.Replay, Topic: z.Topic(),
@@ -300,7 +300,7 @@ func (p *pipe) onZMQ(seq uint64, payload []byte, _ bool) {
 // old process's blocks is asked to.
 func (p *pipe) engineRestarted(seq uint64) {
 	p.c.restarts.Add(1)
-	p.dec = wire.NewVLLMDecoder(wire.VLLMConfig{Worker: p.zw.Worker, BlockSize: p.in.cfg.BlockSize})
+	p.dec = wire.NewVLLMDecoder(wire.VLLMConfig{Worker: p.zw.Worker, BlockSize: p.in.cfg.BlockSize, EagleWindows: p.in.cfg.EagleWindows})
 	p.haveSeq = false
 	k := p.zw.key()
 	removed, err := -1, error(nil)

@@ -274,26 +274,33 @@ func (s *snapshotter) take(safeSeq func() uint64) {
 		s.log.Warn("index snapshot skipped: the previous one is still uploading")
 		return
 	}
+	s.captureUpload(safeSeq)
+}
+
+// captureUpload captures the index at the sequence seq returns (read inside
+// the ingest checkpoint, with the id tracking beside it) and starts its
+// upload.
+func (s *snapshotter) captureUpload(seq func() uint64) {
 	var (
 		cp       *shard.Capture
 		err      error
 		tracking []byte
-		seq      uint64
+		at       uint64
 	)
 	s.checkpoint(func(keys []ingest.SourceKey) {
-		seq = safeSeq()
-		if cp, err = s.ix.Capture(seq); err == nil {
+		at = seq()
+		if cp, err = s.ix.Capture(at); err == nil {
 			tracking = ingest.AppendTracking(nil, keys)
 		}
 	})
 	if err != nil {
 		s.failures.Add(1)
-		s.log.Warn("index snapshot capture failed", "stream_seq", seq, "err", err)
+		s.log.Warn("index snapshot capture failed", "stream_seq", at, "err", err)
 		return
 	}
 	s.busy.Store(true)
 	s.wg.Add(1)
-	go s.upload(cp, tracking, seq)
+	go s.upload(cp, tracking, at)
 }
 
 // afterApply runs on the JetStream handler goroutine after the message with
@@ -313,24 +320,7 @@ func (s *snapshotter) afterApply(seq uint64) {
 		s.log.Warn("index snapshot skipped: the previous one is still uploading", "stream_seq", seq)
 		return
 	}
-	var (
-		cp       *shard.Capture
-		err      error
-		tracking []byte
-	)
-	s.checkpoint(func(keys []ingest.SourceKey) {
-		if cp, err = s.ix.Capture(seq); err == nil {
-			tracking = ingest.AppendTracking(nil, keys)
-		}
-	})
-	if err != nil {
-		s.failures.Add(1)
-		s.log.Warn("index snapshot capture failed", "stream_seq", seq, "err", err)
-		return
-	}
-	s.busy.Store(true)
-	s.wg.Add(1)
-	go s.upload(cp, tracking, seq)
+	s.captureUpload(func() uint64 { return seq })
 }
 
 // upload streams the capture into the bucket as snapshot-<seq>, then points

@@ -145,7 +145,13 @@ func waitMessages(t testing.TB, in *Ingest, ix *shard.Index, src Source, n uint6
 // waitFor polls cond until it holds or 10 s pass.
 func waitFor(t testing.TB, cond func() bool, what func() string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitWithin(t, 10*time.Second, cond, what)
+}
+
+// waitWithin is waitFor with a safety limit of d.
+func waitWithin(t testing.TB, d time.Duration, cond func() bool, what func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what())

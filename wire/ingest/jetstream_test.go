@@ -254,7 +254,11 @@ func TestJetStreamClusterNodeLoss(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, func() bool {
+	// The ordered consumer lived on the killed leader: nats.go recreates it
+	// after two missed heartbeats, retrying while the stream elects a new
+	// leader with a backoff of 1, 2, 4, 8 s..., so the catch-up can take
+	// over 10 s (1 run in ~40 here); 40 s is a safety limit.
+	waitWithin(t, 40*time.Second, func() bool {
 		s := in.Stats()
 		return s.Sources[SourceNATSDynamo].Events+s.Sources[SourceNATSNative].Events >= total
 	}, func() string { return fmt.Sprintf("all %d events (stats %+v)", total, in.Stats().Sources) })

@@ -28,8 +28,8 @@ type Capture struct {
 	img *Tree // the scalar state at Begin; arenas filled in when done
 
 	nodes    cow.Slice[node]
-	sets     cow.Slice[uint64]
-	tiers    cow.Slice[uint64]
+	sets     cow.Slice[setRef]
+	pool     [numClasses]cow.Slice[uint32]
 	blocks   cow.Slice[block]
 	children cow.Slice[childEntry]
 	loc      [numClasses]cow.Slice[wire.BlockHash]
@@ -75,7 +75,7 @@ func (t *Tree) BeginCapture() *Capture {
 	}
 	c := &Capture{t: t}
 	img := &Tree{
-		w: t.w, freeNode: t.freeNode, liveNodes: t.liveNodes,
+		tiered: t.tiered, freeNode: t.freeNode, liveNodes: t.liveNodes,
 		freeBlock: t.freeBlock, liveBlocks: t.liveBlocks, maxRun: t.maxRun,
 		children:  childTable{count: t.children.count},
 		slotOf:    maps.Clone(t.slotOf),
@@ -83,18 +83,16 @@ func (t *Tree) BeginCapture() *Capture {
 		slots:     make([]slotRec, len(t.slots)),
 	}
 	img.runs.free, img.runs.live = t.runs.free, t.runs.live
-	if t.tiers != nil {
-		img.act = make([]uint64, len(t.act))
-	}
+	img.pool.free, img.pool.live = t.pool.free, t.pool.live
 	c.img = img
 	c.nodes.Begin(t.nodes, pageBytes)
 	c.sets.Begin(t.sets, pageBytes)
-	c.tiers.Begin(t.tiers, pageBytes)
 	c.blocks.Begin(t.blocks, pageBytes)
 	c.children.Begin(t.children.e, pageBytes)
 	for k := range numClasses {
 		c.loc[k].Begin(t.runs.loc[k], pageBytes)
 		c.ids[k].Begin(t.runs.ids[k], pageBytes)
+		c.pool[k].Begin(t.pool.m[k], pageBytes)
 	}
 	c.eng = make([]engCow, len(t.slots))
 	for s := range t.slots {
@@ -121,7 +119,7 @@ func (t *Tree) BeginCapture() *Capture {
 func (t *Tree) Capturing() bool { return t.cw != nil }
 
 // arenas returns the number of arenas Step walks.
-func (c *Capture) arenas() int { return 5 + 2*numClasses + 2*len(c.eng) }
+func (c *Capture) arenas() int { return 4 + 3*numClasses + 2*len(c.eng) }
 
 // pager is what Step and Stats need of a cow.Slice.
 type pager interface {
@@ -130,8 +128,9 @@ type pager interface {
 	Step(budget int) int
 }
 
-// arena returns arena i: the node, set, tier, block and child arenas, each
-// class's local hashes and block ids, then each slot's engine table.
+// arena returns arena i: the node, set, block and child arenas, each
+// class's set members, local hashes and block ids, then each slot's engine
+// table.
 func (c *Capture) arena(i int) pager {
 	switch {
 	case i == 0:
@@ -139,19 +138,20 @@ func (c *Capture) arena(i int) pager {
 	case i == 1:
 		return &c.sets
 	case i == 2:
-		return &c.tiers
-	case i == 3:
 		return &c.blocks
-	case i == 4:
+	case i == 3:
 		return &c.children
-	case i < 5+2*numClasses:
-		if k := (i - 5) / 2; (i-5)%2 == 0 {
+	case i < 4+3*numClasses:
+		switch k := (i - 4) / 3; (i - 4) % 3 {
+		case 0:
+			return &c.pool[k]
+		case 1:
 			return &c.loc[k]
-		} else {
+		default:
 			return &c.ids[k]
 		}
 	}
-	j := i - 5 - 2*numClasses
+	j := i - 4 - 3*numClasses
 	if j%2 == 0 {
 		return &c.eng[j/2].ctrl
 	}
@@ -218,10 +218,11 @@ func (c *Capture) Tree() *Tree {
 		return c.img
 	}
 	img := c.img
-	img.nodes, img.sets, img.tiers = c.nodes.Result(), c.sets.Result(), c.tiers.Result()
+	img.nodes, img.sets = c.nodes.Result(), c.sets.Result()
 	img.blocks, img.children.e = c.blocks.Result(), c.children.Result()
 	for k := range numClasses {
 		img.runs.loc[k], img.runs.ids[k] = c.loc[k].Result(), c.ids[k].Result()
+		img.pool.m[k] = c.pool[k].Result()
 	}
 	for s := range c.eng {
 		img.slots[s].eng.ctrl, img.slots[s].eng.e = c.eng[s].ctrl.Result(), c.eng[s].e.Result()
@@ -252,14 +253,14 @@ func (c *Capture) Stats() CaptureStats {
 // scalar state (used to check a capture against a Clone).
 func sameArenas(a, b *Tree) error {
 	switch {
-	case a.w != b.w || a.freeNode != b.freeNode || a.liveNodes != b.liveNodes || a.freeBlock != b.freeBlock || a.liveBlocks != b.liveBlocks:
+	case a.tiered != b.tiered || a.freeNode != b.freeNode || a.liveNodes != b.liveNodes || a.freeBlock != b.freeBlock || a.liveBlocks != b.liveBlocks:
 		return fmt.Errorf("scalars differ")
 	case !slices.Equal(a.nodes, b.nodes):
 		return fmt.Errorf("nodes differ")
 	case !slices.Equal(a.sets, b.sets):
 		return fmt.Errorf("sets differ")
-	case !slices.Equal(a.tiers, b.tiers):
-		return fmt.Errorf("tiers differ")
+	case a.pool.free != b.pool.free || a.pool.live != b.pool.live:
+		return fmt.Errorf("set pool free lists differ")
 	case !slices.Equal(a.blocks, b.blocks):
 		return fmt.Errorf("blocks differ")
 	case !slices.Equal(a.children.e, b.children.e) || a.children.count != b.children.count:
@@ -272,6 +273,9 @@ func sameArenas(a, b *Tree) error {
 	for k := range numClasses {
 		if !slices.Equal(a.runs.loc[k], b.runs.loc[k]) || !slices.Equal(a.runs.ids[k], b.runs.ids[k]) {
 			return fmt.Errorf("runs of class %d differ", k)
+		}
+		if !slices.Equal(a.pool.m[k], b.pool.m[k]) {
+			return fmt.Errorf("set members of class %d differ", k)
 		}
 	}
 	for s := range a.slots {

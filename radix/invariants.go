@@ -2,7 +2,6 @@ package radix
 
 import (
 	"fmt"
-	"math/bits"
 )
 
 // CheckInvariants verifies the whole tree and returns the first violation it
@@ -16,11 +15,8 @@ func (t *Tree) CheckInvariants() error {
 	if t.nodes == nil {
 		return nil
 	}
-	if len(t.sets) != len(t.nodes)*t.w {
-		return fmt.Errorf("sets has %d words for %d nodes × %d", len(t.sets), len(t.nodes), t.w)
-	}
-	if t.tiers != nil && (len(t.tiers) != len(t.nodes)*numTiers*t.w || len(t.act) != 3*t.w) {
-		return fmt.Errorf("tiers has %d words, act %d, for %d nodes × %d", len(t.tiers), len(t.act), len(t.nodes), t.w)
+	if len(t.sets) != len(t.nodes) {
+		return fmt.Errorf("%d sets for %d nodes", len(t.sets), len(t.nodes))
 	}
 	if t.nodes[0].live || !t.nodes[rootID].live || t.nodes[rootID].n != 0 || t.nodes[rootID].parent != 0 {
 		return fmt.Errorf("nil or root node malformed: %+v %+v", t.nodes[0], t.nodes[rootID])
@@ -31,9 +27,9 @@ func (t *Tree) CheckInvariants() error {
 	seen := make([]bool, len(t.nodes))
 	seenBlock := make([]bool, len(t.blocks))
 	held := make([]int, len(t.slots))
-	var chunkUse [numClasses]map[uint32]bool
+	var chunkUse, setUse [numClasses]map[uint32]bool
 	for c := range chunkUse {
-		chunkUse[c] = map[uint32]bool{}
+		chunkUse[c], setUse[c] = map[uint32]bool{}, map[uint32]bool{}
 	}
 	live, edges := 0, 0
 	stack := []uint32{rootID}
@@ -50,7 +46,7 @@ func (t *Tree) CheckInvariants() error {
 			return fmt.Errorf("node %d reachable but not live", x)
 		}
 		if x != rootID {
-			if err := t.checkNode(x, held, seenBlock, chunkUse[:]); err != nil {
+			if err := t.checkNode(x, held, seenBlock, chunkUse[:], setUse[:]); err != nil {
 				return err
 			}
 		}
@@ -65,8 +61,8 @@ func (t *Tree) CheckInvariants() error {
 				return fmt.Errorf("edge table maps (%d, %x) to %d, want %d", x, cn.head, got, c)
 			}
 			if x != rootID {
-				for i, w := range t.setOf(c) {
-					if w&^t.setOf(x)[i] != 0 {
+				for _, m := range t.members(c) {
+					if !t.has(x, m>>memberShift) {
 						return fmt.Errorf("node %d holds workers its parent %d does not", c, x)
 					}
 				}
@@ -157,11 +153,31 @@ func (t *Tree) CheckInvariants() error {
 			return fmt.Errorf("class %d: %d chunks used or free of %d", c, len(chunkUse[c]), chunks)
 		}
 	}
+	// Set chunks.
+	for c := range numClasses {
+		chunks := uint32(len(t.pool.m[c]) >> c)
+		if len(setUse[c]) != int(t.pool.live[c]) {
+			return fmt.Errorf("set class %d: %d chunks used, live %d", c, len(setUse[c]), t.pool.live[c])
+		}
+		nfree := 0
+		for f := t.pool.free[c]; f != 0; f = t.pool.m[c][(f-1)<<c] {
+			if f-1 >= chunks || setUse[c][f-1] {
+				return fmt.Errorf("set class %d: free chunk %d in use or out of range", c, f-1)
+			}
+			setUse[c][f-1] = true
+			if nfree++; nfree > int(chunks) {
+				return fmt.Errorf("set class %d: free list cycles", c)
+			}
+		}
+		if uint32(len(setUse[c])) != chunks {
+			return fmt.Errorf("set class %d: %d chunks used or free of %d", c, len(setUse[c]), chunks)
+		}
+	}
 	return t.checkSlots(held)
 }
 
 // checkNode checks one non-root node's run, blocks and set.
-func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[uint32]bool) error {
+func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse, setUse []map[uint32]bool) error {
 	nd := t.nodes[x]
 	if nd.n == 0 || int(nd.n) > 1<<nd.class || (t.maxRun > 0 && int(nd.n) > t.maxRun) {
 		return fmt.Errorf("node %d: run of %d in class %d", x, nd.n, nd.class)
@@ -189,26 +205,28 @@ func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[
 	if t.emptySet(x) {
 		return fmt.Errorf("node %d has no workers", x)
 	}
-	if t.tiers != nil {
-		set := t.setOf(x)
-		for i := range set {
-			var union uint64
-			for k := range numTiers {
-				union |= t.tierSet(x, k)[i]
-			}
-			if union != set[i] {
-				return fmt.Errorf("node %d: tier sets' union %#x, set %#x (word %d)", x, union, set[i], i)
-			}
-		}
+	r := t.sets[x]
+	if int(r.n) > 1<<r.cls || int(r.ref+1)<<r.cls > len(t.pool.m[r.cls]) || setUse[r.cls][r.ref] {
+		return fmt.Errorf("node %d: set of %d in chunk %d of class %d: too small, out of range or shared", x, r.n, r.ref, r.cls)
 	}
-	for wi, w := range t.setOf(x) {
-		for ; w != 0; w &= w - 1 {
-			s := wi*64 + bits.TrailingZeros64(w)
-			if s >= len(t.slots) || !t.slots[s].live {
-				return fmt.Errorf("node %d holds dead slot %d", x, s)
-			}
-			held[s] += int(nd.n)
+	setUse[r.cls][r.ref] = true
+	if r.cls > 0 && int(r.n)*4 < 1<<r.cls {
+		return fmt.Errorf("node %d: set of %d in a chunk of %d", x, r.n, 1<<r.cls)
+	}
+	prev := -1
+	for _, m := range t.members(x) {
+		s := int(m >> memberShift)
+		if s <= prev {
+			return fmt.Errorf("node %d: set not sorted (slot %d after %d)", x, s, prev)
 		}
+		prev = s
+		if m&maskBits == 0 || (!t.tiered && m&maskBits != devBit) {
+			return fmt.Errorf("node %d: slot %d has tier mask %#x (tiered %v)", x, s, m&maskBits, t.tiered)
+		}
+		if s >= len(t.slots) || !t.slots[s].live {
+			return fmt.Errorf("node %d holds dead slot %d", x, s)
+		}
+		held[s] += int(nd.n)
 	}
 	return nil
 }
@@ -233,8 +251,8 @@ func (t *Tree) checkSlots(held []int) error {
 			continue
 		}
 		liveSlots++
-		if int(s) >= 64*t.w {
-			return fmt.Errorf("slot %d beyond set width %d", s, t.w)
+		if s >= maxSlots {
+			return fmt.Errorf("slot %d beyond %d", s, maxSlots)
 		}
 		if got, ok := t.slotOf[sl.key]; !ok || got != uint32(s) {
 			return fmt.Errorf("slot %d key %v maps to %d %v", s, sl.key, got, ok)

@@ -97,13 +97,14 @@ func TestChurnBounded(t *testing.T) {
 }
 
 type arenaSizes struct {
-	nodes, blocks, chunks, children, engine int
+	nodes, blocks, chunks, setChunks, children, engine int
 }
 
 func arenaLens(tr *Tree) arenaSizes {
 	a := arenaSizes{nodes: len(tr.nodes), blocks: len(tr.blocks), children: len(tr.children.e)}
 	for c := range numClasses {
 		a.chunks += len(tr.runs.loc[c])
+		a.setChunks += len(tr.pool.m[c])
 	}
 	for i := range tr.slots {
 		a.engine += len(tr.slots[i].eng.e)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/bits"
 
 	"github.com/kvroute/kvroute/wire"
 )
@@ -53,13 +52,14 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 	}
 	old := *dst
 	*dst = Tree{
-		w: t.w, freeNode: t.freeNode, liveNodes: t.liveNodes,
+		tiered: t.tiered, freeNode: t.freeNode, liveNodes: t.liveNodes,
 		freeBlock: t.freeBlock, liveBlocks: t.liveBlocks, maxRun: t.maxRun,
-		nodes: old.nodes, sets: old.sets, blocks: old.blocks, runs: old.runs,
+		nodes: old.nodes, sets: old.sets, blocks: old.blocks, runs: old.runs, pool: old.pool,
 		children: childTable{e: old.children.e, count: t.children.count},
 		slotOf:   make(map[wire.WorkerKey]uint32, len(t.slotOf)),
 	}
 	dst.runs.free, dst.runs.live = t.runs.free, t.runs.live
+	dst.pool.free, dst.pool.live = t.pool.free, t.pool.live
 	for k, v := range t.slotOf {
 		dst.slotOf[k] = v
 	}
@@ -68,16 +68,12 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 	cp := &Copier{src: t, dst: dst}
 	cp.segs = append(cp.segs,
 		segOf(&dst.nodes, t.nodes, int(nodeBytes)),
-		segOf(&dst.sets, t.sets, 8),
+		segOf(&dst.sets, t.sets, int(setBytes)),
 		segOf(&dst.blocks, t.blocks, int(blockBytes)),
 		segOf(&dst.children.e, t.children.e, 16))
 	for c := range numClasses {
-		cp.segs = append(cp.segs, segOf(&dst.runs.loc[c], t.runs.loc[c], 8), segOf(&dst.runs.ids[c], t.runs.ids[c], 4))
-	}
-	if t.tiers != nil {
-		dst.tiers = old.tiers
-		dst.act = make([]uint64, len(t.act))
-		cp.segs = append(cp.segs, segOf(&dst.tiers, t.tiers, 8))
+		cp.segs = append(cp.segs, segOf(&dst.runs.loc[c], t.runs.loc[c], 8), segOf(&dst.runs.ids[c], t.runs.ids[c], 4),
+			segOf(&dst.pool.m[c], t.pool.m[c], 4))
 	}
 	for s := range t.slots {
 		src, d := &t.slots[s], &dst.slots[s]
@@ -229,20 +225,17 @@ func (t *Tree) WriteContent(w io.Writer) (ContentStats, error) {
 	e.uvarint(uint64(st.Blocks))
 	e.uvarint(uint64(st.Entries))
 	e.uvarint(uint64(t.nodes[rootID].nchild))
-	setBytes := make([]byte, (W+7)/8)
+	setBits := make([]byte, (W+7)/8)
 	for _, x := range order {
 		nd := &t.nodes[x]
 		e.uvarint(uint64(nd.nchild))
 		e.uvarint(uint64(nd.n))
-		clear(setBytes)
-		for wi, word := range t.setOf(x) {
-			for word != 0 {
-				d := dense[wi*64+bits.TrailingZeros64(word)]
-				word &= word - 1
-				setBytes[d>>3] |= 1 << (d & 7)
-			}
+		clear(setBits)
+		for _, m := range t.members(x) {
+			d := dense[m>>memberShift]
+			setBits[d>>3] |= 1 << (d & 7)
 		}
-		e.bytes(setBytes)
+		e.bytes(setBits)
 		loc, _ := t.runOf(x)
 		for _, h := range loc {
 			e.u64(uint64(h))
@@ -301,15 +294,6 @@ func (t *Tree) engineMode(x, s uint32, ids []uint32, engineOf []wire.EngineHash,
 		}
 	}
 	return engFirst
-}
-
-func (t *Tree) firstMember(x uint32) uint32 {
-	for i, w := range t.setOf(x) {
-		if w != 0 {
-			return uint32(i*64 + bits.TrailingZeros64(w))
-		}
-	}
-	return 0
 }
 
 type encoder struct {

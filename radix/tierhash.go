@@ -16,7 +16,7 @@ func (t *Tree) applyTierByEngine(ev *wire.Event) Result {
 		res.Unknown = len(ev.Blocks)
 		return res
 	}
-	if t.tiers == nil && len(ev.Blocks) > 0 {
+	if !t.tiered && len(ev.Blocks) > 0 {
 		t.enableTiers()
 	}
 	eng := &t.slots[s].eng

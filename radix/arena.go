@@ -29,10 +29,13 @@ type node struct {
 }
 
 // block gives a block id's place: engine tables map to block ids, which stay
-// fixed while runs are split, merged and moved.
+// fixed while runs are split, merged and moved. eng is the engine hash of
+// the worker key that created the block: the key of every worker's idTable
+// entry for it (workers whose engines hash it alike store no key).
 type block struct {
 	node uint32 // owning node; next free block while free
 	off  uint32 // offset in the node's run; freeOff while free
+	eng  wire.EngineHash
 }
 
 const freeOff = ^uint32(0)
@@ -100,6 +103,15 @@ func (t *Tree) wNode(x uint32) *node {
 		t.cw.nodes.Touch(t.nodes, int(x))
 	}
 	return &t.nodes[x]
+}
+
+// moveBlock records that block id is now at offset off of x.
+func (t *Tree) moveBlock(id, x, off uint32) {
+	if t.cw != nil {
+		t.cw.blocks.Touch(t.blocks, int(id))
+	}
+	b := &t.blocks[id]
+	b.node, b.off = x, off
 }
 
 // setBlock writes block record id.
@@ -196,14 +208,14 @@ func (t *Tree) releaseNode(x uint32) {
 	t.freeNode = x
 }
 
-func (t *Tree) allocBlock(x, off uint32) uint32 {
+func (t *Tree) allocBlock(x, off uint32, eng wire.EngineHash) uint32 {
 	t.liveBlocks++
 	if id := t.freeBlock; id != 0 {
 		t.freeBlock = t.blocks[id].node
-		t.setBlock(id, block{node: x, off: off})
+		t.setBlock(id, block{node: x, off: off, eng: eng})
 		return id
 	}
-	t.blocks = append(t.blocks, block{node: x, off: off})
+	t.blocks = append(t.blocks, block{node: x, off: off, eng: eng})
 	return uint32(len(t.blocks) - 1)
 }
 

@@ -45,10 +45,12 @@ type Capture struct {
 	checkFailed error
 }
 
-// engCow captures one worker's engine table.
+// engCow captures one worker's engine tables (workerTable: full, ids).
 type engCow struct {
-	ctrl cow.Slice[uint8]
-	e    cow.Slice[engEntry]
+	ctrl  cow.Slice[uint8]
+	e     cow.Slice[engEntry]
+	ictrl cow.Slice[uint8]
+	ids   cow.Slice[uint32]
 }
 
 // PageBytes is the copy-on-write page size: a write to a page not yet
@@ -97,11 +99,17 @@ func (t *Tree) BeginCapture() *Capture {
 	c.eng = make([]engCow, len(t.slots))
 	for s := range t.slots {
 		src := &t.slots[s]
-		img.slots[s] = slotRec{key: src.key, live: src.live, eng: engineTable{count: src.eng.count}}
-		if src.eng.e != nil {
-			c.eng[s].ctrl.Begin(src.eng.ctrl, pageBytes)
-			c.eng[s].e.Begin(src.eng.e, pageBytes)
-			src.eng.cw = &c.eng[s]
+		img.slots[s] = slotRec{key: src.key, live: src.live}
+		img.slots[s].eng.full.count, img.slots[s].eng.ids.count = src.eng.full.count, src.eng.ids.count
+		if src.eng.full.e != nil {
+			c.eng[s].ctrl.Begin(src.eng.full.ctrl, pageBytes)
+			c.eng[s].e.Begin(src.eng.full.e, pageBytes)
+			src.eng.full.cw = &c.eng[s]
+		}
+		if src.eng.ids.ids != nil {
+			c.eng[s].ictrl.Begin(src.eng.ids.ctrl, pageBytes)
+			c.eng[s].ids.Begin(src.eng.ids.ids, pageBytes)
+			src.eng.ids.cw = &c.eng[s]
 		}
 	}
 	t.children.cw = &c.children
@@ -119,7 +127,7 @@ func (t *Tree) BeginCapture() *Capture {
 func (t *Tree) Capturing() bool { return t.cw != nil }
 
 // arenas returns the number of arenas Step walks.
-func (c *Capture) arenas() int { return 4 + 3*numClasses + 2*len(c.eng) }
+func (c *Capture) arenas() int { return 4 + 3*numClasses + 4*len(c.eng) }
 
 // pager is what Step and Stats need of a cow.Slice.
 type pager interface {
@@ -152,10 +160,16 @@ func (c *Capture) arena(i int) pager {
 		}
 	}
 	j := i - 4 - 3*numClasses
-	if j%2 == 0 {
-		return &c.eng[j/2].ctrl
+	switch e := &c.eng[j/4]; j % 4 {
+	case 0:
+		return &e.ctrl
+	case 1:
+		return &e.e
+	case 2:
+		return &e.ictrl
+	default:
+		return &e.ids
 	}
-	return &c.eng[j/2].e
 }
 
 // Step copies pending pages until about budget bytes are copied (at least
@@ -198,8 +212,11 @@ func (c *Capture) finish() {
 		t.children.cw = nil
 	}
 	for s := range t.slots {
-		if cw := t.slots[s].eng.cw; cw != nil && s < len(c.eng) && cw == &c.eng[s] {
-			t.slots[s].eng.cw = nil
+		if cw := t.slots[s].eng.full.cw; cw != nil && s < len(c.eng) && cw == &c.eng[s] {
+			t.slots[s].eng.full.cw = nil
+		}
+		if cw := t.slots[s].eng.ids.cw; cw != nil && s < len(c.eng) && cw == &c.eng[s] {
+			t.slots[s].eng.ids.cw = nil
 		}
 	}
 	c.t = nil
@@ -225,7 +242,9 @@ func (c *Capture) Tree() *Tree {
 		img.pool.m[k] = c.pool[k].Result()
 	}
 	for s := range c.eng {
-		img.slots[s].eng.ctrl, img.slots[s].eng.e = c.eng[s].ctrl.Result(), c.eng[s].e.Result()
+		e := &img.slots[s].eng
+		e.full.ctrl, e.full.e = c.eng[s].ctrl.Result(), c.eng[s].e.Result()
+		e.ids.ctrl, e.ids.ids = c.eng[s].ictrl.Result(), c.eng[s].ids.Result()
 	}
 	c.eng = nil
 	if invariants {
@@ -280,10 +299,11 @@ func sameArenas(a, b *Tree) error {
 	}
 	for s := range a.slots {
 		x, y := &a.slots[s], &b.slots[s]
-		if x.key != y.key || x.live != y.live || x.eng.count != y.eng.count {
+		if x.key != y.key || x.live != y.live || x.eng.full.count != y.eng.full.count || x.eng.ids.count != y.eng.ids.count {
 			return fmt.Errorf("slot %d differs", s)
 		}
-		if x.live && (!slices.Equal(x.eng.ctrl, y.eng.ctrl) || !slices.Equal(x.eng.e, y.eng.e)) {
+		if x.live && (!slices.Equal(x.eng.full.ctrl, y.eng.full.ctrl) || !slices.Equal(x.eng.full.e, y.eng.full.e) ||
+			!slices.Equal(x.eng.ids.ctrl, y.eng.ids.ctrl) || !slices.Equal(x.eng.ids.ids, y.eng.ids.ids)) {
 			return fmt.Errorf("slot %d's engine table differs", s)
 		}
 	}

@@ -2,6 +2,8 @@ package radix
 
 import (
 	"fmt"
+
+	"github.com/kvroute/kvroute/wire"
 )
 
 // CheckInvariants verifies the whole tree and returns the first violation it
@@ -245,7 +247,7 @@ func (t *Tree) checkSlots(held []int) error {
 	for s := range t.slots {
 		sl := &t.slots[s]
 		if !sl.live {
-			if !isFree[s] || sl.eng.count != 0 || held[s] != 0 {
+			if !isFree[s] || sl.eng.count() != 0 || held[s] != 0 {
 				return fmt.Errorf("dead slot %d not free or not empty", s)
 			}
 			continue
@@ -257,36 +259,43 @@ func (t *Tree) checkSlots(held []int) error {
 		if got, ok := t.slotOf[sl.key]; !ok || got != uint32(s) {
 			return fmt.Errorf("slot %d key %v maps to %d %v", s, sl.key, got, ok)
 		}
-		if sl.eng.count == 0 {
+		if sl.eng.count() == 0 {
 			return fmt.Errorf("slot %d is live but empty", s)
 		}
-		if int(sl.eng.count) != held[s] {
-			return fmt.Errorf("slot %d (%v): table holds %d, nodes %d", s, sl.key, sl.eng.count, held[s])
+		if int(sl.eng.count()) != held[s] {
+			return fmt.Errorf("slot %d (%v): table holds %d, nodes %d", s, sl.key, sl.eng.count(), held[s])
 		}
-		if err := sl.eng.check(); err != nil {
+		if err := sl.eng.full.check(); err != nil && len(sl.eng.full.e) > 0 {
+			return fmt.Errorf("slot %d: %v", s, err)
+		}
+		if err := sl.eng.ids.check(t.blocks); err != nil {
 			return fmt.Errorf("slot %d: %v", s, err)
 		}
 		n := 0
-		for i := range sl.eng.e {
-			id := sl.eng.e[i].val
-			if id == 0 {
-				continue
-			}
+		var bad error
+		sl.eng.each(t.blocks, func(k wire.EngineHash, id uint32) {
 			n++
-			k := sl.eng.e[i].key()
-			if sl.eng.get(k) != id {
-				return fmt.Errorf("slot %d: engine hash %x not found at its probe position", s, k)
-			}
-			if int(id) >= len(t.blocks) || t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, uint32(s)) {
-				return fmt.Errorf("slot %d: engine hash %x maps to block %d it does not hold", s, k, id)
-			}
-			if owner[id] == uint32(s)+1 {
-				return fmt.Errorf("slot %d: two engine hashes map to block %d", s, id)
+			switch {
+			case bad != nil:
+			case sl.eng.get(k, t.blocks) != id:
+				bad = fmt.Errorf("slot %d: engine hash %x not found at its probe position", s, k)
+			case int(id) >= len(t.blocks) || t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, uint32(s)):
+				bad = fmt.Errorf("slot %d: engine hash %x maps to block %d it does not hold", s, k, id)
+			case owner[id] == uint32(s)+1:
+				bad = fmt.Errorf("slot %d: two engine hashes map to block %d", s, id)
 			}
 			owner[id] = uint32(s) + 1
+		})
+		if bad != nil {
+			return bad
 		}
-		if n != int(sl.eng.count) {
-			return fmt.Errorf("slot %d: %d entries, count %d", s, n, sl.eng.count)
+		for i := range sl.eng.full.e {
+			if e := &sl.eng.full.e[i]; e.val != 0 && t.blocks[e.val].eng == e.key() {
+				return fmt.Errorf("slot %d: engine hash %x of block %d, its recorded hash, is in the full table", s, e.key(), e.val)
+			}
+		}
+		if n != int(sl.eng.count()) {
+			return fmt.Errorf("slot %d: %d entries, count %d", s, n, sl.eng.count())
 		}
 	}
 	if liveSlots != len(t.slotOf) {
@@ -315,6 +324,37 @@ func (m *engineTable) check() error {
 	for i := range groupLen {
 		if m.ctrl[n+i] != m.ctrl[i] {
 			return fmt.Errorf("mirror byte %d differs", i)
+		}
+	}
+	return nil
+}
+
+// check verifies the control bytes against the ids and the mirror.
+func (m *idTable) check(bl []block) error {
+	n := len(m.ids)
+	if n == 0 {
+		return nil
+	}
+	if len(m.ctrl) != n+groupLen {
+		return fmt.Errorf("%d control bytes for %d id slots", len(m.ctrl), n)
+	}
+	for i, id := range m.ids {
+		c := m.ctrl[i]
+		if (c == 0) != (id == 0) {
+			return fmt.Errorf("id slot %d: control %#x, id %d", i, c, id)
+		}
+		if c != 0 {
+			if int(id) >= len(bl) {
+				return fmt.Errorf("id slot %d: block %d out of range", i, id)
+			}
+			if _, fp := probe(bl[id].eng, n); c != fp {
+				return fmt.Errorf("id slot %d: control %#x, fingerprint %#x", i, c, fp)
+			}
+		}
+	}
+	for i := range groupLen {
+		if m.ctrl[n+i] != m.ctrl[i] {
+			return fmt.Errorf("id mirror byte %d differs", i)
 		}
 	}
 	return nil

@@ -48,14 +48,14 @@ func pointerPath(typ reflect.Type) string {
 
 // TestSizes pins the deliberate element sizes: a node is 40 bytes (a 64-bit
 // head and seven 32-bit links/counts plus class and live in the padding), a
-// block record 8, an edge 16. A change here changes the bytes per entry in
+// block record 16 (with its creator's engine hash), a set header 12, an edge 16. A change here changes the bytes per entry in
 // doc.go.
 func TestSizes(t *testing.T) {
 	if s := unsafe.Sizeof(node{}); s != 40 {
 		t.Errorf("node is %d bytes, want 40", s)
 	}
-	if s := unsafe.Sizeof(block{}); s != 8 {
-		t.Errorf("block is %d bytes, want 8", s)
+	if s := unsafe.Sizeof(block{}); s != 16 {
+		t.Errorf("block is %d bytes, want 16 (node, offset and the creator's engine hash)", s)
 	}
 	if s := unsafe.Sizeof(setRef{}); s != 12 {
 		t.Errorf("setRef is %d bytes, want 12 (a chunk, a member count and a class)", s)

@@ -107,7 +107,7 @@ func arenaLens(tr *Tree) arenaSizes {
 		a.setChunks += len(tr.pool.m[c])
 	}
 	for i := range tr.slots {
-		a.engine += len(tr.slots[i].eng.e)
+		a.engine += len(tr.slots[i].eng.full.e) + len(tr.slots[i].eng.ids.ids)
 	}
 	return a
 }

@@ -77,9 +77,13 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 	}
 	for s := range t.slots {
 		src, d := &t.slots[s], &dst.slots[s]
-		d.key, d.live, d.eng.count = src.key, src.live, src.eng.count
-		if src.eng.e != nil {
-			cp.segs = append(cp.segs, segOf(&d.eng.ctrl, src.eng.ctrl, 1), segOf(&d.eng.e, src.eng.e, 12))
+		d.key, d.live = src.key, src.live
+		d.eng.full.count, d.eng.ids.count = src.eng.full.count, src.eng.ids.count
+		if src.eng.full.e != nil {
+			cp.segs = append(cp.segs, segOf(&d.eng.full.ctrl, src.eng.full.ctrl, 1), segOf(&d.eng.full.e, src.eng.full.e, 12))
+		}
+		if src.eng.ids.ids != nil {
+			cp.segs = append(cp.segs, segOf(&d.eng.ids.ctrl, src.eng.ids.ctrl, 1), segOf(&d.eng.ids.ids, src.eng.ids.ids, 4))
 		}
 	}
 	return cp
@@ -219,7 +223,7 @@ func (t *Tree) WriteContent(w io.Writer) (ContentStats, error) {
 	}
 	st.Workers, st.Nodes, st.Blocks = W, len(order), t.liveBlocks
 	for _, s := range live {
-		st.Entries += int(t.slots[s].eng.count)
+		st.Entries += int(t.slots[s].eng.count())
 	}
 	e.uvarint(uint64(st.Nodes))
 	e.uvarint(uint64(st.Blocks))
@@ -243,12 +247,7 @@ func (t *Tree) WriteContent(w io.Writer) (ContentStats, error) {
 	}
 	engineOf := make([]wire.EngineHash, len(t.blocks))
 	for d, s := range live {
-		eng := &t.slots[s].eng
-		for i := range eng.e {
-			if en := &eng.e[i]; en.val != 0 {
-				engineOf[en.val] = en.key()
-			}
-		}
+		t.slots[s].eng.each(t.blocks, func(k wire.EngineHash, id uint32) { engineOf[id] = k })
 		for _, x := range order {
 			if !t.has(x, s) {
 				continue
@@ -289,7 +288,7 @@ func (t *Tree) engineMode(x, s uint32, ids []uint32, engineOf []wire.EngineHash,
 	}
 	feng := &t.slots[f].eng
 	for _, id := range ids {
-		if feng.get(engineOf[id]) != id {
+		if feng.get(engineOf[id], t.blocks) != id {
 			return engLiteral
 		}
 	}

@@ -22,7 +22,7 @@ func (t *Tree) applyTierByEngine(ev *wire.Event) Result {
 	eng := &t.slots[s].eng
 	t.sink += eng.touch(ev.Blocks)
 	for _, b := range ev.Blocks {
-		id := eng.get(b.Engine)
+		id := eng.get(b.Engine, t.blocks)
 		if id == 0 {
 			res.Unknown++
 			continue

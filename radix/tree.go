@@ -117,7 +117,7 @@ type Tree struct {
 type slotRec struct {
 	key  wire.WorkerKey
 	live bool
-	eng  engineTable
+	eng  workerTable
 }
 
 // New returns an empty tree.
@@ -218,7 +218,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 		if !known {
 			return res, ErrParentMissing
 		}
-		id := t.slots[s].eng.get(ev.Parent)
+		id := t.slots[s].eng.get(ev.Parent, t.blocks)
 		if id == 0 {
 			return res, ErrParentMissing
 		}
@@ -241,7 +241,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 			a := j + 1
 			k := a
 			for k < n && len(blks) > 0 && loc[k] == blks[0].Local {
-				if eng.get(blks[0].Engine) != ids[k] {
+				if eng.get(blks[0].Engine, t.blocks) != ids[k] {
 					conflict = true
 					break
 				}
@@ -267,7 +267,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 				// Diverges inside the run: split there (x then ends at j) unless
 				// the new leaf's first block is a conflict, so that nothing is
 				// left split without a new branch.
-				if eng.get(blks[0].Engine) != 0 {
+				if eng.get(blks[0].Engine, t.blocks) != 0 {
 					conflict = true
 					break
 				}
@@ -295,7 +295,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 			x, j = b.node, int(b.off)
 		}
 	}
-	if t.slots[s].eng.count == 0 {
+	if t.slots[s].eng.count() == 0 {
 		t.releaseSlot(s)
 	}
 	if conflict {
@@ -330,7 +330,7 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 	stored := 0
 	for stored < len(blks) { // once, unless maxRun caps the run length
 		rest := blks[stored:]
-		if eng.get(rest[0].Engine) != 0 {
+		if eng.get(rest[0].Engine, t.blocks) != 0 {
 			break
 		}
 		y, room := x, len(rest)
@@ -359,8 +359,8 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 		}
 		i := 0
 		for ; i < room; i++ {
-			id := t.allocBlock(y, uint32(base+i))
-			if !eng.insertNew(rest[i].Engine, id) {
+			id := t.allocBlock(y, uint32(base+i), rest[i].Engine)
+			if !eng.insertNew(rest[i].Engine, id, t.blocks) {
 				t.releaseBlock(id)
 				break
 			}
@@ -385,7 +385,7 @@ func (t *Tree) join(x, c, s uint32, blks []wire.Block, tb uint8) (int, uint32) {
 	t.sink += eng.touch(blks[:min(len(blks), len(loc))])
 	k := 0
 	for k < len(loc) && k < len(blks) && loc[k] == blks[k].Local {
-		if !eng.insertNew(blks[k].Engine, ids[k]) {
+		if !eng.insertNew(blks[k].Engine, ids[k], t.blocks) {
 			break
 		}
 		k++
@@ -418,7 +418,7 @@ func (t *Tree) split(x, j uint32) uint32 {
 	copy(yl, xl[j:])
 	copy(yi, xi[j:])
 	for i, id := range yi {
-		t.setBlock(id, block{node: y, off: uint32(i)})
+		t.moveBlock(id, y, uint32(i))
 	}
 	yn.head = yl[0]
 	t.adoptChildren(x, y)
@@ -452,7 +452,7 @@ func (t *Tree) tryMerge(x uint32) {
 		copy(xl[xn:], cl)
 		copy(xi[xn:], ci)
 		for i, id := range ci {
-			t.setBlock(id, block{node: x, off: uint32(xn + i)})
+			t.moveBlock(id, x, uint32(xn+i))
 		}
 		t.wNode(x).n = uint32(xn + cn)
 		t.unlink(c)
@@ -498,7 +498,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 	t.sink += eng.touch(ev.Blocks)
 	ids := t.ids[:0]
 	for _, b := range ev.Blocks {
-		if id := eng.del(b.Engine); id != 0 {
+		if id := eng.del(b.Engine, t.blocks); id != 0 {
 			ids = append(ids, id)
 		} else {
 			res.Unknown++
@@ -522,7 +522,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 	if res.Removed > len(ids) {
 		t.sweep(s)
 	}
-	if t.slots[s].eng.count == 0 {
+	if t.slots[s].eng.count() == 0 {
 		t.releaseSlot(s)
 	}
 	return res
@@ -540,7 +540,7 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 	t.sink += eng.touch(ev.Blocks)
 	keys := t.rmKeys[:0]
 	for _, b := range ev.Blocks {
-		id := eng.get(b.Engine)
+		id := eng.get(b.Engine, t.blocks)
 		if id == 0 || t.maskOf(t.blocks[id].node, s)&tb == 0 {
 			res.Unknown++
 			continue
@@ -593,8 +593,8 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 	if left > 0 {
 		gone := 0
 		for _, b := range ev.Blocks {
-			if id := eng.get(b.Engine); id != 0 && (t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, s)) {
-				eng.del(b.Engine)
+			if id := eng.get(b.Engine, t.blocks); id != 0 && (t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, s)) {
+				eng.del(b.Engine, t.blocks)
 				gone++
 			}
 		}
@@ -602,7 +602,7 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 			t.sweep(s)
 		}
 	}
-	if t.slots[s].eng.count == 0 {
+	if t.slots[s].eng.count() == 0 {
 		t.releaseSlot(s)
 	}
 	return res
@@ -630,7 +630,7 @@ func (t *Tree) sweep(s uint32) {
 	t.slots[s].eng.filter(func(_ wire.EngineHash, id uint32) bool {
 		b := t.blocks[id]
 		return b.off != freeOff && t.has(b.node, s)
-	})
+	}, t.blocks)
 }
 
 // removeFrom removes slot s from block off of x and from everything s holds
@@ -682,16 +682,11 @@ func (t *Tree) removeSubtree(s, y uint32) int {
 // removeSlot removes every block of slot s and frees the slot.
 func (t *Tree) removeSlot(s uint32) int {
 	roots := t.ids[:0]
-	eng := &t.slots[s].eng
-	for i := range eng.e {
-		id := eng.e[i].val
-		if id == 0 {
-			continue
-		}
+	t.slots[s].eng.each(t.blocks, func(_ wire.EngineHash, id uint32) {
 		if b := t.blocks[id]; b.off == 0 && t.nodes[b.node].parent == rootID {
 			roots = append(roots, b.node)
 		}
-	}
+	})
 	t.ids = roots
 	removed := 0
 	for _, r := range roots {
@@ -844,7 +839,7 @@ func matchLen(a, b []wire.BlockHash) int {
 func (t *Tree) Workers(dst []Overlap) []Overlap {
 	for i := range t.slots {
 		if sl := &t.slots[i]; sl.live {
-			dst = append(dst, Overlap{Worker: sl.key, TreeSize: sl.eng.count})
+			dst = append(dst, Overlap{Worker: sl.key, TreeSize: sl.eng.count()})
 		}
 	}
 	return dst
@@ -853,14 +848,13 @@ func (t *Tree) Workers(dst []Overlap) []Overlap {
 // TreeSize returns the number of blocks k holds.
 func (t *Tree) TreeSize(k wire.WorkerKey) uint32 {
 	if s, ok := t.slotOf[k]; ok {
-		return t.slots[s].eng.count
+		return t.slots[s].eng.count()
 	}
 	return 0
 }
 
 // Stats returns the tree's size and memory.
 func (t *Tree) Stats() Stats {
-	t.debugBreakdown()
 	st := Stats{Blocks: t.liveBlocks, Bytes: int64(t.bytes())}
 	if t.nodes != nil {
 		st.Nodes = t.liveNodes - 1
@@ -868,7 +862,7 @@ func (t *Tree) Stats() Stats {
 	for i := range t.slots {
 		if sl := &t.slots[i]; sl.live {
 			st.Workers++
-			st.Entries += int(sl.eng.count)
+			st.Entries += int(sl.eng.count())
 		}
 	}
 	return st

@@ -298,7 +298,7 @@ func (t *Tree) emitMembers(dst []Overlap, m []uint32, depth int) []Overlap {
 		o := &out[i]
 		o.Worker = sl.key
 		o.Blocks, o.Host, o.Disk = uint32(depth), 0, 0
-		o.TreeSize = sl.eng.count
+		o.TreeSize = sl.eng.count()
 	}
 	return dst
 }
@@ -330,7 +330,7 @@ func (t *Tree) emitGone(dst []Overlap, a, b []uint32, depth int) []Overlap {
 		k++
 		o.Worker = sl.key
 		o.Blocks, o.Host, o.Disk = uint32(depth), 0, 0
-		o.TreeSize = sl.eng.count
+		o.TreeSize = sl.eng.count()
 	}
 	return dst[:n+k]
 }

@@ -19,7 +19,7 @@ import (
 // any goroutine may read (after a happens-before edge of the caller's).
 //
 // Arenas replaced rather than written (growth beyond capacity, table
-// rehashes, worker sets widened, an emptied tree reset) need no copy at
+// rehashes, an emptied tree reset) need no copy at
 // Begin or at the replacement: the capture keeps the old arrays, which the
 // tree no longer writes. A Capture holds no locks and starts no goroutines;
 // all its methods must be called on the tree's goroutine.

@@ -207,13 +207,17 @@ func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse, setUs
 	if t.emptySet(x) {
 		return fmt.Errorf("node %d has no workers", x)
 	}
-	r := t.sets[x]
-	if int(r.n) > 1<<r.cls || int(r.ref+1)<<r.cls > len(t.pool.m[r.cls]) || setUse[r.cls][r.ref] {
-		return fmt.Errorf("node %d: set of %d in chunk %d of class %d: too small, out of range or shared", x, r.n, r.ref, r.cls)
-	}
-	setUse[r.cls][r.ref] = true
-	if r.cls > 0 && int(r.n)*4 < 1<<r.cls {
-		return fmt.Errorf("node %d: set of %d in a chunk of %d", x, r.n, 1<<r.cls)
+	if r := t.sets[x]; r.n > 1 {
+		k := r.ref[0]
+		if int(r.n) > 1<<r.cls || int(k+1)<<r.cls > len(t.pool.m[r.cls]) || setUse[r.cls][k] {
+			return fmt.Errorf("node %d: set of %d in chunk %d of class %d: too small, out of range or shared", x, r.n, k, r.cls)
+		}
+		setUse[r.cls][k] = true
+		if r.cls > 0 && int(r.n)*4 < 1<<r.cls {
+			return fmt.Errorf("node %d: set of %d in a chunk of %d", x, r.n, 1<<r.cls)
+		}
+	} else if r.cls != 0 {
+		return fmt.Errorf("node %d: inline set of %d with class %d", x, r.n, r.cls)
 	}
 	prev := -1
 	for _, m := range t.members(x) {

@@ -22,9 +22,11 @@ import (
 // copy copies both.
 
 // setRef is node x's worker set: n members sorted by slot in chunk ref of
-// class cls of the set pool; n == 0: empty, no chunk.
+// class cls of the set pool; n == 0: empty, no chunk; n == 1: the member
+// itself in ref, no chunk (most nodes of a large fleet have one holder, and
+// Match then reads no second cache line).
 type setRef struct {
-	ref uint32
+	ref [1]uint32
 	n   uint32
 	cls uint8
 }
@@ -103,7 +105,10 @@ func (t *Tree) wPool(c uint8, lo, hi int) {
 // members returns x's set (sorted members; valid until the next mutation).
 func (t *Tree) members(x uint32) []uint32 {
 	r := &t.sets[x]
-	base := int(r.ref) << r.cls
+	if r.n <= 1 {
+		return r.ref[:r.n]
+	}
+	base := int(r.ref[0]) << r.cls
 	end := base + int(r.n)
 	return t.pool.m[r.cls][base:end:end]
 }
@@ -163,7 +168,12 @@ func (t *Tree) setTiers(x, s uint32, m uint8) {
 
 func (t *Tree) setMaskAt(x uint32, i int, m uint8) {
 	r := &t.sets[x]
-	j := int(r.ref)<<r.cls + i
+	if r.n == 1 {
+		r = t.wSet(x)
+		r.ref[0] = r.ref[0]&^maskBits | uint32(m)
+		return
+	}
+	j := int(r.ref[0])<<r.cls + i
 	t.wPool(r.cls, j, j+1)
 	e := &t.pool.m[r.cls][j]
 	*e = *e&^maskBits | uint32(m)
@@ -181,7 +191,11 @@ func (t *Tree) clearBit(x, s uint32) {
 func (t *Tree) insertMember(x uint32, i int, e uint32) {
 	r := t.sets[x]
 	n := int(r.n)
-	if n == 0 || n == 1<<r.cls {
+	if n == 0 {
+		*t.wSet(x) = setRef{ref: [1]uint32{e}, n: 1}
+		return
+	}
+	if n == 1 || n == 1<<r.cls {
 		c := classFor(n + 1)
 		k := t.allocSetChunk(c)
 		old := t.members(x) // after the allocation, which may move class c
@@ -191,13 +205,13 @@ func (t *Tree) insertMember(x uint32, i int, e uint32) {
 		copy(dst, old[:i])
 		dst[i] = e
 		copy(dst[i+1:], old[i:])
-		if n > 0 {
-			t.releaseSetChunk(r.cls, r.ref)
+		if n > 1 {
+			t.releaseSetChunk(r.cls, r.ref[0])
 		}
-		*t.wSet(x) = setRef{ref: k, n: uint32(n + 1), cls: c}
+		*t.wSet(x) = setRef{ref: [1]uint32{k}, n: uint32(n + 1), cls: c}
 		return
 	}
-	base := int(r.ref) << r.cls
+	base := int(r.ref[0]) << r.cls
 	t.wPool(r.cls, base+i, base+n+1)
 	m := t.pool.m[r.cls][base : base+n+1]
 	copy(m[i+1:], m[i:n])
@@ -211,8 +225,13 @@ func (t *Tree) removeMember(x uint32, i int) {
 	r := t.sets[x]
 	n := int(r.n)
 	if n == 1 {
-		t.releaseSetChunk(r.cls, r.ref)
 		*t.wSet(x) = setRef{}
+		return
+	}
+	if n == 2 {
+		e := t.members(x)[1-i]
+		t.releaseSetChunk(r.cls, r.ref[0])
+		*t.wSet(x) = setRef{ref: [1]uint32{e}, n: 1}
 		return
 	}
 	if r.cls > 0 && (n-1)*4 <= 1<<r.cls {
@@ -224,11 +243,11 @@ func (t *Tree) removeMember(x uint32, i int) {
 		dst := t.pool.m[c][base : base+n-1]
 		copy(dst, old[:i])
 		copy(dst[i:], old[i+1:])
-		t.releaseSetChunk(r.cls, r.ref)
-		*t.wSet(x) = setRef{ref: k, n: uint32(n - 1), cls: c}
+		t.releaseSetChunk(r.cls, r.ref[0])
+		*t.wSet(x) = setRef{ref: [1]uint32{k}, n: uint32(n - 1), cls: c}
 		return
 	}
-	base := int(r.ref) << r.cls
+	base := int(r.ref[0]) << r.cls
 	t.wPool(r.cls, base+i, base+n)
 	m := t.pool.m[r.cls][base : base+n]
 	copy(m[i:], m[i+1:])
@@ -252,7 +271,8 @@ func (t *Tree) sameSet(x, y uint32) bool {
 func (t *Tree) copySet(y, x uint32) {
 	t.clearSet(y)
 	n := int(t.sets[x].n)
-	if n == 0 {
+	if n <= 1 {
+		*t.wSet(y) = t.sets[x]
 		return
 	}
 	c := classFor(n)
@@ -260,13 +280,15 @@ func (t *Tree) copySet(y, x uint32) {
 	base := int(k) << c
 	t.wPool(c, base, base+n)
 	copy(t.pool.m[c][base:base+n], t.members(x))
-	*t.wSet(y) = setRef{ref: k, n: uint32(n), cls: c}
+	*t.wSet(y) = setRef{ref: [1]uint32{k}, n: uint32(n), cls: c}
 }
 
 // clearSet empties x's set.
 func (t *Tree) clearSet(x uint32) {
-	if r := t.sets[x]; r.n > 0 {
-		t.releaseSetChunk(r.cls, r.ref)
+	if r := t.sets[x]; r.n > 1 {
+		t.releaseSetChunk(r.cls, r.ref[0])
+		*t.wSet(x) = setRef{}
+	} else if r.n == 1 {
 		*t.wSet(x) = setRef{}
 	}
 }

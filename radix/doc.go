@@ -227,6 +227,50 @@
 //   - Tables shrink at 1/5 load but never below 256 slots, so a worker whose
 //     size swings by a few hundred blocks does not reallocate (TestAllocs*).
 //
+// # Worker sets and engine tables at fleet scale (issue 17 §1)
+//
+// Bitset worker sets cost 8 bytes per node per 64 worker keys, so at 7,000
+// keys every node carried 110 words (rounded up to 128 by doubling): 15.6 of
+// 48.3 bytes per entry on `kvroute bench index --workers 1000 --duplicate
+// 7` (synthetic trace × 7, 823,879 entries, 11,900 nodes). Sets are now
+// sorted member arrays (see Layout; one member inline in the header), and
+// the engine tables keep the entries keyed by the block's creator hash in a
+// 5-byte-slot idTable. Stats bytes per (block, worker) entry, one shard,
+// same binaries and traces (`kvroute bench index --json`, synthetic trace;
+// the benchmark fleet from BenchmarkBuild):
+//
+//	                           main (bitsets)  member arrays  + idTable, inline singletons
+//	8 workers (trace)          36.13           —              35.90
+//	256 workers (trace)        32.17           —              31.52
+//	7,000 workers (trace × 7)  48.32           33.12          31.79
+//	fleet, 64 workers          30.61           30.71          30.56
+//	fleet, tiered              32.38           —              32.11
+//	fleet, engines hash alike  ≈30.6           —              22.41
+//
+// At 7,000 workers the 31.79 split as: engine tables 16.6 (idTable 2.8, full
+// tables 13.8: the trace's engines salt their hash chains per worker, like
+// vLLM's per-process NONE_HASH, so only the block's creator hashes it as
+// recorded), runs 6.3, block records 5.6, worker records 1.9 (slotRec and
+// the key map: 7,000 workers of ≈118 blocks each), nodes 0.7, sets 0.3,
+// edges 0.4. Issue 17's targets: ≤ 32 B/entry at 7,000 workers met; ≤ 24 on
+// the fleet met only where engines hash alike (22.41); with per-worker
+// hashes (30.56) the engine hash is 8 incompressible bytes per entry in a
+// table at load ≈0.72, and the 12-byte entry stays.
+//
+// Alternatives measured and dropped: engine tables grown at 7/8 load
+// instead of 4/5: 31.39 B/entry on the fleet (worse: the tables sat later
+// in their growth cycle) and longer probes. One table shared by the worker
+// keys whose engines hash alike: subsumed by the idTable, which shares the
+// key (in the block record) and keeps per-worker tables, so removing a
+// worker still drops its tables whole.
+//
+// Speed (make bench-compare, main vs this, 6 interleaved runs on the shared
+// 2-vCPU machine at load average 9–15): see docs/ARCHITECTURE.md § 6 for the
+// benchstat table. Match walks the members of each set on the path
+// (emitGone merges a node's array with its child's); the 7,000-worker trace
+// replay stays bound by Apply and by the machine (ops/s varied 12–54k run to
+// run, Match p99 39–79 µs, the issue's ≥ 500k ops/s not reached).
+//
 // Targets (issue 2), met on the quiet-machine medians: Match of 512 blocks ≤ 2 µs median (314 ns;
 // 0.6 µs at worst under contention); Apply ≥ 10 M blocks/s (28.8 M; under
 // contention 2.5–7.6 M was seen, below target, with the engine tables — 23 MB

@@ -219,9 +219,13 @@ func (t *Tree) allocBlock(x, off uint32, eng wire.EngineHash) uint32 {
 	return uint32(len(t.blocks) - 1)
 }
 
+// releaseBlock frees block id. Its engine hash stays until the id is
+// reused: an idTable entry for it that a removal leaves until the sweep at
+// the end of the event (stale, see applyRemoved) keeps its key, so it is
+// still found, deleted and shifted by its own home slot.
 func (t *Tree) releaseBlock(id uint32) {
 	t.liveBlocks--
-	t.setBlock(id, block{node: t.freeBlock, off: freeOff})
+	t.setBlock(id, block{node: t.freeBlock, off: freeOff, eng: t.blocks[id].eng})
 	t.freeBlock = id
 }
 

@@ -264,12 +264,20 @@
 // key (in the block record) and keeps per-worker tables, so removing a
 // worker still drops its tables whole.
 //
-// Speed (make bench-compare, main vs this, 6 interleaved runs on the shared
-// 2-vCPU machine at load average 9–15): see docs/ARCHITECTURE.md § 6 for the
-// benchstat table. Match walks the members of each set on the path
-// (emitGone merges a node's array with its child's); the 7,000-worker trace
-// replay stays bound by Apply and by the machine (ops/s varied 12–54k run to
-// run, Match p99 39–79 µs, the issue's ≥ 500k ops/s not reached).
+// Speed (make bench-compare against the commit before, 6 interleaved runs
+// on the shared 2-vCPU machine, load average 2–15; every spread ±30% to
+// ±1300%): BenchmarkTraceReplay at 256 and 7,000 workers, no significant
+// change in time, block ops/s or Match p50/p99 (p ≥ 0.24); Apply/runs and
+// Apply/tiered no significant change (p = 0.70, 0.24), allocation-free in
+// steady state (the schedule's later periods allocate 0 bytes; its first
+// grows the two tables per worker apart: 1.4 MB, hence B/op > 0 in short
+// runs). Match/runs 588 → 804 ns (+37%, p = 0.13, load ≈2) and Match/tiered
+// 1.44 → 1.68 µs (p = 0.31), not significant but likely: emitGone walks a
+// node's whole member array (64 members on this fleet) to find the few that
+// leave, where a bitset took one word operation; still within issue 2's
+// 2 µs. The 7,000-worker trace replay stays bound by Apply and the machine
+// (12–54k ops/s run to run, Match p99 39–79 µs; the issue's ≥ 500k ops/s is
+// not reached).
 //
 // Targets (issue 2), met on the quiet-machine medians: Match of 512 blocks ≤ 2 µs median (314 ns;
 // 0.6 µs at worst under contention); Apply ≥ 10 M blocks/s (28.8 M; under

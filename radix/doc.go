@@ -271,11 +271,12 @@
 // Apply/tiered no significant change (p = 0.70, 0.24), allocation-free in
 // steady state (the schedule's later periods allocate 0 bytes; its first
 // grows the two tables per worker apart: 1.4 MB, hence B/op > 0 in short
-// runs). Match/runs 588 → 804 ns (+37%, p = 0.13, load ≈2) and Match/tiered
-// 1.44 → 1.68 µs (p = 0.31), not significant but likely: emitGone walks a
-// node's whole member array (64 members on this fleet) to find the few that
-// leave, where a bitset took one word operation; still within issue 2's
-// 2 µs. The 7,000-worker trace replay stays bound by Apply and the machine
+// runs). Match, 6 more interleaved runs at load ≈1.5: Match/runs 506 →
+// 497 ns (p = 0.56), Match/tiered 959 → 1171 ns (+22%, p = 0.041): a tiered
+// Match visits every active member at each node of the path (leaveLevels)
+// where the bitsets took a few word operations; still within issue 2's
+// 2 µs. (A first, noisier run at load 2–15 showed Match/runs +37%, p =
+// 0.13.) The 7,000-worker trace replay stays bound by Apply and the machine
 // (12–54k ops/s run to run, Match p99 39–79 µs; the issue's ≥ 500k ops/s is
 // not reached).
 //

@@ -344,15 +344,15 @@ func (t *Tree) emitGone(dst []Overlap, a, b []uint32, depth int) []Overlap {
 			j++
 			continue
 		}
-		if k == len(out) {
-			break // b is not a subset of a (a broken invariant): emit what fits
-		}
 		sl := &t.slots[e>>memberShift]
 		o := &out[k]
 		k++
 		o.Worker = sl.key
 		o.Blocks, o.Host, o.Disk = uint32(depth), 0, 0
 		o.TreeSize = sl.eng.count()
+		if k == len(out) {
+			break // every member that leaves is out: the rest of a is b's
+		}
 	}
 	return dst[:n+k]
 }

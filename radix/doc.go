@@ -271,12 +271,15 @@
 // Apply/tiered no significant change (p = 0.70, 0.24), allocation-free in
 // steady state (the schedule's later periods allocate 0 bytes; its first
 // grows the two tables per worker apart: 1.4 MB, hence B/op > 0 in short
-// runs). Match, 6 more interleaved runs at load ≈1.5: Match/runs 506 →
-// 497 ns (p = 0.56), Match/tiered 959 → 1171 ns (+22%, p = 0.041): a tiered
-// Match visits every active member at each node of the path (leaveLevels)
-// where the bitsets took a few word operations; still within issue 2's
-// 2 µs. (A first, noisier run at load 2–15 showed Match/runs +37%, p =
-// 0.13.) The 7,000-worker trace replay stays bound by Apply and the machine
+// runs). Match, 6 more interleaved runs at load ≈3 (spreads ±6–8%):
+// Match/runs 462 → 493 ns (+6.9%, p = 0.015), Match/tiered 851 → 995 ns
+// (+16.9%, p = 0.002), after leaveLevels learned to skip a node that holds
+// every active member on the device (−13% on Match/tiered, p = 0.015). The
+// cost is the walk: finding the members that leave at a node reads its
+// whole array (64 members on this fleet) where a bitset took one word
+// operation. Both stay within issue 2's 2 µs; a bitset for dense sets (a
+// member array up to 64 members or so) is the follow-up that would take it
+// back. The 7,000-worker trace replay stays bound by Apply and the machine
 // (12–54k ops/s run to run, Match p99 39–79 µs; the issue's ≥ 500k ops/s is
 // not reached).
 //

@@ -364,6 +364,9 @@ func (t *Tree) emitGone(dst []Overlap, a, b []uint32, depth int) []Overlap {
 // members (a worker holding a node holds its parent).
 func (t *Tree) leaveLevels(out []Overlap, first, act []uint32, x uint32, depth int) []uint32 {
 	cur := t.members(x)
+	if len(cur) == len(act) && allOnDevice(cur) {
+		return act // x holds every active member on the device: no level loses any
+	}
 	d := uint32(depth)
 	j, k := 0, 0
 	for _, i := range act {
@@ -388,4 +391,15 @@ func (t *Tree) leaveLevels(out []Overlap, first, act []uint32, x uint32, depth i
 		k++
 	}
 	return act[:k]
+}
+
+// allOnDevice reports whether every member of m holds its node on the
+// device.
+func allOnDevice(m []uint32) bool {
+	for _, e := range m {
+		if e&devBit == 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -406,3 +406,263 @@ func (m *childTable) resize(n int) {
 }
 
 func (m *childTable) bytes() int64 { return int64(cap(m.e)) * 16 }
+
+// idTable maps engine hashes to block ids like engineTable, for the blocks
+// whose recorded engine hash (block.eng, the hash of the worker that created
+// the block) is the key: it stores the block id only, 4 bytes a slot plus
+// the control byte, and reads the key from the block record on a
+// fingerprint match. Workers whose engines hash a block alike (one model,
+// one hash seed: vLLM with a fixed PYTHONHASHSEED, SGLang, the simulated
+// fleet) keep all their entries here; see doc.go for the measurements.
+type idTable struct {
+	ctrl  []uint8 // len(ids) + groupLen, mirrored like engineTable's
+	ids   []uint32
+	count uint32
+	cw    *engCow // the capture in progress, if any
+}
+
+func (m *idTable) group(i int) uint64 {
+	return binary.LittleEndian.Uint64(m.ctrl[i : i+groupLen])
+}
+
+func (m *idTable) setCtrl(i int, c uint8) {
+	if m.cw != nil {
+		m.cw.ictrl.Touch(m.ctrl, i)
+	}
+	m.ctrl[i] = c
+	if i < groupLen {
+		if m.cw != nil {
+			m.cw.ictrl.Touch(m.ctrl, len(m.ids)+i)
+		}
+		m.ctrl[len(m.ids)+i] = c
+	}
+}
+
+func (m *idTable) setID(i int, id uint32) {
+	if m.cw != nil {
+		m.cw.ids.Touch(m.ids, i)
+	}
+	m.ids[i] = id
+}
+
+// find returns k's slot, or -1 and the first empty slot of its probe
+// sequence.
+func (m *idTable) find(k wire.EngineHash, bl []block) (int, int) {
+	n := len(m.ids)
+	i, fp := probe(k, n)
+	pat := lsbs * uint64(fp)
+	for {
+		w := m.group(i)
+		x := w ^ pat
+		match := (x - lsbs) &^ x & msbs
+		empty := ^w & msbs
+		if empty != 0 {
+			match &= (empty & -empty) - 1
+		}
+		for ; match != 0; match &= match - 1 {
+			j := i + bits.TrailingZeros64(match)>>3
+			if j >= n {
+				j -= n
+			}
+			if bl[m.ids[j]].eng == k {
+				return j, -1
+			}
+		}
+		if empty != 0 {
+			j := i + bits.TrailingZeros64(empty)>>3
+			if j >= n {
+				j -= n
+			}
+			return -1, j
+		}
+		if i += groupLen; i >= n {
+			i -= n
+		}
+	}
+}
+
+func (m *idTable) get(k wire.EngineHash, bl []block) uint32 {
+	if m.count == 0 {
+		return 0
+	}
+	if j, _ := m.find(k, bl); j >= 0 {
+		return m.ids[j]
+	}
+	return 0
+}
+
+func (m *idTable) touch(blks []wire.Block) uint32 {
+	n := len(m.ids)
+	if n == 0 {
+		return 0
+	}
+	var sum uint32
+	for i := range blks {
+		j, _ := probe(blks[i].Engine, n)
+		sum += uint32(m.ctrl[j]) + m.ids[j]
+	}
+	return sum
+}
+
+// insertNew adds k→id (bl[id].eng must be k) and reports true, or reports
+// false if k is present.
+func (m *idTable) insertNew(k wire.EngineHash, id uint32, bl []block) bool {
+	if (int(m.count)+1)*maxLoadDen > len(m.ids)*maxLoadNum {
+		m.resize(growCap(int(m.count)+1), bl)
+	}
+	j, free := m.find(k, bl)
+	if j >= 0 {
+		return false
+	}
+	_, fp := probe(k, len(m.ids))
+	m.setID(free, id)
+	m.setCtrl(free, fp)
+	m.count++
+	return true
+}
+
+func (m *idTable) del(k wire.EngineHash, bl []block) uint32 {
+	if m.count == 0 {
+		return 0
+	}
+	j, _ := m.find(k, bl)
+	if j < 0 {
+		return 0
+	}
+	v := m.ids[j]
+	m.delAt(j, bl)
+	m.maybeShrink(bl)
+	return v
+}
+
+func (m *idTable) delAt(i int, bl []block) {
+	n := len(m.ids)
+	j := i
+	for {
+		if j++; j == n {
+			j = 0
+		}
+		c := m.ctrl[j]
+		if c == 0 {
+			break
+		}
+		if h, _ := probe(bl[m.ids[j]].eng, n); movable(h, i, j) {
+			m.setID(i, m.ids[j])
+			m.setCtrl(i, c)
+			i = j
+		}
+	}
+	m.setID(i, 0)
+	m.setCtrl(i, 0)
+	m.count--
+}
+
+func (m *idTable) maybeShrink(bl []block) {
+	if len(m.ids) > shrinkFloor && int(m.count)*minLoadDen < len(m.ids) {
+		m.resize(max(shrinkFloor, shrinkCap(int(m.count))), bl)
+	}
+}
+
+// filter is engineTable.filter; the key is the block's recorded hash.
+func (m *idTable) filter(keep func(wire.EngineHash, uint32) bool, bl []block) int {
+	deleted := 0
+	for i := 0; i < len(m.ids); {
+		if m.ctrl[i] != 0 && !keep(bl[m.ids[i]].eng, m.ids[i]) {
+			m.delAt(i, bl)
+			deleted++
+			continue
+		}
+		i++
+	}
+	m.maybeShrink(bl)
+	return deleted
+}
+
+func (m *idTable) resize(n int, bl []block) {
+	oldC, oldI := m.ctrl, m.ids
+	m.ids = make([]uint32, n)
+	m.ctrl = make([]uint8, n+groupLen)
+	for i, c := range oldC[:len(oldI)] {
+		if c == 0 {
+			continue
+		}
+		_, free := m.find(bl[oldI[i]].eng, bl)
+		m.setID(free, oldI[i])
+		m.setCtrl(free, c)
+	}
+}
+
+func (m *idTable) bytes() int64 { return int64(cap(m.ids))*4 + int64(cap(m.ctrl)) }
+
+// workerTable is one worker key's engine hash → block id map: the entries
+// whose key is the block's recorded engine hash in ids (5 bytes a slot),
+// the others in full (13 bytes a slot). A key is in at most one of them.
+type workerTable struct {
+	ids  idTable
+	full engineTable
+}
+
+// count returns the number of entries (the blocks the worker key holds).
+func (w *workerTable) count() uint32 { return w.ids.count + w.full.count }
+
+func (w *workerTable) get(k wire.EngineHash, bl []block) uint32 {
+	if id := w.ids.get(k, bl); id != 0 {
+		return id
+	}
+	if w.full.count == 0 {
+		return 0
+	}
+	return w.full.get(k)
+}
+
+// insertNew adds k→id and reports true, or reports false if k is present.
+func (w *workerTable) insertNew(k wire.EngineHash, id uint32, bl []block) bool {
+	if bl[id].eng == k {
+		if w.full.count > 0 && w.full.get(k) != 0 {
+			return false
+		}
+		return w.ids.insertNew(k, id, bl)
+	}
+	if w.ids.get(k, bl) != 0 {
+		return false
+	}
+	return w.full.insertNew(k, id)
+}
+
+func (w *workerTable) del(k wire.EngineHash, bl []block) uint32 {
+	if id := w.ids.del(k, bl); id != 0 {
+		return id
+	}
+	if w.full.count == 0 {
+		return 0
+	}
+	return w.full.del(k)
+}
+
+func (w *workerTable) touch(blks []wire.Block) uint32 {
+	s := w.ids.touch(blks)
+	if w.full.count > 0 {
+		s += w.full.touch(blks)
+	}
+	return s
+}
+
+func (w *workerTable) filter(keep func(wire.EngineHash, uint32) bool, bl []block) int {
+	return w.ids.filter(keep, bl) + w.full.filter(keep)
+}
+
+// each calls fn for every entry.
+func (w *workerTable) each(bl []block, fn func(wire.EngineHash, uint32)) {
+	for _, id := range w.ids.ids {
+		if id != 0 {
+			fn(bl[id].eng, id)
+		}
+	}
+	for i := range w.full.e {
+		if e := &w.full.e[i]; e.val != 0 {
+			fn(e.key(), e.val)
+		}
+	}
+}
+
+func (w *workerTable) bytes() int64 { return w.ids.bytes() + w.full.bytes() }

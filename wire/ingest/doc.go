@@ -227,7 +227,9 @@
 //     announces with Cleared as event 1): the tracking starts again from 1;
 //     except that a Stored id 1 right after id 1 is a duplicate of it;
 //   - any other id ≤ last is a duplicate: counted, logged and dropped (not
-//     applied again);
+//     applied again); during a live catch-up (the stream's replay and the
+//     release of the held core messages, where the two paths overlap by
+//     design) duplicates are counted and not logged;
 //   - id 0 (a transport without ids) is not tracked.
 //
 // On the core-NATS path (SubscribeNATS), after the NATS connection was lost

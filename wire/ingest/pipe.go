@@ -270,7 +270,9 @@ func (p *pipe) deliver() {
 		switch v {
 		case vDuplicate:
 			dups++
-			p.in.duplicate(p.src, ev.Worker, ev.ID, p.tr.lastID(ev.Worker))
+			if !p.hold { // a live catch-up's replay and release expect them: counted, not logged
+				p.in.duplicate(p.src, ev.Worker, ev.ID, p.tr.lastID(ev.Worker))
+			}
 			continue
 		case vGap:
 			p.in.gap(p.src, ev.Worker, ev.ID-missing, ev.ID, false)

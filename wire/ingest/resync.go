@@ -25,13 +25,15 @@ func (in *Ingest) lostAfter(k wire.WorkerKey, after uint64) {
 // Resync runs fn while no NATS event is being handed to the sink (it holds
 // every NATS pipe), so that a recovery answer is applied in order with the
 // live events: fn gets the last event id tracked for k (0: none) and
-// returns the id the index is now consistent at for k, or 0 to change
-// nothing. That id becomes k's last (even when lower: a dump of a restarted
-// worker) on the NATS sources: live events at or
-// below it that arrive later (published before the answer, delivered after
-// it) are dropped as duplicates. fn must be short: it delays every NATS
-// event (queue the index work and return).
-func (in *Ingest) Resync(k wire.WorkerKey, fn func(last uint64) uint64) {
+// returns the id the index is now consistent at for k with set true, or
+// set false to change nothing. That id becomes k's last (even when lower: a
+// dump of a restarted worker) on the NATS sources: live events at or below
+// it that arrive later (published before the answer, delivered after it)
+// are dropped as duplicates. Id 0 (a worker that has published nothing
+// since it started) drops k's tracking, so that its next event, id 1, is
+// applied. fn must be short: it delays every NATS event (queue the index
+// work and return).
+func (in *Ingest) Resync(k wire.WorkerKey, fn func(last uint64) (at uint64, set bool)) {
 	pipes, unlock := in.holdNATSPipes()
 	defer unlock()
 	var last uint64
@@ -40,7 +42,14 @@ func (in *Ingest) Resync(k wire.WorkerKey, fn func(last uint64) uint64) {
 			last = max(last, p.tr.lastID(k))
 		}
 	}
-	if at := fn(last); at != 0 {
+	at, set := fn(last)
+	if set && at == 0 {
+		for _, p := range pipes {
+			if p != nil {
+				p.tr.drop(k)
+			}
+		}
+	} else if set {
 		tracked := false
 		for _, p := range pipes {
 			if p != nil && p.tr.lastID(k) != 0 {

@@ -98,6 +98,12 @@ func (t *tracker) checkSuspect(k wire.WorkerKey, id uint64) (v verdict, missing 
 	return vRestartGap, id - 1, true
 }
 
+// drop forgets k: its next event is taken as a first sighting.
+func (t *tracker) drop(k wire.WorkerKey) {
+	delete(t.last, k)
+	delete(t.suspect, k)
+}
+
 // lastID returns the last id recorded for k (0: none).
 func (t *tracker) lastID(k wire.WorkerKey) uint64 { return t.last[k] }
 

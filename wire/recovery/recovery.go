@@ -35,7 +35,7 @@ type Index interface {
 
 // Tracker is the part of *ingest.Ingest recovery synchronizes with.
 type Tracker interface {
-	Resync(k wire.WorkerKey, fn func(last uint64) uint64)
+	Resync(k wire.WorkerKey, fn func(last uint64) (at uint64, set bool))
 	Tracked(dst []ingest.TrackedKey) []ingest.TrackedKey
 }
 
@@ -434,13 +434,13 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againK
 	var applyErr error
 	again = againSame
 	overtaken := false
-	r.tr.Resync(k, func(last uint64) uint64 {
+	r.tr.Resync(k, func(last uint64) (uint64, bool) {
 		if head.Kind == plane.RecoverEvents && head.At < last {
 			// Live events after the answer's last were applied first (the
 			// answer left before them and arrived after): ask again. If
 			// that repeats, the worker's ids went back (a restart): the
 			// caller asks for a dump.
-			return 0
+			return 0, false
 		}
 		if head.Kind == plane.RecoverDump {
 			// A dump below last replaces the effects of the live events
@@ -455,10 +455,15 @@ func (r *Requester) recover(k wire.WorkerKey, after, epoch uint64) (again againK
 			applyErr = r.ix.Apply(evs)
 		}
 		if applyErr != nil {
-			return 0
+			return 0, false
 		}
 		again = againNone
-		return head.At // 0 (the worker has no events yet): the tracking stays as it is
+		// At 0 (the worker has published nothing since it started) drops
+		// the tracking: a dump at 0 below last (a restarted worker, or a
+		// tracking restored from a snapshot of an earlier run of the
+		// fleet) would otherwise be overtaken by the same last again and
+		// again, a request loop without backoff.
+		return head.At, true
 	})
 	_ = msgs
 	switch {

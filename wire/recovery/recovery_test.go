@@ -231,6 +231,46 @@ func TestDumpOvertakenAsksForTheEventsAfterIt(t *testing.T) {
 	rg.none(t, 100*time.Millisecond, "after the index agreed")
 }
 
+// A dump at id 0 below the tracked id (a worker that restarted and has
+// published nothing since, or tracking restored from a snapshot of an
+// earlier run of the fleet) empties the worker's blocks and drops its
+// tracking, so the follow-up ask is answered and the requester stops; its
+// next event, id 1, is applied. Before, the tracking stayed at the old id,
+// every answer at 0 was overtaken again, and the requester asked without
+// pause (an operator saw 1,600 requests a second).
+func TestDumpAtZeroBelowTracked(t *testing.T) {
+	rg := startRig(t, Config{Interval: -1, MinBackoff: time.Millisecond}, 7)
+	k := wire.WorkerKey{Worker: 7}
+	rg.live(t, stored(k, 1, 0, 1), stored(k, 2, 1, 2))
+	rg.tracked(t, k, 2)
+	rg.r.Lost(k, DumpAll)
+	q := rg.next(t)
+	rg.answer(t, q, plane.RecoverDump, 0, nil)
+	for n := 0; ; n++ { // at most one more ask (after 0), answered "nothing missing"
+		select {
+		case q = <-rg.reqs:
+		case <-time.After(200 * time.Millisecond):
+			n = -1
+		}
+		if n < 0 {
+			break
+		}
+		if n >= 1 {
+			t.Fatalf("request %d after the dump at 0 (after %d): the requester loops", n+2, q.After)
+		}
+		rg.answer(t, q, plane.RecoverEvents, 0, nil)
+	}
+	rg.settled(t)
+	if got := rg.held(t, k); len(got) != 0 {
+		t.Fatalf("index holds %v after the empty dump", got)
+	}
+	rg.live(t, stored(k, 1, 0, 9))
+	rg.tracked(t, k, 1)
+	if got := rg.held(t, k); !slices.Equal(got, []uint64{9}) {
+		t.Fatalf("index holds %v, want the restarted worker's event 1 (block 9)", got)
+	}
+}
+
 // Asks for one worker key while its request is in flight are merged into
 // one queued request for the smallest id asked.
 func TestLostDeduplicatesPerKey(t *testing.T) {

@@ -29,13 +29,10 @@ type node struct {
 }
 
 // block gives a block id's place: engine tables map to block ids, which stay
-// fixed while runs are split, merged and moved. eng is the engine hash of
-// the worker key that created the block: the key of every worker's idTable
-// entry for it (workers whose engines hash it alike store no key).
+// fixed while runs are split, merged and moved.
 type block struct {
 	node uint32 // owning node; next free block while free
 	off  uint32 // offset in the node's run; freeOff while free
-	eng  wire.EngineHash
 }
 
 const freeOff = ^uint32(0)
@@ -105,21 +102,26 @@ func (t *Tree) wNode(x uint32) *node {
 	return &t.nodes[x]
 }
 
-// moveBlock records that block id is now at offset off of x.
-func (t *Tree) moveBlock(id, x, off uint32) {
-	if t.cw != nil {
-		t.cw.blocks.Touch(t.blocks, int(id))
-	}
-	b := &t.blocks[id]
-	b.node, b.off = x, off
-}
-
 // setBlock writes block record id.
 func (t *Tree) setBlock(id uint32, b block) {
 	if t.cw != nil {
 		t.cw.blocks.Touch(t.blocks, int(id))
 	}
 	t.blocks[id] = b
+}
+
+// wSets precedes writes to t.sets[lo:hi].
+func (t *Tree) wSets(lo, hi int) {
+	if t.cw != nil {
+		t.cw.sets.TouchRange(t.sets, lo, hi)
+	}
+}
+
+// wTiers precedes writes to t.tiers[lo:hi].
+func (t *Tree) wTiers(lo, hi int) {
+	if t.cw != nil {
+		t.cw.tiers.TouchRange(t.tiers, lo, hi)
+	}
 }
 
 // wRun precedes writes to elements [lo, hi) of class c's local hashes and
@@ -196,7 +198,14 @@ func (t *Tree) allocNode() uint32 {
 		return id
 	}
 	t.nodes = append(t.nodes, node{live: true})
-	t.sets = append(t.sets, setRef{})
+	l := len(t.sets)
+	t.sets = slices.Grow(t.sets, t.w)[:l+t.w]
+	clear(t.sets[l:])
+	if t.tiers != nil {
+		l := len(t.tiers)
+		t.tiers = slices.Grow(t.tiers, numTiers*t.w)[:l+numTiers*t.w]
+		clear(t.tiers[l:])
+	}
 	return uint32(len(t.nodes) - 1)
 }
 
@@ -208,29 +217,61 @@ func (t *Tree) releaseNode(x uint32) {
 	t.freeNode = x
 }
 
-func (t *Tree) allocBlock(x, off uint32, eng wire.EngineHash) uint32 {
+func (t *Tree) allocBlock(x, off uint32) uint32 {
 	t.liveBlocks++
 	if id := t.freeBlock; id != 0 {
 		t.freeBlock = t.blocks[id].node
-		t.setBlock(id, block{node: x, off: off, eng: eng})
+		t.setBlock(id, block{node: x, off: off})
 		return id
 	}
-	t.blocks = append(t.blocks, block{node: x, off: off, eng: eng})
+	t.blocks = append(t.blocks, block{node: x, off: off})
 	return uint32(len(t.blocks) - 1)
 }
 
-// releaseBlock frees block id. Its engine hash stays until the id is
-// reused: an idTable entry for it that a removal leaves until the sweep at
-// the end of the event (stale, see applyRemoved) keeps its key, so it is
-// still found, deleted and shifted by its own home slot.
 func (t *Tree) releaseBlock(id uint32) {
 	t.liveBlocks--
-	t.setBlock(id, block{node: t.freeBlock, off: freeOff, eng: t.blocks[id].eng})
+	t.setBlock(id, block{node: t.freeBlock, off: freeOff})
 	t.freeBlock = id
 }
 
-// Tier masks: bit k of a member's mask (wset.go) = the slot holds the node's
-// run in tier k.
+// Worker sets: t.w words per node, bit s = slot s.
+
+func (t *Tree) setOf(x uint32) []uint64 {
+	i := int(x) * t.w
+	return t.sets[i : i+t.w : i+t.w]
+}
+
+func (t *Tree) has(x, s uint32) bool {
+	return t.sets[int(x)*t.w+int(s>>6)]&(1<<(s&63)) != 0
+}
+
+// setBit adds slot s to x's set with the tiers of tb (a tierBit mask; it
+// must be device-only while the tree has no tier sets).
+func (t *Tree) setBit(x, s uint32, tb uint8) {
+	i := int(x)*t.w + int(s>>6)
+	t.wSets(i, i+1)
+	t.sets[i] |= 1 << (s & 63)
+	if t.tiers != nil {
+		t.setTiers(x, s, tb)
+	}
+}
+
+// clearBit removes slot s from x's set, in every tier.
+func (t *Tree) clearBit(x, s uint32) {
+	i := int(x)*t.w + int(s>>6)
+	t.wSets(i, i+1)
+	t.sets[i] &^= 1 << (s & 63)
+	if t.tiers != nil {
+		t.setTiers(x, s, 0)
+	}
+}
+
+// Tier sets. A tree that has only ever seen device-tier events keeps none
+// (t.tiers == nil: every held block is on the device, no memory is spent).
+// The first event of another tier allocates them: per node, numTiers
+// worker sets (bit s of group k = slot s holds the node's run in tier k),
+// after the node's union set in the same layout, so that group k of x is
+// tiers[(x*numTiers+k)*w:][:w]. The union set stays the OR of the groups.
 
 const numTiers = 4
 
@@ -243,6 +284,141 @@ func tierBit(k wire.Tier) uint8 {
 }
 
 const devBit = 1 << wire.TierDevice
+
+// tierSet returns x's set of tier k (the tree must have tier sets).
+func (t *Tree) tierSet(x uint32, k int) []uint64 {
+	i := (int(x)*numTiers + k) * t.w
+	return t.tiers[i : i+t.w : i+t.w]
+}
+
+// maskOf returns the tiers in which slot s holds x's run (0 if it does not
+// hold it).
+func (t *Tree) maskOf(x, s uint32) uint8 {
+	if !t.has(x, s) {
+		return 0
+	}
+	if t.tiers == nil {
+		return devBit
+	}
+	var m uint8
+	i, b := int(s>>6), uint64(1)<<(s&63)
+	base := int(x) * numTiers * t.w
+	for k := range numTiers {
+		if t.tiers[base+k*t.w+i]&b != 0 {
+			m |= 1 << k
+		}
+	}
+	return m
+}
+
+// setTiers makes slot s's tier mask at x exactly m (the union set bit is the
+// caller's).
+func (t *Tree) setTiers(x, s uint32, m uint8) {
+	i, b := int(s>>6), uint64(1)<<(s&63)
+	base := int(x) * numTiers * t.w
+	t.wTiers(base, base+numTiers*t.w)
+	for k := range numTiers {
+		if m&(1<<k) != 0 {
+			t.tiers[base+k*t.w+i] |= b
+		} else {
+			t.tiers[base+k*t.w+i] &^= b
+		}
+	}
+}
+
+// enableTiers allocates the tier sets: everything held so far is on the
+// device.
+func (t *Tree) enableTiers() {
+	t.tiers = make([]uint64, len(t.nodes)*numTiers*t.w, cap(t.nodes)*numTiers*t.w)
+	for x := range t.nodes {
+		copy(t.tierSet(uint32(x), int(wire.TierDevice)), t.setOf(uint32(x)))
+	}
+	t.act = make([]uint64, 3*t.w)
+}
+
+func (t *Tree) emptySet(x uint32) bool {
+	for _, w := range t.setOf(x) {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// sameSet reports whether x and y have the same workers in the same tiers.
+func (t *Tree) sameSet(x, y uint32) bool {
+	a, b := t.setOf(x), t.setOf(y)
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	if t.tiers != nil {
+		n := numTiers * t.w
+		return slices.Equal(t.tiers[int(x)*n:int(x+1)*n], t.tiers[int(y)*n:int(y+1)*n])
+	}
+	return true
+}
+
+// copySet gives y x's set and tier sets.
+func (t *Tree) copySet(y, x uint32) {
+	t.wSets(int(y)*t.w, int(y+1)*t.w)
+	copy(t.setOf(y), t.setOf(x))
+	if t.tiers != nil {
+		n := numTiers * t.w
+		t.wTiers(int(y)*n, int(y+1)*n)
+		copy(t.tiers[int(y)*n:int(y+1)*n], t.tiers[int(x)*n:int(x+1)*n])
+	}
+}
+
+// clearSet empties x's set and tier sets.
+func (t *Tree) clearSet(x uint32) {
+	t.wSets(int(x)*t.w, int(x+1)*t.w)
+	clear(t.setOf(x))
+	if t.tiers != nil {
+		n := numTiers * t.w
+		t.wTiers(int(x)*n, int(x+1)*n)
+		clear(t.tiers[int(x)*n : int(x+1)*n])
+	}
+}
+
+// onlyMember reports whether slot s is the only worker in x's set.
+func (t *Tree) onlyMember(x, s uint32) bool {
+	if t.w == 1 {
+		return t.sets[x] == 1<<(s&63)
+	}
+	for i, w := range t.setOf(x) {
+		want := uint64(0)
+		if i == int(s>>6) {
+			want = 1 << (s & 63)
+		}
+		if w != want {
+			return false
+		}
+	}
+	return true
+}
+
+// growWords widens every worker set so that slot s fits.
+func (t *Tree) growWords(s uint32) {
+	nw := t.w
+	for int(s) >= 64*nw {
+		nw *= 2
+	}
+	ns := make([]uint64, len(t.nodes)*nw, cap(t.nodes)*nw)
+	for x := range t.nodes {
+		copy(ns[x*nw:], t.sets[x*t.w:(x+1)*t.w])
+	}
+	if t.tiers != nil {
+		nt := make([]uint64, len(t.nodes)*numTiers*nw, cap(t.nodes)*numTiers*nw)
+		for g := range len(t.nodes) * numTiers {
+			copy(nt[g*nw:], t.tiers[g*t.w:(g+1)*t.w])
+		}
+		t.tiers = nt
+		t.act = make([]uint64, 3*nw)
+	}
+	t.sets, t.w = ns, nw
+}
 
 // Children: a doubly linked sibling list per node (for traversal) and the
 // per-tree edge table (for lookup).

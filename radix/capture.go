@@ -19,7 +19,7 @@ import (
 // any goroutine may read (after a happens-before edge of the caller's).
 //
 // Arenas replaced rather than written (growth beyond capacity, table
-// rehashes, an emptied tree reset) need no copy at
+// rehashes, worker sets widened, an emptied tree reset) need no copy at
 // Begin or at the replacement: the capture keeps the old arrays, which the
 // tree no longer writes. A Capture holds no locks and starts no goroutines;
 // all its methods must be called on the tree's goroutine.
@@ -28,8 +28,8 @@ type Capture struct {
 	img *Tree // the scalar state at Begin; arenas filled in when done
 
 	nodes    cow.Slice[node]
-	sets     cow.Slice[setRef]
-	pool     [numClasses]cow.Slice[uint32]
+	sets     cow.Slice[uint64]
+	tiers    cow.Slice[uint64]
 	blocks   cow.Slice[block]
 	children cow.Slice[childEntry]
 	loc      [numClasses]cow.Slice[wire.BlockHash]
@@ -46,12 +46,10 @@ type Capture struct {
 	checkFailed error
 }
 
-// engCow captures one worker's engine tables (workerTable: full, ids).
+// engCow captures one worker's engine table.
 type engCow struct {
-	ctrl  cow.Slice[uint8]
-	e     cow.Slice[engEntry]
-	ictrl cow.Slice[uint8]
-	ids   cow.Slice[uint32]
+	ctrl cow.Slice[uint8]
+	e    cow.Slice[engEntry]
 }
 
 // PageBytes is the copy-on-write page size: a write to a page not yet
@@ -78,7 +76,7 @@ func (t *Tree) BeginCapture() *Capture {
 	}
 	c := &Capture{t: t}
 	img := &Tree{
-		tiered: t.tiered, freeNode: t.freeNode, liveNodes: t.liveNodes,
+		w: t.w, freeNode: t.freeNode, liveNodes: t.liveNodes,
 		freeBlock: t.freeBlock, liveBlocks: t.liveBlocks, maxRun: t.maxRun,
 		children:  childTable{count: t.children.count},
 		slotOf:    maps.Clone(t.slotOf),
@@ -86,31 +84,27 @@ func (t *Tree) BeginCapture() *Capture {
 		slots:     make([]slotRec, len(t.slots)),
 	}
 	img.runs.free, img.runs.live = t.runs.free, t.runs.live
-	img.pool.free, img.pool.live = t.pool.free, t.pool.live
+	if t.tiers != nil {
+		img.act = make([]uint64, len(t.act))
+	}
 	c.img = img
 	c.nodes.Begin(t.nodes, pageBytes)
 	c.sets.Begin(t.sets, pageBytes)
+	c.tiers.Begin(t.tiers, pageBytes)
 	c.blocks.Begin(t.blocks, pageBytes)
 	c.children.Begin(t.children.e, pageBytes)
 	for k := range numClasses {
 		c.loc[k].Begin(t.runs.loc[k], pageBytes)
 		c.ids[k].Begin(t.runs.ids[k], pageBytes)
-		c.pool[k].Begin(t.pool.m[k], pageBytes)
 	}
 	c.eng = make([]engCow, len(t.slots))
 	for s := range t.slots {
 		src := &t.slots[s]
-		img.slots[s] = slotRec{key: src.key, live: src.live}
-		img.slots[s].eng.full.count, img.slots[s].eng.ids.count = src.eng.full.count, src.eng.ids.count
-		if src.eng.full.e != nil {
-			c.eng[s].ctrl.Begin(src.eng.full.ctrl, pageBytes)
-			c.eng[s].e.Begin(src.eng.full.e, pageBytes)
-			src.eng.full.cw = &c.eng[s]
-		}
-		if src.eng.ids.ids != nil {
-			c.eng[s].ictrl.Begin(src.eng.ids.ctrl, pageBytes)
-			c.eng[s].ids.Begin(src.eng.ids.ids, pageBytes)
-			src.eng.ids.cw = &c.eng[s]
+		img.slots[s] = slotRec{key: src.key, live: src.live, eng: engineTable{count: src.eng.count}}
+		if src.eng.e != nil {
+			c.eng[s].ctrl.Begin(src.eng.ctrl, pageBytes)
+			c.eng[s].e.Begin(src.eng.e, pageBytes)
+			src.eng.cw = &c.eng[s]
 		}
 	}
 	t.children.cw = &c.children
@@ -130,7 +124,7 @@ func (t *Tree) BeginCapture() *Capture {
 func (t *Tree) Capturing() bool { return t.cw != nil }
 
 // arenas returns the number of arenas Step walks.
-func (c *Capture) arenas() int { return 4 + 3*numClasses + 4*len(c.eng) }
+func (c *Capture) arenas() int { return 5 + 2*numClasses + 2*len(c.eng) }
 
 // pager is what Step and Stats need of a cow.Slice.
 type pager interface {
@@ -140,9 +134,8 @@ type pager interface {
 	CountInto(*int)
 }
 
-// arena returns arena i: the node, set, block and child arenas, each
-// class's set members, local hashes and block ids, then each slot's engine
-// table.
+// arena returns arena i: the node, set, tier, block and child arenas, each
+// class's local hashes and block ids, then each slot's engine table.
 func (c *Capture) arena(i int) pager {
 	switch {
 	case i == 0:
@@ -150,30 +143,23 @@ func (c *Capture) arena(i int) pager {
 	case i == 1:
 		return &c.sets
 	case i == 2:
-		return &c.blocks
+		return &c.tiers
 	case i == 3:
+		return &c.blocks
+	case i == 4:
 		return &c.children
-	case i < 4+3*numClasses:
-		switch k := (i - 4) / 3; (i - 4) % 3 {
-		case 0:
-			return &c.pool[k]
-		case 1:
+	case i < 5+2*numClasses:
+		if k := (i - 5) / 2; (i-5)%2 == 0 {
 			return &c.loc[k]
-		default:
+		} else {
 			return &c.ids[k]
 		}
 	}
-	j := i - 4 - 3*numClasses
-	switch e := &c.eng[j/4]; j % 4 {
-	case 0:
-		return &e.ctrl
-	case 1:
-		return &e.e
-	case 2:
-		return &e.ictrl
-	default:
-		return &e.ids
+	j := i - 5 - 2*numClasses
+	if j%2 == 0 {
+		return &c.eng[j/2].ctrl
 	}
+	return &c.eng[j/2].e
 }
 
 // Step copies pending pages until about budget bytes are copied (at least
@@ -216,11 +202,8 @@ func (c *Capture) finish() {
 		t.children.cw = nil
 	}
 	for s := range t.slots {
-		if cw := t.slots[s].eng.full.cw; cw != nil && s < len(c.eng) && cw == &c.eng[s] {
-			t.slots[s].eng.full.cw = nil
-		}
-		if cw := t.slots[s].eng.ids.cw; cw != nil && s < len(c.eng) && cw == &c.eng[s] {
-			t.slots[s].eng.ids.cw = nil
+		if cw := t.slots[s].eng.cw; cw != nil && s < len(c.eng) && cw == &c.eng[s] {
+			t.slots[s].eng.cw = nil
 		}
 	}
 	c.t = nil
@@ -239,16 +222,13 @@ func (c *Capture) Tree() *Tree {
 		return c.img
 	}
 	img := c.img
-	img.nodes, img.sets = c.nodes.Result(), c.sets.Result()
+	img.nodes, img.sets, img.tiers = c.nodes.Result(), c.sets.Result(), c.tiers.Result()
 	img.blocks, img.children.e = c.blocks.Result(), c.children.Result()
 	for k := range numClasses {
 		img.runs.loc[k], img.runs.ids[k] = c.loc[k].Result(), c.ids[k].Result()
-		img.pool.m[k] = c.pool[k].Result()
 	}
 	for s := range c.eng {
-		e := &img.slots[s].eng
-		e.full.ctrl, e.full.e = c.eng[s].ctrl.Result(), c.eng[s].e.Result()
-		e.ids.ctrl, e.ids.ids = c.eng[s].ictrl.Result(), c.eng[s].ids.Result()
+		img.slots[s].eng.ctrl, img.slots[s].eng.e = c.eng[s].ctrl.Result(), c.eng[s].e.Result()
 	}
 	c.eng = nil
 	if invariants {
@@ -282,14 +262,14 @@ func (c *Capture) Stats() CaptureStats {
 // scalar state (used to check a capture against a Clone).
 func sameArenas(a, b *Tree) error {
 	switch {
-	case a.tiered != b.tiered || a.freeNode != b.freeNode || a.liveNodes != b.liveNodes || a.freeBlock != b.freeBlock || a.liveBlocks != b.liveBlocks:
+	case a.w != b.w || a.freeNode != b.freeNode || a.liveNodes != b.liveNodes || a.freeBlock != b.freeBlock || a.liveBlocks != b.liveBlocks:
 		return fmt.Errorf("scalars differ")
 	case !slices.Equal(a.nodes, b.nodes):
 		return fmt.Errorf("nodes differ")
 	case !slices.Equal(a.sets, b.sets):
 		return fmt.Errorf("sets differ")
-	case a.pool.free != b.pool.free || a.pool.live != b.pool.live:
-		return fmt.Errorf("set pool free lists differ")
+	case !slices.Equal(a.tiers, b.tiers):
+		return fmt.Errorf("tiers differ")
 	case !slices.Equal(a.blocks, b.blocks):
 		return fmt.Errorf("blocks differ")
 	case !slices.Equal(a.children.e, b.children.e) || a.children.count != b.children.count:
@@ -303,17 +283,13 @@ func sameArenas(a, b *Tree) error {
 		if !slices.Equal(a.runs.loc[k], b.runs.loc[k]) || !slices.Equal(a.runs.ids[k], b.runs.ids[k]) {
 			return fmt.Errorf("runs of class %d differ", k)
 		}
-		if !slices.Equal(a.pool.m[k], b.pool.m[k]) {
-			return fmt.Errorf("set members of class %d differ", k)
-		}
 	}
 	for s := range a.slots {
 		x, y := &a.slots[s], &b.slots[s]
-		if x.key != y.key || x.live != y.live || x.eng.full.count != y.eng.full.count || x.eng.ids.count != y.eng.ids.count {
+		if x.key != y.key || x.live != y.live || x.eng.count != y.eng.count {
 			return fmt.Errorf("slot %d differs", s)
 		}
-		if x.live && (!slices.Equal(x.eng.full.ctrl, y.eng.full.ctrl) || !slices.Equal(x.eng.full.e, y.eng.full.e) ||
-			!slices.Equal(x.eng.ids.ctrl, y.eng.ids.ctrl) || !slices.Equal(x.eng.ids.ids, y.eng.ids.ids)) {
+		if x.live && (!slices.Equal(x.eng.ctrl, y.eng.ctrl) || !slices.Equal(x.eng.e, y.eng.e)) {
 			return fmt.Errorf("slot %d's engine table differs", s)
 		}
 	}

@@ -55,18 +55,18 @@
 //     Host = Disk = 0, exactly as before.
 //
 // Layout: a node's set stays the union (held in any tier), so the tree's
-// shape, canonical form and Match walk are those of a device-only tree.
-// Each member of a set carries its tier mask (wset.go: slot<<4 | mask, the
-// mask devBit in a tree that has only seen device events), so comparing two
-// sets compares workers and tiers (a run ends where a worker's tiers change
-// too) and a split copies both. Until the first event of another tier the
-// tree is not "tiered" and Match takes the device-only walk. (Before issue
-// 17 the tiers were four more bitsets per node, 32 bytes per node for ≤ 64
-// worker keys: 30.61 → 32.4 B/entry on workload.tieredTree; the mask in the
-// member costs nothing more.) In a tiered tree Match follows the members
-// of the first node down the path, dropping each from three levels
-// (device, device or host, any) where it stops holding the path in those
-// tiers, and records its depth for a level when it leaves it; it allocates
+// shape, canonical form and Match walk are those of a device-only tree. The
+// first event of another tier allocates tier sets: per node four more
+// worker sets (device, host, disk, external), compared by the canonical
+// form (a run ends where a worker's tiers change too) and copied by splits.
+// A tree that never sees a non-device event keeps none, so device-only
+// entries cost nothing more: 30.61 B/entry on the benchmark fleet before
+// and after tiers. With a host tier (workload.tieredTree: every third build
+// event offloaded, half of it then evicted from the device) the union
+// entries cost 32.4 B/entry (heap 32.7): the tier sets add 32 bytes per node
+// for ≤ 64 worker keys, and runs split where tiers differ. Match then
+// follows three active sets (device, device or host, any) down the path
+// and records a worker's depth for a level when it leaves it; it allocates
 // nothing (TestAllocsMatchTiered). Removals in a tiered tree sort the named
 // blocks ancestors first (depth, then run order) and take a tier from each
 // run of consecutive named blocks with at most two splits.
@@ -110,23 +110,16 @@
 //   - runs: each node's local hashes (8 bytes) and block ids (4 bytes) sit
 //     contiguously in a chunk of a power-of-two size class, so matching a
 //     long shared prefix is a linear compare of consecutive hashes.
-//   - blocks (16 bytes): a stable block id → (node, offset), and the engine
-//     hash of the worker key that created the block. Splitting, merging or
-//     moving a run rewrites only these records, never the engine tables.
-//   - worker sets (wset.go): per node a sorted array of members, one uint32
-//     each (the worker key's dense slot << 4 | its tier mask), in a
-//     per-tree pool of power-of-two size classes (moved to a larger chunk
-//     when full, a smaller one at a quarter), and a 12-byte header per node.
-//     A set costs 4 bytes per member whatever the number of worker keys; a
-//     worker key's slot is freed when it holds nothing.
+//   - blocks (8 bytes): a stable block id → (node, offset). Splitting,
+//     merging or moving a run rewrites only these records, never the engine
+//     tables.
+//   - worker sets: bitsets over dense per-tree slots (one uint64 per node for
+//     up to 64 worker keys, widened on demand); a worker key's slot is freed
+//     when it holds nothing.
 //   - engine tables: per worker key, engine hash → block id, for parents and
-//     removals, in two open-addressing tables with linear probing and
-//     backward-shift deletion (no tombstones), grown to 2× the count at 4/5
-//     load, a control byte per slot that probes scan eight at a time: the
-//     idTable holds the entries whose key is the block's creator hash as the
-//     block id alone (5 bytes a slot, the key read from the block record on
-//     a fingerprint match), the full table the others as 12-byte entries (13
-//     bytes a slot). A key is in one of them; lookups try the idTable first.
+//     removals. Open addressing with linear probing and backward-shift
+//     deletion (no tombstones), capacity grown 1.5× at 4/5 load, 12-byte
+//     entries plus a control byte per slot that probes scan eight at a time.
 //   - edges: one per-tree open-addressing table (parent, first local hash) →
 //     child, consulted only at nodes with two or more children (an only child
 //     is checked directly).
@@ -136,7 +129,7 @@
 // footprint (TestReclaimAll, TestHeapMatchesStats); under churn freed slots
 // are reused and nothing grows (TestChurnBounded).
 //
-// Costs: Match is O(request blocks + the members of the sets on the path). Apply is
+// Costs: Match is O(request blocks + nodes on the path × set words). Apply is
 // O(event blocks) plus, for a split or merge, O(run length) copying. Removing
 // a block whose subtree holds blocks the event did not name also sweeps that
 // worker's engine table once (O(its size)): the tables have no reverse index
@@ -149,14 +142,14 @@
 //
 // BeginCapture takes a copy-on-write image of a tree on the tree's own
 // goroutine while it goes on being mutated (Capture): the arenas (nodes,
-// set headers and the set pool, blocks, runs, the child table and every
-// worker's two engine tables) are split into pages of PageBytes (8 KiB); every write to
+// worker and tier sets, blocks, runs, the child table and every worker's
+// engine table) are split into pages of PageBytes (8 KiB); every write to
 // an arena element goes through a write barrier (the w* helpers in arena.go,
 // wE in table.go) that, while a capture is in progress, copies the element's
 // page first if it has not been copied yet; Capture.Step copies the pending
 // pages in bounded steps between mutations. Once none is pending the pages
-// are exactly the arenas at BeginCapture. Growth, rehashing and an emptied
-// tree's reset replace an arena's array instead of
+// are exactly the arenas at BeginCapture. Growth, rehashing, widened worker
+// sets and an emptied tree's reset replace an arena's array instead of
 // writing it: the capture keeps the old array, which is frozen, and needs no
 // copy then. Pages go into page-sized buffers (the tree's goroutine never
 // waits for a large allocation to be zeroed); Capture.Tree assembles them
@@ -228,62 +221,6 @@
 //     vs 26.8 M blocks/s, alternating runs).
 //   - Tables shrink at 1/5 load but never below 256 slots, so a worker whose
 //     size swings by a few hundred blocks does not reallocate (TestAllocs*).
-//
-// # Worker sets and engine tables at fleet scale (issue 17 §1)
-//
-// Bitset worker sets cost 8 bytes per node per 64 worker keys, so at 7,000
-// keys every node carried 110 words (rounded up to 128 by doubling): 15.6 of
-// 48.3 bytes per entry on `kvroute bench index --workers 1000 --duplicate
-// 7` (synthetic trace × 7, 823,879 entries, 11,900 nodes). Sets are now
-// sorted member arrays (see Layout; one member inline in the header), and
-// the engine tables keep the entries keyed by the block's creator hash in a
-// 5-byte-slot idTable. Stats bytes per (block, worker) entry, one shard,
-// same binaries and traces (`kvroute bench index --json`, synthetic trace;
-// the benchmark fleet from BenchmarkBuild):
-//
-//	                           main (bitsets)  member arrays  + idTable, inline singletons
-//	8 workers (trace)          36.13           —              35.90
-//	256 workers (trace)        32.17           —              31.52
-//	7,000 workers (trace × 7)  48.32           33.12          31.79
-//	fleet, 64 workers          30.61           30.71          30.56
-//	fleet, tiered              32.38           —              32.11
-//	fleet, engines hash alike  ≈30.6           —              22.41
-//
-// At 7,000 workers the 31.79 split as: engine tables 16.6 (idTable 2.8, full
-// tables 13.8: the trace's engines salt their hash chains per worker, like
-// vLLM's per-process NONE_HASH, so only the block's creator hashes it as
-// recorded), runs 6.3, block records 5.6, worker records 1.9 (slotRec and
-// the key map: 7,000 workers of ≈118 blocks each), nodes 0.7, sets 0.3,
-// edges 0.4. Issue 17's targets: ≤ 32 B/entry at 7,000 workers met; ≤ 24 on
-// the fleet met only where engines hash alike (22.41); with per-worker
-// hashes (30.56) the engine hash is 8 incompressible bytes per entry in a
-// table at load ≈0.72, and the 12-byte entry stays.
-//
-// Alternatives measured and dropped: engine tables grown at 7/8 load
-// instead of 4/5: 31.39 B/entry on the fleet (worse: the tables sat later
-// in their growth cycle) and longer probes. One table shared by the worker
-// keys whose engines hash alike: subsumed by the idTable, which shares the
-// key (in the block record) and keeps per-worker tables, so removing a
-// worker still drops its tables whole.
-//
-// Speed (make bench-compare against the commit before, 6 interleaved runs
-// on the shared 2-vCPU machine, load average 2–15; every spread ±30% to
-// ±1300%): BenchmarkTraceReplay at 256 and 7,000 workers, no significant
-// change in time, block ops/s or Match p50/p99 (p ≥ 0.24); Apply/runs and
-// Apply/tiered no significant change (p = 0.70, 0.24), allocation-free in
-// steady state (the schedule's later periods allocate 0 bytes; its first
-// grows the two tables per worker apart: 1.4 MB, hence B/op > 0 in short
-// runs). Match, 6 more interleaved runs at load ≈3 (spreads ±6–8%):
-// Match/runs 462 → 493 ns (+6.9%, p = 0.015), Match/tiered 851 → 995 ns
-// (+16.9%, p = 0.002), after leaveLevels learned to skip a node that holds
-// every active member on the device (−13% on Match/tiered, p = 0.015). The
-// cost is the walk: finding the members that leave at a node reads its
-// whole array (64 members on this fleet) where a bitset took one word
-// operation. Both stay within issue 2's 2 µs; a bitset for dense sets (a
-// member array up to 64 members or so) is the follow-up that would take it
-// back. The 7,000-worker trace replay stays bound by Apply and the machine
-// (12–54k ops/s run to run, Match p99 39–79 µs; the issue's ≥ 500k ops/s is
-// not reached).
 //
 // Targets (issue 2), met on the quiet-machine medians: Match of 512 blocks ≤ 2 µs median (314 ns;
 // 0.6 µs at worst under contention); Apply ≥ 10 M blocks/s (28.8 M; under

@@ -24,7 +24,11 @@ func (t *Tree) Dump(dst []wire.Event) []wire.Event {
 		if !sl.live {
 			continue
 		}
-		sl.eng.each(t.blocks, func(k wire.EngineHash, id uint32) { engineOf[id] = k })
+		for i := range sl.eng.e {
+			if e := &sl.eng.e[i]; e.val != 0 {
+				engineOf[e.val] = e.key()
+			}
+		}
 		for c := t.nodes[rootID].first; c != 0; c = t.nodes[c].next {
 			if t.has(c, uint32(s)) {
 				stack = append(stack, start{x: c})

@@ -2,8 +2,7 @@ package radix
 
 import (
 	"fmt"
-
-	"github.com/kvroute/kvroute/wire"
+	"math/bits"
 )
 
 // CheckInvariants verifies the whole tree and returns the first violation it
@@ -17,8 +16,11 @@ func (t *Tree) CheckInvariants() error {
 	if t.nodes == nil {
 		return nil
 	}
-	if len(t.sets) != len(t.nodes) {
-		return fmt.Errorf("%d sets for %d nodes", len(t.sets), len(t.nodes))
+	if len(t.sets) != len(t.nodes)*t.w {
+		return fmt.Errorf("sets has %d words for %d nodes × %d", len(t.sets), len(t.nodes), t.w)
+	}
+	if t.tiers != nil && (len(t.tiers) != len(t.nodes)*numTiers*t.w || len(t.act) != 3*t.w) {
+		return fmt.Errorf("tiers has %d words, act %d, for %d nodes × %d", len(t.tiers), len(t.act), len(t.nodes), t.w)
 	}
 	if t.nodes[0].live || !t.nodes[rootID].live || t.nodes[rootID].n != 0 || t.nodes[rootID].parent != 0 {
 		return fmt.Errorf("nil or root node malformed: %+v %+v", t.nodes[0], t.nodes[rootID])
@@ -29,9 +31,9 @@ func (t *Tree) CheckInvariants() error {
 	seen := make([]bool, len(t.nodes))
 	seenBlock := make([]bool, len(t.blocks))
 	held := make([]int, len(t.slots))
-	var chunkUse, setUse [numClasses]map[uint32]bool
+	var chunkUse [numClasses]map[uint32]bool
 	for c := range chunkUse {
-		chunkUse[c], setUse[c] = map[uint32]bool{}, map[uint32]bool{}
+		chunkUse[c] = map[uint32]bool{}
 	}
 	live, edges := 0, 0
 	stack := []uint32{rootID}
@@ -48,7 +50,7 @@ func (t *Tree) CheckInvariants() error {
 			return fmt.Errorf("node %d reachable but not live", x)
 		}
 		if x != rootID {
-			if err := t.checkNode(x, held, seenBlock, chunkUse[:], setUse[:]); err != nil {
+			if err := t.checkNode(x, held, seenBlock, chunkUse[:]); err != nil {
 				return err
 			}
 		}
@@ -63,8 +65,8 @@ func (t *Tree) CheckInvariants() error {
 				return fmt.Errorf("edge table maps (%d, %x) to %d, want %d", x, cn.head, got, c)
 			}
 			if x != rootID {
-				for _, m := range t.members(c) {
-					if !t.has(x, m>>memberShift) {
+				for i, w := range t.setOf(c) {
+					if w&^t.setOf(x)[i] != 0 {
 						return fmt.Errorf("node %d holds workers its parent %d does not", c, x)
 					}
 				}
@@ -155,31 +157,11 @@ func (t *Tree) CheckInvariants() error {
 			return fmt.Errorf("class %d: %d chunks used or free of %d", c, len(chunkUse[c]), chunks)
 		}
 	}
-	// Set chunks.
-	for c := range numClasses {
-		chunks := uint32(len(t.pool.m[c]) >> c)
-		if len(setUse[c]) != int(t.pool.live[c]) {
-			return fmt.Errorf("set class %d: %d chunks used, live %d", c, len(setUse[c]), t.pool.live[c])
-		}
-		nfree := 0
-		for f := t.pool.free[c]; f != 0; f = t.pool.m[c][(f-1)<<c] {
-			if f-1 >= chunks || setUse[c][f-1] {
-				return fmt.Errorf("set class %d: free chunk %d in use or out of range", c, f-1)
-			}
-			setUse[c][f-1] = true
-			if nfree++; nfree > int(chunks) {
-				return fmt.Errorf("set class %d: free list cycles", c)
-			}
-		}
-		if uint32(len(setUse[c])) != chunks {
-			return fmt.Errorf("set class %d: %d chunks used or free of %d", c, len(setUse[c]), chunks)
-		}
-	}
 	return t.checkSlots(held)
 }
 
 // checkNode checks one non-root node's run, blocks and set.
-func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse, setUse []map[uint32]bool) error {
+func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[uint32]bool) error {
 	nd := t.nodes[x]
 	if nd.n == 0 || int(nd.n) > 1<<nd.class || (t.maxRun > 0 && int(nd.n) > t.maxRun) {
 		return fmt.Errorf("node %d: run of %d in class %d", x, nd.n, nd.class)
@@ -207,32 +189,26 @@ func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse, setUs
 	if t.emptySet(x) {
 		return fmt.Errorf("node %d has no workers", x)
 	}
-	if r := t.sets[x]; r.n > 1 {
-		k := r.ref[0]
-		if int(r.n) > 1<<r.cls || int(k+1)<<r.cls > len(t.pool.m[r.cls]) || setUse[r.cls][k] {
-			return fmt.Errorf("node %d: set of %d in chunk %d of class %d: too small, out of range or shared", x, r.n, k, r.cls)
+	if t.tiers != nil {
+		set := t.setOf(x)
+		for i := range set {
+			var union uint64
+			for k := range numTiers {
+				union |= t.tierSet(x, k)[i]
+			}
+			if union != set[i] {
+				return fmt.Errorf("node %d: tier sets' union %#x, set %#x (word %d)", x, union, set[i], i)
+			}
 		}
-		setUse[r.cls][k] = true
-		if r.cls > 0 && int(r.n)*4 < 1<<r.cls {
-			return fmt.Errorf("node %d: set of %d in a chunk of %d", x, r.n, 1<<r.cls)
-		}
-	} else if r.cls != 0 {
-		return fmt.Errorf("node %d: inline set of %d with class %d", x, r.n, r.cls)
 	}
-	prev := -1
-	for _, m := range t.members(x) {
-		s := int(m >> memberShift)
-		if s <= prev {
-			return fmt.Errorf("node %d: set not sorted (slot %d after %d)", x, s, prev)
+	for wi, w := range t.setOf(x) {
+		for ; w != 0; w &= w - 1 {
+			s := wi*64 + bits.TrailingZeros64(w)
+			if s >= len(t.slots) || !t.slots[s].live {
+				return fmt.Errorf("node %d holds dead slot %d", x, s)
+			}
+			held[s] += int(nd.n)
 		}
-		prev = s
-		if m&maskBits == 0 || (!t.tiered && m&maskBits != devBit) {
-			return fmt.Errorf("node %d: slot %d has tier mask %#x (tiered %v)", x, s, m&maskBits, t.tiered)
-		}
-		if s >= len(t.slots) || !t.slots[s].live {
-			return fmt.Errorf("node %d holds dead slot %d", x, s)
-		}
-		held[s] += int(nd.n)
 	}
 	return nil
 }
@@ -251,55 +227,48 @@ func (t *Tree) checkSlots(held []int) error {
 	for s := range t.slots {
 		sl := &t.slots[s]
 		if !sl.live {
-			if !isFree[s] || sl.eng.count() != 0 || held[s] != 0 {
+			if !isFree[s] || sl.eng.count != 0 || held[s] != 0 {
 				return fmt.Errorf("dead slot %d not free or not empty", s)
 			}
 			continue
 		}
 		liveSlots++
-		if s >= maxSlots {
-			return fmt.Errorf("slot %d beyond %d", s, maxSlots)
+		if int(s) >= 64*t.w {
+			return fmt.Errorf("slot %d beyond set width %d", s, t.w)
 		}
 		if got, ok := t.slotOf[sl.key]; !ok || got != uint32(s) {
 			return fmt.Errorf("slot %d key %v maps to %d %v", s, sl.key, got, ok)
 		}
-		if sl.eng.count() == 0 {
+		if sl.eng.count == 0 {
 			return fmt.Errorf("slot %d is live but empty", s)
 		}
-		if int(sl.eng.count()) != held[s] {
-			return fmt.Errorf("slot %d (%v): table holds %d, nodes %d", s, sl.key, sl.eng.count(), held[s])
+		if int(sl.eng.count) != held[s] {
+			return fmt.Errorf("slot %d (%v): table holds %d, nodes %d", s, sl.key, sl.eng.count, held[s])
 		}
-		if err := sl.eng.full.check(); err != nil && len(sl.eng.full.e) > 0 {
-			return fmt.Errorf("slot %d: %v", s, err)
-		}
-		if err := sl.eng.ids.check(t.blocks); err != nil {
+		if err := sl.eng.check(); err != nil {
 			return fmt.Errorf("slot %d: %v", s, err)
 		}
 		n := 0
-		var bad error
-		sl.eng.each(t.blocks, func(k wire.EngineHash, id uint32) {
+		for i := range sl.eng.e {
+			id := sl.eng.e[i].val
+			if id == 0 {
+				continue
+			}
 			n++
-			switch {
-			case bad != nil:
-			case sl.eng.get(k, t.blocks) != id:
-				bad = fmt.Errorf("slot %d: engine hash %x not found at its probe position", s, k)
-			case int(id) >= len(t.blocks) || t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, uint32(s)):
-				bad = fmt.Errorf("slot %d: engine hash %x maps to block %d it does not hold", s, k, id)
-			case owner[id] == uint32(s)+1:
-				bad = fmt.Errorf("slot %d: two engine hashes map to block %d", s, id)
+			k := sl.eng.e[i].key()
+			if sl.eng.get(k) != id {
+				return fmt.Errorf("slot %d: engine hash %x not found at its probe position", s, k)
+			}
+			if int(id) >= len(t.blocks) || t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, uint32(s)) {
+				return fmt.Errorf("slot %d: engine hash %x maps to block %d it does not hold", s, k, id)
+			}
+			if owner[id] == uint32(s)+1 {
+				return fmt.Errorf("slot %d: two engine hashes map to block %d", s, id)
 			}
 			owner[id] = uint32(s) + 1
-		})
-		if bad != nil {
-			return bad
 		}
-		for i := range sl.eng.full.e {
-			if e := &sl.eng.full.e[i]; e.val != 0 && t.blocks[e.val].eng == e.key() {
-				return fmt.Errorf("slot %d: engine hash %x of block %d, its recorded hash, is in the full table", s, e.key(), e.val)
-			}
-		}
-		if n != int(sl.eng.count()) {
-			return fmt.Errorf("slot %d: %d entries, count %d", s, n, sl.eng.count())
+		if n != int(sl.eng.count) {
+			return fmt.Errorf("slot %d: %d entries, count %d", s, n, sl.eng.count)
 		}
 	}
 	if liveSlots != len(t.slotOf) {
@@ -328,37 +297,6 @@ func (m *engineTable) check() error {
 	for i := range groupLen {
 		if m.ctrl[n+i] != m.ctrl[i] {
 			return fmt.Errorf("mirror byte %d differs", i)
-		}
-	}
-	return nil
-}
-
-// check verifies the control bytes against the ids and the mirror.
-func (m *idTable) check(bl []block) error {
-	n := len(m.ids)
-	if n == 0 {
-		return nil
-	}
-	if len(m.ctrl) != n+groupLen {
-		return fmt.Errorf("%d control bytes for %d id slots", len(m.ctrl), n)
-	}
-	for i, id := range m.ids {
-		c := m.ctrl[i]
-		if (c == 0) != (id == 0) {
-			return fmt.Errorf("id slot %d: control %#x, id %d", i, c, id)
-		}
-		if c != 0 {
-			if int(id) >= len(bl) {
-				return fmt.Errorf("id slot %d: block %d out of range", i, id)
-			}
-			if _, fp := probe(bl[id].eng, n); c != fp {
-				return fmt.Errorf("id slot %d: control %#x, fingerprint %#x", i, c, fp)
-			}
-		}
-	}
-	for i := range groupLen {
-		if m.ctrl[n+i] != m.ctrl[i] {
-			return fmt.Errorf("id mirror byte %d differs", i)
 		}
 	}
 	return nil

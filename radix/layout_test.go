@@ -11,7 +11,7 @@ import (
 // TestNoPointers fails if an arena element type gains a pointer: the arenas
 // must stay invisible to the GC however large the tree grows.
 func TestNoPointers(t *testing.T) {
-	for _, v := range []any{node{}, block{}, setRef{}, childEntry{}, engEntry{}, wire.BlockHash(0), wire.EngineHash(0), uint32(0), uint64(0)} {
+	for _, v := range []any{node{}, block{}, childEntry{}, engEntry{}, wire.BlockHash(0), wire.EngineHash(0), uint32(0), uint64(0)} {
 		typ := reflect.TypeOf(v)
 		if p := pointerPath(typ); p != "" {
 			t.Errorf("%v holds a pointer at %s", typ, p)
@@ -22,7 +22,7 @@ func TestNoPointers(t *testing.T) {
 	for name, typ := range map[string]reflect.Type{
 		"nodes": reflect.TypeOf(tr.nodes), "blocks": reflect.TypeOf(tr.blocks), "sets": reflect.TypeOf(tr.sets),
 		"runs.loc": reflect.TypeOf(tr.runs.loc[0]), "runs.ids": reflect.TypeOf(tr.runs.ids[0]),
-		"pool": reflect.TypeOf(tr.pool.m[0]), "children": reflect.TypeOf(tr.children.e), "eng": reflect.TypeOf(engineTable{}.e),
+		"children": reflect.TypeOf(tr.children.e), "eng": reflect.TypeOf(engineTable{}.e),
 	} {
 		if p := pointerPath(typ.Elem()); p != "" {
 			t.Errorf("arena %s element %v holds a pointer at %s", name, typ.Elem(), p)
@@ -48,17 +48,14 @@ func pointerPath(typ reflect.Type) string {
 
 // TestSizes pins the deliberate element sizes: a node is 40 bytes (a 64-bit
 // head and seven 32-bit links/counts plus class and live in the padding), a
-// block record 16 (with its creator's engine hash), a set header 12, an edge 16. A change here changes the bytes per entry in
+// block record 8, an edge 16. A change here changes the bytes per entry in
 // doc.go.
 func TestSizes(t *testing.T) {
 	if s := unsafe.Sizeof(node{}); s != 40 {
 		t.Errorf("node is %d bytes, want 40", s)
 	}
-	if s := unsafe.Sizeof(block{}); s != 16 {
-		t.Errorf("block is %d bytes, want 16 (node, offset and the creator's engine hash)", s)
-	}
-	if s := unsafe.Sizeof(setRef{}); s != 12 {
-		t.Errorf("setRef is %d bytes, want 12 (a chunk, a member count and a class)", s)
+	if s := unsafe.Sizeof(block{}); s != 8 {
+		t.Errorf("block is %d bytes, want 8", s)
 	}
 	if s := unsafe.Sizeof(childEntry{}); s != 16 {
 		t.Errorf("childEntry is %d bytes, want 16", s)

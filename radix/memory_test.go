@@ -97,17 +97,16 @@ func TestChurnBounded(t *testing.T) {
 }
 
 type arenaSizes struct {
-	nodes, blocks, chunks, setChunks, children, engine int
+	nodes, blocks, chunks, children, engine int
 }
 
 func arenaLens(tr *Tree) arenaSizes {
 	a := arenaSizes{nodes: len(tr.nodes), blocks: len(tr.blocks), children: len(tr.children.e)}
 	for c := range numClasses {
 		a.chunks += len(tr.runs.loc[c])
-		a.setChunks += len(tr.pool.m[c])
 	}
 	for i := range tr.slots {
-		a.engine += len(tr.slots[i].eng.full.e) + len(tr.slots[i].eng.ids.ids)
+		a.engine += len(tr.slots[i].eng.e)
 	}
 	return a
 }
@@ -135,30 +134,5 @@ func TestZeroValue(t *testing.T) {
 	}
 	if err := tr.CheckInvariants(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestReleasedBlockKeepsEngineHash: a block freed while a worker's idTable
-// still names it (a descendant removed without being named, until the
-// sweep at the end of the event) keeps its engine hash, so that entry is
-// still found and deleted by its own key. When release cleared it, the
-// tiered removal path missed those entries and swept the worker's whole
-// table on every event (BenchmarkApply/tiered 13× slower), and shifting
-// entries by a zero key could misplace them.
-func TestReleasedBlockKeepsEngineHash(t *testing.T) {
-	tr := New()
-	k := wire.WorkerKey{Worker: 1}
-	mustApply(t, tr, &wire.Event{Worker: k, Kind: wire.KindStored, Blocks: []wire.Block{{Engine: 11, Local: 1}, {Engine: 12, Local: 2}}})
-	s := tr.slotOf[k]
-	id := tr.slots[s].eng.get(12, tr.blocks)
-	if id == 0 || tr.slots[s].eng.ids.count != 2 {
-		t.Fatalf("blocks not in the idTable: id %d, %d id entries", id, tr.slots[s].eng.ids.count)
-	}
-	tr.releaseBlock(id)
-	if got := tr.slots[s].eng.get(12, tr.blocks); got != id {
-		t.Fatalf("stale entry for a released block: get = %d, want %d", got, id)
-	}
-	if got := tr.slots[s].eng.del(12, tr.blocks); got != id || tr.slots[s].eng.get(11, tr.blocks) == 0 {
-		t.Fatalf("del = %d (want %d), or the other entry was lost", got, id)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 
 	"github.com/kvroute/kvroute/wire"
 )
@@ -52,14 +53,13 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 	}
 	old := *dst
 	*dst = Tree{
-		tiered: t.tiered, freeNode: t.freeNode, liveNodes: t.liveNodes,
+		w: t.w, freeNode: t.freeNode, liveNodes: t.liveNodes,
 		freeBlock: t.freeBlock, liveBlocks: t.liveBlocks, maxRun: t.maxRun,
-		nodes: old.nodes, sets: old.sets, blocks: old.blocks, runs: old.runs, pool: old.pool,
+		nodes: old.nodes, sets: old.sets, blocks: old.blocks, runs: old.runs,
 		children: childTable{e: old.children.e, count: t.children.count},
 		slotOf:   make(map[wire.WorkerKey]uint32, len(t.slotOf)),
 	}
 	dst.runs.free, dst.runs.live = t.runs.free, t.runs.live
-	dst.pool.free, dst.pool.live = t.pool.free, t.pool.live
 	for k, v := range t.slotOf {
 		dst.slotOf[k] = v
 	}
@@ -68,22 +68,22 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 	cp := &Copier{src: t, dst: dst}
 	cp.segs = append(cp.segs,
 		segOf(&dst.nodes, t.nodes, int(nodeBytes)),
-		segOf(&dst.sets, t.sets, int(setBytes)),
+		segOf(&dst.sets, t.sets, 8),
 		segOf(&dst.blocks, t.blocks, int(blockBytes)),
 		segOf(&dst.children.e, t.children.e, 16))
 	for c := range numClasses {
-		cp.segs = append(cp.segs, segOf(&dst.runs.loc[c], t.runs.loc[c], 8), segOf(&dst.runs.ids[c], t.runs.ids[c], 4),
-			segOf(&dst.pool.m[c], t.pool.m[c], 4))
+		cp.segs = append(cp.segs, segOf(&dst.runs.loc[c], t.runs.loc[c], 8), segOf(&dst.runs.ids[c], t.runs.ids[c], 4))
+	}
+	if t.tiers != nil {
+		dst.tiers = old.tiers
+		dst.act = make([]uint64, len(t.act))
+		cp.segs = append(cp.segs, segOf(&dst.tiers, t.tiers, 8))
 	}
 	for s := range t.slots {
 		src, d := &t.slots[s], &dst.slots[s]
-		d.key, d.live = src.key, src.live
-		d.eng.full.count, d.eng.ids.count = src.eng.full.count, src.eng.ids.count
-		if src.eng.full.e != nil {
-			cp.segs = append(cp.segs, segOf(&d.eng.full.ctrl, src.eng.full.ctrl, 1), segOf(&d.eng.full.e, src.eng.full.e, 12))
-		}
-		if src.eng.ids.ids != nil {
-			cp.segs = append(cp.segs, segOf(&d.eng.ids.ctrl, src.eng.ids.ctrl, 1), segOf(&d.eng.ids.ids, src.eng.ids.ids, 4))
+		d.key, d.live, d.eng.count = src.key, src.live, src.eng.count
+		if src.eng.e != nil {
+			cp.segs = append(cp.segs, segOf(&d.eng.ctrl, src.eng.ctrl, 1), segOf(&d.eng.e, src.eng.e, 12))
 		}
 	}
 	return cp
@@ -223,23 +223,26 @@ func (t *Tree) WriteContent(w io.Writer) (ContentStats, error) {
 	}
 	st.Workers, st.Nodes, st.Blocks = W, len(order), t.liveBlocks
 	for _, s := range live {
-		st.Entries += int(t.slots[s].eng.count())
+		st.Entries += int(t.slots[s].eng.count)
 	}
 	e.uvarint(uint64(st.Nodes))
 	e.uvarint(uint64(st.Blocks))
 	e.uvarint(uint64(st.Entries))
 	e.uvarint(uint64(t.nodes[rootID].nchild))
-	setBits := make([]byte, (W+7)/8)
+	setBytes := make([]byte, (W+7)/8)
 	for _, x := range order {
 		nd := &t.nodes[x]
 		e.uvarint(uint64(nd.nchild))
 		e.uvarint(uint64(nd.n))
-		clear(setBits)
-		for _, m := range t.members(x) {
-			d := dense[m>>memberShift]
-			setBits[d>>3] |= 1 << (d & 7)
+		clear(setBytes)
+		for wi, word := range t.setOf(x) {
+			for word != 0 {
+				d := dense[wi*64+bits.TrailingZeros64(word)]
+				word &= word - 1
+				setBytes[d>>3] |= 1 << (d & 7)
+			}
 		}
-		e.bytes(setBits)
+		e.bytes(setBytes)
 		loc, _ := t.runOf(x)
 		for _, h := range loc {
 			e.u64(uint64(h))
@@ -247,7 +250,12 @@ func (t *Tree) WriteContent(w io.Writer) (ContentStats, error) {
 	}
 	engineOf := make([]wire.EngineHash, len(t.blocks))
 	for d, s := range live {
-		t.slots[s].eng.each(t.blocks, func(k wire.EngineHash, id uint32) { engineOf[id] = k })
+		eng := &t.slots[s].eng
+		for i := range eng.e {
+			if en := &eng.e[i]; en.val != 0 {
+				engineOf[en.val] = en.key()
+			}
+		}
 		for _, x := range order {
 			if !t.has(x, s) {
 				continue
@@ -288,11 +296,20 @@ func (t *Tree) engineMode(x, s uint32, ids []uint32, engineOf []wire.EngineHash,
 	}
 	feng := &t.slots[f].eng
 	for _, id := range ids {
-		if feng.get(engineOf[id], t.blocks) != id {
+		if feng.get(engineOf[id]) != id {
 			return engLiteral
 		}
 	}
 	return engFirst
+}
+
+func (t *Tree) firstMember(x uint32) uint32 {
+	for i, w := range t.setOf(x) {
+		if w != 0 {
+			return uint32(i*64 + bits.TrailingZeros64(w))
+		}
+	}
+	return 0
 }
 
 type encoder struct {

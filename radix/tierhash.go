@@ -16,13 +16,13 @@ func (t *Tree) applyTierByEngine(ev *wire.Event) Result {
 		res.Unknown = len(ev.Blocks)
 		return res
 	}
-	if !t.tiered && len(ev.Blocks) > 0 {
+	if t.tiers == nil && len(ev.Blocks) > 0 {
 		t.enableTiers()
 	}
 	eng := &t.slots[s].eng
 	t.sink += eng.touch(ev.Blocks)
 	for _, b := range ev.Blocks {
-		id := eng.get(b.Engine, t.blocks)
+		id := eng.get(b.Engine)
 		if id == 0 {
 			res.Unknown++
 			continue

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/kvroute/kvroute/wire"
@@ -73,12 +74,12 @@ type Stats struct {
 // reference to them, and Dump's event Blocks are freshly allocated.
 type Tree struct {
 	nodes []node
-	sets  []setRef // worker set of node x (wset.go), members in pool
-	pool  setStore
-	// tiered is false until the first event of a tier other than the
-	// device (Match then follows three levels, matchTiered).
-	tiered    bool
-	act       []uint32 // matchTiered's active members (scratch)
+	sets  []uint64 // worker set of node x (held in any tier): sets[x*w : (x+1)*w]
+	w     int      // words per worker set
+	// tiers is nil until the first event of a tier other than the device;
+	// then numTiers sets per node (see tierSet).
+	tiers     []uint64
+	act       []uint64 // Match's per-level active sets when tiered (3 × w)
 	freeNode  uint32
 	liveNodes int // including the root
 
@@ -117,7 +118,7 @@ type Tree struct {
 type slotRec struct {
 	key  wire.WorkerKey
 	live bool
-	eng  workerTable
+	eng  engineTable
 }
 
 // New returns an empty tree.
@@ -131,10 +132,11 @@ func (t *Tree) init() {
 	*t = Tree{
 		maxRun: t.maxRun,
 		nodes:  make([]node, rootID+1),
+		w:      1,
 		blocks: make([]block, 1),
 		slotOf: make(map[wire.WorkerKey]uint32),
 	}
-	t.sets = make([]setRef, len(t.nodes))
+	t.sets = make([]uint64, len(t.nodes)*t.w)
 	t.nodes[rootID].live = true
 	t.liveNodes = 1
 }
@@ -186,8 +188,8 @@ func (t *Tree) addSlot(k wire.WorkerKey) uint32 {
 		s = uint32(len(t.slots))
 		t.slots = append(t.slots, slotRec{})
 	}
-	if s >= maxSlots {
-		panic("radix: more than 2^28 worker slots")
+	if int(s) >= 64*t.w {
+		t.growWords(s)
 	}
 	t.slots[s] = slotRec{key: k, live: true}
 	t.slotOf[k] = s
@@ -208,7 +210,7 @@ func (t *Tree) releaseSlot(s uint32) {
 func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 	var res Result
 	tb := tierBit(ev.Tier)
-	if tb != devBit && !t.tiered && len(ev.Blocks) > 0 {
+	if tb != devBit && t.tiers == nil && len(ev.Blocks) > 0 {
 		t.enableTiers()
 	}
 	s, known := t.slotOf[ev.Worker]
@@ -218,7 +220,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 		if !known {
 			return res, ErrParentMissing
 		}
-		id := t.slots[s].eng.get(ev.Parent, t.blocks)
+		id := t.slots[s].eng.get(ev.Parent)
 		if id == 0 {
 			return res, ErrParentMissing
 		}
@@ -241,14 +243,14 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 			a := j + 1
 			k := a
 			for k < n && len(blks) > 0 && loc[k] == blks[0].Local {
-				if eng.get(blks[0].Engine, t.blocks) != ids[k] {
+				if eng.get(blks[0].Engine) != ids[k] {
 					conflict = true
 					break
 				}
 				k++
 				blks = blks[1:]
 			}
-			if k > a && t.tiered && t.maskOf(x, s)&tb == 0 {
+			if k > a && t.tiers != nil && t.maskOf(x, s)&tb == 0 {
 				// Held in another tier: add this one to blocks a..k-1.
 				res.Stored += k - a
 				last := ids[k-1]
@@ -267,7 +269,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 				// Diverges inside the run: split there (x then ends at j) unless
 				// the new leaf's first block is a conflict, so that nothing is
 				// left split without a new branch.
-				if eng.get(blks[0].Engine, t.blocks) != 0 {
+				if eng.get(blks[0].Engine) != 0 {
 					conflict = true
 					break
 				}
@@ -295,7 +297,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 			x, j = b.node, int(b.off)
 		}
 	}
-	if t.slots[s].eng.count() == 0 {
+	if t.slots[s].eng.count == 0 {
 		t.releaseSlot(s)
 	}
 	if conflict {
@@ -330,11 +332,11 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 	stored := 0
 	for stored < len(blks) { // once, unless maxRun caps the run length
 		rest := blks[stored:]
-		if eng.get(rest[0].Engine, t.blocks) != 0 {
+		if eng.get(rest[0].Engine) != 0 {
 			break
 		}
 		y, room := x, len(rest)
-		if n := int(t.nodes[x].n); x != rootID && t.nodes[x].nchild == 0 && t.onlyMember(x, s) && (t.maxRun == 0 || n < t.maxRun) && (!t.tiered || t.maskOf(x, s) == tb) {
+		if n := int(t.nodes[x].n); x != rootID && t.nodes[x].nchild == 0 && t.onlyMember(x, s) && (t.maxRun == 0 || n < t.maxRun) && (t.tiers == nil || t.maskOf(x, s) == tb) {
 			if t.maxRun > 0 {
 				room = min(room, t.maxRun-n)
 			}
@@ -359,8 +361,8 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 		}
 		i := 0
 		for ; i < room; i++ {
-			id := t.allocBlock(y, uint32(base+i), rest[i].Engine)
-			if !eng.insertNew(rest[i].Engine, id, t.blocks) {
+			id := t.allocBlock(y, uint32(base+i))
+			if !eng.insertNew(rest[i].Engine, id) {
 				t.releaseBlock(id)
 				break
 			}
@@ -385,7 +387,7 @@ func (t *Tree) join(x, c, s uint32, blks []wire.Block, tb uint8) (int, uint32) {
 	t.sink += eng.touch(blks[:min(len(blks), len(loc))])
 	k := 0
 	for k < len(loc) && k < len(blks) && loc[k] == blks[k].Local {
-		if !eng.insertNew(blks[k].Engine, ids[k], t.blocks) {
+		if !eng.insertNew(blks[k].Engine, ids[k]) {
 			break
 		}
 		k++
@@ -418,7 +420,7 @@ func (t *Tree) split(x, j uint32) uint32 {
 	copy(yl, xl[j:])
 	copy(yi, xi[j:])
 	for i, id := range yi {
-		t.moveBlock(id, y, uint32(i))
+		t.setBlock(id, block{node: y, off: uint32(i)})
 	}
 	yn.head = yl[0]
 	t.adoptChildren(x, y)
@@ -452,7 +454,7 @@ func (t *Tree) tryMerge(x uint32) {
 		copy(xl[xn:], cl)
 		copy(xi[xn:], ci)
 		for i, id := range ci {
-			t.moveBlock(id, x, uint32(xn+i))
+			t.setBlock(id, block{node: x, off: uint32(xn + i)})
 		}
 		t.wNode(x).n = uint32(xn + cn)
 		t.unlink(c)
@@ -487,7 +489,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 		return res
 	}
 	tb := tierBit(ev.Tier)
-	if t.tiered {
+	if t.tiers != nil {
 		return t.applyRemovedTiered(ev, s, tb)
 	}
 	if tb != devBit {
@@ -498,7 +500,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 	t.sink += eng.touch(ev.Blocks)
 	ids := t.ids[:0]
 	for _, b := range ev.Blocks {
-		if id := eng.del(b.Engine, t.blocks); id != 0 {
+		if id := eng.del(b.Engine); id != 0 {
 			ids = append(ids, id)
 		} else {
 			res.Unknown++
@@ -522,7 +524,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 	if res.Removed > len(ids) {
 		t.sweep(s)
 	}
-	if t.slots[s].eng.count() == 0 {
+	if t.slots[s].eng.count == 0 {
 		t.releaseSlot(s)
 	}
 	return res
@@ -540,7 +542,7 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 	t.sink += eng.touch(ev.Blocks)
 	keys := t.rmKeys[:0]
 	for _, b := range ev.Blocks {
-		id := eng.get(b.Engine, t.blocks)
+		id := eng.get(b.Engine)
 		if id == 0 || t.maskOf(t.blocks[id].node, s)&tb == 0 {
 			res.Unknown++
 			continue
@@ -593,8 +595,8 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 	if left > 0 {
 		gone := 0
 		for _, b := range ev.Blocks {
-			if id := eng.get(b.Engine, t.blocks); id != 0 && (t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, s)) {
-				eng.del(b.Engine, t.blocks)
+			if id := eng.get(b.Engine); id != 0 && (t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, s)) {
+				eng.del(b.Engine)
 				gone++
 			}
 		}
@@ -602,7 +604,7 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 			t.sweep(s)
 		}
 	}
-	if t.slots[s].eng.count() == 0 {
+	if t.slots[s].eng.count == 0 {
 		t.releaseSlot(s)
 	}
 	return res
@@ -630,7 +632,7 @@ func (t *Tree) sweep(s uint32) {
 	t.slots[s].eng.filter(func(_ wire.EngineHash, id uint32) bool {
 		b := t.blocks[id]
 		return b.off != freeOff && t.has(b.node, s)
-	}, t.blocks)
+	})
 }
 
 // removeFrom removes slot s from block off of x and from everything s holds
@@ -682,11 +684,16 @@ func (t *Tree) removeSubtree(s, y uint32) int {
 // removeSlot removes every block of slot s and frees the slot.
 func (t *Tree) removeSlot(s uint32) int {
 	roots := t.ids[:0]
-	t.slots[s].eng.each(t.blocks, func(_ wire.EngineHash, id uint32) {
+	eng := &t.slots[s].eng
+	for i := range eng.e {
+		id := eng.e[i].val
+		if id == 0 {
+			continue
+		}
 		if b := t.blocks[id]; b.off == 0 && t.nodes[b.node].parent == rootID {
 			roots = append(roots, b.node)
 		}
-	})
+	}
 	t.ids = roots
 	removed := 0
 	for _, r := range roots {
@@ -737,7 +744,7 @@ func (t *Tree) Match(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 	if len(hashes) == 0 || t.nodes == nil {
 		return dst
 	}
-	if t.tiered {
+	if t.tiers != nil {
 		return t.matchTiered(dst, hashes)
 	}
 	c := t.child(rootID, hashes[0])
@@ -755,45 +762,47 @@ func (t *Tree) Match(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 			break
 		}
 		// Workers of c that do not hold next stop here.
-		dst = t.emitGone(dst, t.members(c), t.members(next), depth)
+		cs, ns := t.setOf(c), t.setOf(next)
+		for i := range cs {
+			dst = t.emit(dst, i, cs[i]&^ns[i], depth)
+		}
 		c = next
 	}
 	if c != 0 {
-		dst = t.emitMembers(dst, t.members(c), depth)
+		for i, w := range t.setOf(c) {
+			dst = t.emit(dst, i, w, depth)
+		}
 	}
 	return dst
 }
 
-// matchTiered is Match in a tiered tree. It appends one Overlap per worker
-// key holding the first block (in slot order) and follows three levels down
-// the path: on the device, on the device or host, in any tier. A member
-// leaving a level at a node records the depth before that node in the
-// level's field (active until then); the fields hold absolute depths until
-// the end.
+// matchTiered is Match in a tree with tier sets. It appends one Overlap per
+// worker key holding the first block (in slot order) and follows three
+// levels down the path, each a set of still-matching slots: on the device,
+// on the device or host, in any tier. A slot leaving a level at a node
+// records the depth before it in its Overlap (found by its rank in the
+// first node's set); the fields hold absolute depths until the end.
 func (t *Tree) matchTiered(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 	c := t.child(rootID, hashes[0])
 	if c == 0 {
 		return dst
 	}
-	first := t.members(c)
+	w := t.w
+	first := t.setOf(c)
+	act := t.act[: 3*w : 3*w]
 	base := len(dst)
-	dst = t.emitMembers(dst, first, 0)
+	for i, word := range first {
+		act[i], act[w+i], act[2*w+i] = word, word, word
+		dst = t.emit(dst, i, word, 0) // depths set below
+	}
 	out := dst[base:]
-	if cap(t.act) < len(first) {
-		t.act = make([]uint32, 0, max(len(first), len(t.slots)))
-	}
-	act := t.act[:len(first)]
-	for i := range out {
-		out[i].Blocks, out[i].Host, out[i].Disk = active, active, active
-		act[i] = uint32(i)
-	}
 	depth := 0
 	for {
 		loc, _ := t.runOf(c)
 		before := depth
 		m := matchLen(loc, hashes[depth:])
 		depth += m
-		act = t.leaveLevels(out, first, act, c, before)
+		t.leaveLevels(out, first, act, c, before)
 		if m < len(loc) || depth == len(hashes) {
 			break
 		}
@@ -801,22 +810,53 @@ func (t *Tree) matchTiered(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 			break
 		}
 	}
-	d := uint32(depth)
+	pre := 0
+	for i, word := range first {
+		for l := range 3 {
+			for a := act[l*w+i]; a != 0; a &= a - 1 {
+				b := uint64(1) << bits.TrailingZeros64(a)
+				setLevel(&out[pre+bits.OnesCount64(word&(b-1))], l, depth)
+			}
+		}
+		pre += bits.OnesCount64(word)
+	}
 	for i := range out {
 		o := &out[i]
-		if o.Blocks == active {
-			o.Blocks = d
-		}
-		if o.Host == active {
-			o.Host = d
-		}
-		if o.Disk == active {
-			o.Disk = d
-		}
 		o.Disk -= o.Host
 		o.Host -= o.Blocks
 	}
 	return dst
+}
+
+// leaveLevels drops from each level the slots that do not hold node x in
+// that level's tiers, recording depth for them.
+func (t *Tree) leaveLevels(out []Overlap, first, act []uint64, x uint32, depth int) {
+	w := t.w
+	dev, host, all := t.tierSet(x, int(wire.TierDevice)), t.tierSet(x, int(wire.TierHost)), t.setOf(x)
+	pre := 0
+	for i, word := range first {
+		held := [3]uint64{dev[i], dev[i] | host[i], all[i]}
+		for l := range 3 {
+			gone := act[l*w+i] &^ held[l]
+			act[l*w+i] &^= gone
+			for ; gone != 0; gone &= gone - 1 {
+				b := uint64(1) << bits.TrailingZeros64(gone)
+				setLevel(&out[pre+bits.OnesCount64(word&(b-1))], l, depth)
+			}
+		}
+		pre += bits.OnesCount64(word)
+	}
+}
+
+func setLevel(o *Overlap, level, depth int) {
+	switch level {
+	case 0:
+		o.Blocks = uint32(depth)
+	case 1:
+		o.Host = uint32(depth)
+	default:
+		o.Disk = uint32(depth)
+	}
 }
 
 // matchLen returns the length of the common prefix of a and b.
@@ -834,12 +874,37 @@ func matchLen(a, b []wire.BlockHash) int {
 	return i
 }
 
+// emit appends an Overlap of depth blocks for each slot of bitsSet (word
+// word of a set). It grows dst once and writes each Overlap's fields in
+// place: Overlap (32 bytes, 5 fields) is too big for the compiler to keep in
+// registers, so append(dst, Overlap{...}) built it in a stack temporary with
+// narrow stores and copied it with 16-byte loads, which the store buffer
+// cannot forward (a stall per load); that was the +30–49% of device-only
+// Match after the tier fields were added (radix/doc.go).
+func (t *Tree) emit(dst []Overlap, word int, bitsSet uint64, depth int) []Overlap {
+	if bitsSet == 0 {
+		return dst
+	}
+	n := len(dst)
+	dst = slices.Grow(dst, bits.OnesCount64(bitsSet))
+	dst = dst[:n+bits.OnesCount64(bitsSet)]
+	for ; bitsSet != 0; n++ {
+		sl := &t.slots[word*64+bits.TrailingZeros64(bitsSet)]
+		bitsSet &= bitsSet - 1
+		o := &dst[n]
+		o.Worker = sl.key
+		o.Blocks, o.Host, o.Disk = uint32(depth), 0, 0
+		o.TreeSize = sl.eng.count
+	}
+	return dst
+}
+
 // Workers appends every worker key present in the tree, with Blocks 0 and
 // its TreeSize, in slot order, and returns dst.
 func (t *Tree) Workers(dst []Overlap) []Overlap {
 	for i := range t.slots {
 		if sl := &t.slots[i]; sl.live {
-			dst = append(dst, Overlap{Worker: sl.key, TreeSize: sl.eng.count()})
+			dst = append(dst, Overlap{Worker: sl.key, TreeSize: sl.eng.count})
 		}
 	}
 	return dst
@@ -848,7 +913,7 @@ func (t *Tree) Workers(dst []Overlap) []Overlap {
 // TreeSize returns the number of blocks k holds.
 func (t *Tree) TreeSize(k wire.WorkerKey) uint32 {
 	if s, ok := t.slotOf[k]; ok {
-		return t.slots[s].eng.count()
+		return t.slots[s].eng.count
 	}
 	return 0
 }
@@ -862,7 +927,7 @@ func (t *Tree) Stats() Stats {
 	for i := range t.slots {
 		if sl := &t.slots[i]; sl.live {
 			st.Workers++
-			st.Entries += int(sl.eng.count())
+			st.Entries += int(sl.eng.count)
 		}
 	}
 	return st
@@ -874,7 +939,7 @@ func (t *Tree) Stats() Stats {
 const slotMapEntryBytes = 40
 
 func (t *Tree) bytes() int64 {
-	b := int64(cap(t.nodes))*nodeBytes + int64(cap(t.sets))*setBytes + t.pool.bytes() + int64(cap(t.blocks))*blockBytes
+	b := int64(cap(t.nodes))*nodeBytes + int64(cap(t.sets))*8 + int64(cap(t.blocks))*blockBytes
 	b += t.runs.bytes() + t.children.bytes()
 	b += int64(cap(t.slots))*slotRecBytes + int64(cap(t.freeSlots))*4
 	for i := range t.slots {
@@ -882,6 +947,6 @@ func (t *Tree) bytes() int64 {
 	}
 	b += int64(len(t.slotOf)) * slotMapEntryBytes
 	b += int64(cap(t.ids)+cap(t.stack)+cap(t.doomed)+cap(t.survivors)+4*cap(t.rmKeys)) * 4
-	b += int64(cap(t.act)) * 4
+	b += int64(cap(t.tiers)+cap(t.act)) * 8
 	return b
 }

@@ -262,22 +262,6 @@ func BenchmarkBuild(b *testing.B) {
 			b.ReportMetric(float64(heap)/float64(st.Entries), "heapB/entry")
 		})
 	}
-	// The same fleet with engines that hash a block alike (one hash seed):
-	// every entry goes to the 5-byte idTable (table.go).
-	b.Run("runs-sameengine", func(b *testing.B) {
-		p := benchParams
-		p.sameEngine = true
-		swl := newWorkload(p, 1)
-		heap, tr := heapGrowth(func() *Tree { return swl.tree(b, 0) })
-		st := tr.Stats()
-		b.ReportAllocs()
-		for b.Loop() {
-			swl.tree(b, 0)
-		}
-		b.ReportMetric(float64(swl.blocks)*float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
-		b.ReportMetric(float64(st.Bytes)/float64(st.Entries), "B/entry")
-		b.ReportMetric(float64(heap)/float64(st.Entries), "heapB/entry")
-	})
 	b.Run("flatmap", func(b *testing.B) {
 		heap, f := heapGrowth(wl.flat)
 		entries := 0

@@ -29,9 +29,6 @@ type workloadParams struct {
 	turns         int // distinct turns per conversation (the Apply schedule's period in rounds)
 	live          int // turns each worker keeps live in the Apply schedule
 	reqLen        int
-	// sameEngine: every worker's engines hash a block alike (one model, one
-	// hash seed), so a block has one engine hash whoever holds it.
-	sameEngine bool
 }
 
 // benchParams builds a tree of ≈1.5M (block, worker) entries over 64 workers.
@@ -76,12 +73,8 @@ func localHash(kind, a, b, c, i int) wire.BlockHash {
 	return wire.BlockHash(splitmix(uint64(kind)<<60 ^ uint64(a)<<44 ^ uint64(b)<<32 ^ uint64(c)<<20 ^ uint64(i)))
 }
 
-// engineOf is a worker's engine hash for a path, unique per (worker, path),
-// or per path alone with p.sameEngine.
-func (p *workloadParams) engineOf(k wire.WorkerKey, seq wire.SeqHash) wire.EngineHash {
-	if p.sameEngine {
-		return wire.EngineHash(splitmix(uint64(seq)))
-	}
+// engineOf is a worker's engine hash for a path, unique per (worker, path).
+func engineOf(k wire.WorkerKey, seq wire.SeqHash) wire.EngineHash {
 	return wire.EngineHash(splitmix(uint64(seq) ^ splitmix(k.Worker<<8|uint64(k.Dp))))
 }
 
@@ -113,7 +106,7 @@ func newWorkload(p workloadParams, seed uint64) *workload {
 				seq = wire.ChainHash(seq, h)
 			}
 			seqs[i] = seq
-			ev.Blocks[i] = wire.Block{Engine: p.engineOf(k, seq), Local: h}
+			ev.Blocks[i] = wire.Block{Engine: engineOf(k, seq), Local: h}
 		}
 		wl.build = append(wl.build, ev)
 		wl.seqs = append(wl.seqs, seqs)
@@ -247,7 +240,7 @@ func (wl *workload) schedule() *schedule {
 			h := localHash(4, ce.fam, ce.conv, round, j)
 			seq = wire.ChainHash(seq, h)
 			seqs[i][j] = seq
-			ev.Blocks[j] = wire.Block{Engine: p.engineOf(k, seq), Local: h}
+			ev.Blocks[j] = wire.Block{Engine: engineOf(k, seq), Local: h}
 		}
 		stores[i] = ev
 	}

@@ -110,9 +110,9 @@ func TestLiveSnapshotRestore(t *testing.T) {
 		t.Errorf("second node: %+v; want no gaps, first sightings or restarts", st)
 	}
 	// The replayed messages the snapshot already held (sequences snapSeq+1
-	// to 25), and any live message that reached both paths during the
-	// catch-up.
-	if want := 25 - snapSeq; st.Duplicates < want {
+	// to 26: the start's marker is sequence 1, the 25 events 2..26), and
+	// any live message that reached both paths during the catch-up.
+	if want := 26 - snapSeq; st.Duplicates < want {
 		t.Errorf("second node dropped %d duplicates, want at least %d", st.Duplicates, want)
 	}
 	if got := n2.Recovery.Stats().Requests; got != 0 {

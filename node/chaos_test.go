@@ -14,10 +14,8 @@ package node
 // chaosDeadline.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -25,7 +23,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +32,7 @@ import (
 
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/internal/syncbuf"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
@@ -459,8 +457,8 @@ func TestChaosKill9Binary(t *testing.T) {
 	snapSeq := current()
 	cfg := chaosNodeConfig(t, s.ClientURL(), true)
 	cfg.Stream = ingest.StreamConfig{} // the binary's defaults
-	var nodeLog bytes.Buffer
-	cfg.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &nodeLog}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var nodeLog syncbuf.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&nodeLog, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	n, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -488,16 +486,4 @@ func TestChaosKill9Binary(t *testing.T) {
 	waitCond(t, "caught up", n.CaughtUp)
 	chaosReport(t, "kill9-binary-restore", n.Index, f, restart, probe)
 	replayOnly(t, n)
-}
-
-// lockedWriter serializes writes to w (a log buffer read at the end).
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

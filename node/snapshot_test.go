@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
+	"github.com/kvroute/kvroute/internal/syncbuf"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/ingest"
@@ -200,7 +200,7 @@ func TestSnapshotCorrupt(t *testing.T) {
 	s := natstest.Server(t)
 	pub := natstest.Connect(t, s)
 	sub := subjects(t)
-	logs := &syncWriter{w: &bytes.Buffer{}}
+	logs := &syncbuf.Buffer{}
 	cfg := Config{Index: shard.Config{Shards: 2}, BlockSize: 16, Subjects: sub, NATSURL: s.ClientURL(), JetStream: true,
 		Stream: ingest.StreamConfig{MaxAge: time.Minute}, Snapshot: SnapshotConfig{Bucket: "KVSNAP", Interval: time.Hour},
 		Logger: slog.New(slog.NewTextHandler(logs, nil))}
@@ -273,25 +273,6 @@ func TestSnapshotCorrupt(t *testing.T) {
 	if !strings.Contains(b.String(), "kvroute_snapshot_restore_failures_total 1\n") {
 		t.Errorf("metrics lack the restore failure:\n%s", b.String())
 	}
-}
-
-// syncWriter serializes writes to w (the log handler is used from several
-// goroutines).
-type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.String()
 }
 
 func bucket(t *testing.T, nc *nats.Conn, name string) jetstream.ObjectStore {

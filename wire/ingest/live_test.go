@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/internal/syncbuf"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
 )
@@ -213,7 +214,7 @@ func TestLiveDuplicatesAcrossPaths(t *testing.T) {
 	ix := newIndex(t)
 	rec := newRecordingSink(ix)
 	f := newLiveFleet(&natsHarness{ix: ix, pub: pub, sub: sub})
-	var logs logBuffer
+	var logs syncbuf.Buffer
 	in := newIngest(t, Config{Subjects: sub, SafeInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, rec)
 	if err := in.SubscribeLive(natstest.Connect(t, s), st, 0); err != nil {
 		t.Fatal(err)
@@ -373,22 +374,4 @@ func TestLiveReconnectCatchUp(t *testing.T) {
 	if ls := in.LiveStats(); ls.CatchUps != 1 || ls.CatchUpFailures != 0 {
 		t.Errorf("live stats %+v: want one catch-up", ls)
 	}
-}
-
-// logBuffer is a log destination safe for the ingest's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -176,9 +176,19 @@ func (in *Ingest) SetLiveStream(stream jetstream.Stream) (int, error) {
 	return markSuspect(pipes), nil
 }
 
-// catchUp is the catch-up goroutine: marker, replay up to it, release.
+// catchUp is the catch-up goroutine: marker, replay up to it, release;
+// again while a CatchUp asked for another round during the release.
 func (l *liveState) catchUp() {
 	defer l.wg.Done()
+	for l.catchUpOnce() {
+		l.in.Hold() // the release let core messages through: hold them again
+	}
+}
+
+// catchUpOnce runs one catch-up and reports whether another is due (a
+// CatchUp came after its last round had ended). The catch-up counts as
+// running (CatchingUp) until the held messages are released.
+func (l *liveState) catchUpOnce() bool {
 	in := l.in
 	l.catchUps.Add(1)
 	l.mu.Lock()
@@ -219,9 +229,6 @@ func (l *liveState) catchUp() {
 		l.mu.Lock()
 		again := l.mu.again
 		l.mu.again = false
-		if !again {
-			l.mu.catching = false // under l.mu: a CatchUp from now on starts a new one
-		}
 		l.mu.Unlock()
 		if !again {
 			break
@@ -238,11 +245,11 @@ func (l *liveState) catchUp() {
 	pipes := [...]*pipe{in.mu.dynPipe, in.mu.natPipe}
 	in.mu.Unlock()
 	if err != nil {
-		l.mu.Lock()
-		l.mu.catching = false
-		l.mu.Unlock()
 		if l.ctx.Err() != nil {
-			return // closing
+			l.mu.Lock()
+			l.mu.catching = false
+			l.mu.Unlock()
+			return false // closing
 		}
 		l.catchUpFailures.Add(1)
 		marked := markSuspect(pipes)
@@ -257,6 +264,17 @@ func (l *liveState) catchUp() {
 	if err == nil {
 		in.log.Info("ingest: caught up from the KV-event stream; live on core NATS", "from_seq", from, "to_seq", barrier)
 	}
+	// Under l.mu: a CatchUp from now on starts a new catch-up; one that
+	// came during the release (its Hold undone by it) asks for another
+	// round here. After a failure the workers' recovery covers it.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.again && err == nil {
+		l.mu.again, l.mu.from = false, in.safe.Load()+1
+		return true
+	}
+	l.mu.again, l.mu.catching = false, false
+	return false
 }
 
 // mark publishes a marker into stream and returns its sequence: every
@@ -348,6 +366,7 @@ func (l *liveState) sample() {
 	defer t.Stop()
 	var (
 		pending bool
+		age     int // ticks the pending sample has waited
 		seq     uint64
 		want    [2]uint64
 	)
@@ -367,7 +386,17 @@ func (l *liveState) sample() {
 			}
 			pending = false
 		}
-		if pending || !l.nc.IsConnected() {
+		if pending {
+			// A message counted twice (moved from pending to delivered
+			// between the two reads below) makes want unreachable until
+			// more messages come; on an idle stream it never would: take
+			// a fresh sample after a while.
+			if age++; age < staleSampleTicks {
+				continue
+			}
+			pending = false
+		}
+		if !l.nc.IsConnected() {
 			continue
 		}
 		l.mu.Lock()
@@ -395,9 +424,13 @@ func (l *liveState) sample() {
 				}
 			}
 		}
-		seq, pending = info.State.LastSeq, true
+		seq, pending, age = info.State.LastSeq, true, 0
 	}
 }
+
+// staleSampleTicks is how many sample intervals a safe-sequence sample
+// waits for the pipes to apply what it counted before it is taken again.
+const staleSampleTicks = 20
 
 // LiveStats are the live path's counters (SubscribeLive).
 type LiveStats struct {

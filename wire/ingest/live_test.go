@@ -239,7 +239,11 @@ func TestLiveDuplicatesAcrossPaths(t *testing.T) {
 	f.agree(t, ix)
 	sst := in.Stats()
 	d, n := sst.Sources[SourceNATSDynamo], sst.Sources[SourceNATSNative]
-	if d.Duplicates+n.Duplicates != 20 || d.Gaps+n.Gaps != 0 { // B, replayed then released
+	// B, replayed then released: 20. CatchingUp stays true until the
+	// consumer has stopped and the held messages are released, so the live
+	// events after it come on the core path only. (It used to turn false
+	// first: under CPU hogs some were replayed past the marker too, 30.)
+	if d.Duplicates+n.Duplicates != 20 || d.Gaps+n.Gaps != 0 {
 		t.Errorf("dynamo %+v native %+v: want 20 duplicates, no gaps", d, n)
 	}
 	if strings.Contains(logs.String(), "duplicate KV event dropped") { // expected by design: counted, not logged

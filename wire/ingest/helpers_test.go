@@ -1,18 +1,17 @@
 package ingest
 
 import (
-	"bytes"
 	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/internal/syncbuf"
 	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
@@ -24,22 +23,7 @@ const testBlockSize = 4
 var quiet = slog.New(slog.DiscardHandler)
 
 // logBuf collects log lines for assertions.
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+type logBuf struct{ syncbuf.Buffer }
 
 func (l *logBuf) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvroute/kvroute/internal/natstest"
-	"github.com/kvroute/kvroute/internal/syncbuf"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
 )
@@ -214,8 +212,8 @@ func TestLiveDuplicatesAcrossPaths(t *testing.T) {
 	ix := newIndex(t)
 	rec := newRecordingSink(ix)
 	f := newLiveFleet(&natsHarness{ix: ix, pub: pub, sub: sub})
-	var logs syncbuf.Buffer
-	in := newIngest(t, Config{Subjects: sub, SafeInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, rec)
+	var logs logBuf
+	in := newIngest(t, Config{Subjects: sub, SafeInterval: 10 * time.Millisecond, Logger: logs.logger()}, rec)
 	if err := in.SubscribeLive(natstest.Connect(t, s), st, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -30,16 +30,7 @@ func BenchmarkApplyCapturing(b *testing.B) {
 					}
 				}()
 			}
-			blocks, i := 0, 0
-			for b.Loop() {
-				ev := &sc.events[i%len(sc.events)]
-				if _, err := tr.Apply(ev); err != nil {
-					b.Fatal(err)
-				}
-				blocks += len(ev.Blocks)
-				i++
-			}
-			b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+			applyLoop(b, tr, sc.events)
 		})
 	}
 }

@@ -782,8 +782,8 @@ func (s *stall) time(f func()) {
 	s.wall, s.cpu = append(s.wall, time.Since(w0)), append(s.cpu, threadCPU()-c0)
 }
 
-// report reports the longest wall and CPU time and the CPU time's 99th
-// percentile.
+// report reports the longest wall and CPU time and the CPU time's 99th and
+// 99.9th percentiles.
 func (s *stall) report(b *testing.B, name string) {
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 	slices.Sort(s.wall)
@@ -791,6 +791,7 @@ func (s *stall) report(b *testing.B, name string) {
 	b.ReportMetric(us(s.wall[len(s.wall)-1]), "µs-"+name+"-wall-max")
 	b.ReportMetric(us(s.cpu[len(s.cpu)-1]), "µs-"+name+"-cpu-max")
 	b.ReportMetric(us(s.cpu[len(s.cpu)*99/100]), "µs-"+name+"-cpu-p99")
+	b.ReportMetric(us(s.cpu[len(s.cpu)*999/1000]), "µs-"+name+"-cpu-p99.9")
 }
 
 // fleetChurn returns batches of about DefaultStepBlocks blocks (one event

@@ -21,14 +21,13 @@ import (
 	"unsafe"
 )
 
-// Page states: a page goes from pending to copied through owning (the
-// owner copied it) or to read (the reader copied it from the source; in
-// race-detector builds through reading). Only the owner moves a page from
-// pending to owning and owning to copied; only the reader from pending to
-// read or reading, and reading to read.
+// Page states: a page goes from pending to copied (the owner copied it)
+// or to read (the reader copied it from the source; in race-detector
+// builds through reading). Only the owner moves a page from pending to
+// copied; only the reader from pending to read or reading, and reading to
+// read.
 const (
 	pending uint32 = iota
-	owning
 	reading
 	copied // final: pages[p] holds the owner's copy
 	read   // final: the reader has the page
@@ -44,16 +43,18 @@ const (
 // Begin need none either. So Touch is needed exactly before a write to an
 // element below that length in the array the capture began on.
 //
-// The handshake: the owner's Touch of a pending page claims it (pending →
-// owning), copies it into a page-sized buffer (a small allocation: the
-// owner never waits for a large one to be zeroed) and publishes the copy
-// (copied); only then does the owner write the page. The reader copies a
-// pending page from the source into the result optimistically and then
-// marks it read (pending → read): if that fails, the owner claimed the page
-// meanwhile, and may have written it during the read, so the reader takes
-// the owner's copy instead. If it succeeds, the owner had not claimed the
-// page before the mark, so it had not written it during the read: the copy
-// is the page as at Begin. The owner never waits for the reader (a reader
+// The handshake: the owner's Touch of a pending page copies it into a
+// page-sized buffer (a small allocation: the owner never waits for a large
+// one to be zeroed) and publishes the copy (pending → copied, one
+// compare-and-swap: the only locked instruction per page the owner
+// copies); only then does the owner write the page. If the swap fails, the
+// reader had the page first and the owner drops its copy. The reader
+// copies a pending page from the source into the result optimistically and
+// then marks it read (pending → read): if that fails, the owner published
+// its copy meanwhile, and may have written the page during the read, so
+// the reader takes the owner's copy instead. If it succeeds, the owner had
+// not published a copy before the mark, so it had not written the page
+// during the read: the copy is the page as at Begin. The owner never waits for the reader (a reader
 // holding pages made writes wait for a preempted reader's thread: 0.2–0.3
 // waits per capture of 1.6–4.5 ms on the loaded 2-vCPU machine, shard/doc.go
 // § Snapshots). The optimistic read is a data race by design, benign as
@@ -69,9 +70,10 @@ type Slice[T any] struct {
 	size  int   // bytes per element
 	pages [][]T // the owner's copies: pages[p] is set before state[p] = copied
 	state []atomic.Uint32
-	left  atomic.Int64 // pages neither copied nor read
+	nread atomic.Int64 // pages read by the reader
 
 	// The owner's.
+	ncopy int  // pages copied by the owner
 	next  int  // Step's cursor: the first page that may be pending
 	touch int  // pages copied by Touch
 	waits int  // Touches that waited for the reader
@@ -92,7 +94,6 @@ func (s *Slice[T]) Begin(src []T, pageBytes int) {
 	}
 	n := (len(src) + 1<<shift - 1) >> shift
 	*s = Slice[T]{src: src, n: len(src), shift: shift, size: size}
-	s.left.Store(int64(n))
 	if n > 0 {
 		s.pages = make([][]T, n)
 		s.state = make([]atomic.Uint32, n)
@@ -149,7 +150,7 @@ func (s *Slice[T]) touchSlow(p int) {
 // take copies page p into a buffer if it is pending and reports whether it
 // did (the owner's claim).
 func (s *Slice[T]) take(p int) bool {
-	if !s.state[p].CompareAndSwap(pending, owning) {
+	if s.state[p].Load() != pending {
 		return false
 	}
 	lo := p << s.shift
@@ -166,8 +167,14 @@ func (s *Slice[T]) take(p int) bool {
 		pg = append([]T(nil), s.src[lo:hi]...)
 	}
 	s.pages[p] = pg
-	s.state[p].Store(copied)
-	s.left.Add(-1)
+	if !s.state[p].CompareAndSwap(pending, copied) { // the reader was first
+		s.pages[p] = nil
+		if pooling && len(pg)*s.size > MaxPage/2 && len(pg)*s.size <= MaxPage {
+			pagePool.Put((*[MaxPage]byte)(unsafe.Pointer(unsafe.SliceData(pg))))
+		}
+		return false
+	}
+	s.ncopy++
 	if s.count != nil {
 		*s.count += (hi - lo) * s.size
 	}
@@ -191,9 +198,9 @@ func (s *Slice[T]) Step(budget int) int {
 // copy are copied, or taken by the reader.
 func (s *Slice[T]) Stepped() bool { return s.next >= len(s.state) }
 
-// Done reports whether every page has been copied or read (on any
-// goroutine).
-func (s *Slice[T]) Done() bool { return s.left.Load() == 0 }
+// Done reports whether every page has been copied or read (the owner's:
+// once it has, the owner may write without Touch).
+func (s *Slice[T]) Done() bool { return s.Pending() == 0 }
 
 // Touched returns the pages copied by Touch and TouchRange (the owner's).
 func (s *Slice[T]) Touched() int { return s.touch }
@@ -202,8 +209,8 @@ func (s *Slice[T]) Touched() int { return s.touch }
 // page (the owner's; always 0 but in race-detector builds).
 func (s *Slice[T]) ReadWaits() int { return s.waits }
 
-// Pending returns the pages neither copied nor read.
-func (s *Slice[T]) Pending() int { return int(s.left.Load()) }
+// Pending returns the pages neither copied nor read (the owner's).
+func (s *Slice[T]) Pending() int { return len(s.state) - s.ncopy - int(s.nread.Load()) }
 
 // Len returns the length of the slice captured.
 func (s *Slice[T]) Len() int { return s.n }
@@ -211,9 +218,9 @@ func (s *Slice[T]) Len() int { return s.n }
 // Result returns the copy (length: the slice's length at Begin; nil if it
 // was empty), after which the capture is Done. It may run while the owner
 // goes on writing: it copies every page the owner has not copied straight
-// from the source (the handshake), and the owner's copies (waiting for any
-// the owner is making, ≈1 µs) from their buffers, which it returns to the
-// pool. Call it once, from one goroutine; it allocates the whole slice.
+// from the source (the handshake), and the owner's copies from their
+// buffers, which it returns to the pool; it never waits for the owner.
+// Call it once, from one goroutine; it allocates the whole slice.
 func (s *Slice[T]) Result() []T {
 	if s.taken {
 		panic("cow: Result called twice")
@@ -231,19 +238,17 @@ func (s *Slice[T]) Result() []T {
 			if st.CompareAndSwap(pending, reading) {
 				copy(d[lo:hi], s.src[lo:hi])
 				st.Store(read)
-				s.left.Add(-1)
+				s.nread.Add(1)
 				continue
 			}
 		} else if st.Load() == pending {
 			copy(d[lo:hi], s.src[lo:hi]) // may race with the owner's writes: kept only if still pending after
 			if st.CompareAndSwap(pending, read) {
-				s.left.Add(-1)
+				s.nread.Add(1)
 				continue
 			}
 		}
-		for st.Load() == owning { // the owner is copying it: ≈1 µs
-		}
-		pg := s.pages[p]
+		pg := s.pages[p] // copied: the owner's swap published it
 		copy(d[lo:hi], pg)
 		if nb := len(pg) * s.size; pooling && nb > MaxPage/2 && nb <= MaxPage {
 			pagePool.Put((*[MaxPage]byte)(unsafe.Pointer(unsafe.SliceData(pg))))

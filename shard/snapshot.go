@@ -170,7 +170,8 @@ type CaptureStats struct {
 	// Pages is the tree's arena pages at the start (radix.PageBytes each);
 	// BarrierPages those copied by the write barrier rather than by steps
 	// or the reader. ReadWaits counts the writes that waited for the
-	// reader's copy of their page (cow.Slice.ReadWaits).
+	// reader's copy of their page (cow.Slice.ReadWaits: race-detector
+	// builds only; otherwise the shard never waits for the reader).
 	Pages, BarrierPages, ReadWaits int
 }
 

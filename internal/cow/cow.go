@@ -73,6 +73,7 @@ type Slice[T any] struct {
 	nread atomic.Int64 // pages read by the reader
 
 	// The owner's.
+	lim   int  // Touch looks at elements below lim: n, 0 once the owner copied every page
 	ncopy int  // pages copied by the owner
 	next  int  // Step's cursor: the first page that may be pending
 	touch int  // pages copied by Touch
@@ -93,7 +94,7 @@ func (s *Slice[T]) Begin(src []T, pageBytes int) {
 		shift = uint(bits.Len(uint(per)) - 1)
 	}
 	n := (len(src) + 1<<shift - 1) >> shift
-	*s = Slice[T]{src: src, n: len(src), shift: shift, size: size}
+	*s = Slice[T]{src: src, n: len(src), lim: len(src), shift: shift, size: size}
 	if n > 0 {
 		s.pages = make([][]T, n)
 		s.state = make([]atomic.Uint32, n)
@@ -111,7 +112,7 @@ func (s *Slice[T]) CountInto(p *int) { s.count = p }
 // or waits for the reader if the reader is copying it. It is cheap when cur
 // is not the captured array or the page is taken (one atomic load).
 func (s *Slice[T]) Touch(cur []T, i int) {
-	if i >= s.n || unsafe.SliceData(cur) != unsafe.SliceData(s.src) {
+	if i >= s.lim || unsafe.SliceData(cur) != unsafe.SliceData(s.src) {
 		return
 	}
 	if p := i >> s.shift; s.state[p].Load() < copied {
@@ -121,10 +122,10 @@ func (s *Slice[T]) Touch(cur []T, i int) {
 
 // TouchRange is Touch for every element of [lo, hi).
 func (s *Slice[T]) TouchRange(cur []T, lo, hi int) {
-	if lo >= s.n || hi <= lo || unsafe.SliceData(cur) != unsafe.SliceData(s.src) {
+	if lo >= s.lim || hi <= lo || unsafe.SliceData(cur) != unsafe.SliceData(s.src) {
 		return
 	}
-	hi = min(hi, s.n)
+	hi = min(hi, s.lim)
 	for p := lo >> s.shift; p <= (hi-1)>>s.shift; p++ {
 		if s.state[p].Load() < copied {
 			s.touchSlow(p)
@@ -174,7 +175,9 @@ func (s *Slice[T]) take(p int) bool {
 		}
 		return false
 	}
-	s.ncopy++
+	if s.ncopy++; s.ncopy == len(s.state) {
+		s.lim = 0 // nothing left to copy: Touch returns at once
+	}
 	if s.count != nil {
 		*s.count += (hi - lo) * s.size
 	}

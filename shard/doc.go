@@ -244,24 +244,24 @@
 // The reader (session 7; the figures above are the paced copy steps, now
 // Config.CaptureCopySteps). Measured interleaved with the paced design's
 // binary (BenchmarkSnapshot/capture-stalls/reader against perBlock=32, 8
-// rounds of 6 captures, thread CPU time, load average 15–19): the shard's
-// CPU per capture beyond its events (copy-cpu-ms) 4.6–8.6 ms against
-// 15.8–27.7; the capture attached for 112–207 event steps against 3,416;
-// the reader's CPU (assembly-cpu-ms) 11.3–16.4 ms, off the shard. Under
+// rounds of 6 captures, thread CPU time, load average 16–22): the shard's
+// CPU per capture beyond its events (copy-cpu-ms) 4.0–11.1 ms against
+// 21.7–41.1; the capture attached for 111–376 event steps against 3,416;
+// the reader's CPU (assembly-cpu-ms) 9.8–24.0 ms, off the shard. Under
 // fleet churn nearly every engine-table page is written within the first
 // ≈20 event steps, before a reader can get there, so the barrier still
-// copies 2,000–4,000 of the 5,732 pages, in a burst at the start: ingest
-// over the capture's own event steps is 0.40–0.54× (0.83–0.89× paced), over
+// copies 2,300–3,600 of the 5,732 pages, in a burst at the start: ingest
+// over the capture's own event steps is 0.46–0.63× (0.78–0.86× paced), over
 // the 4,096 event steps from its start (≈0.2 s; ingest-ratio-4096steps)
-// 0.956–0.973× (0.856–0.910× paced). Event steps while capturing: p99
-// 0.21–0.43 ms, longest 0.27–0.76 ms (without a capture in the same runs
-// 0.05–0.09 and 0.09–0.29 ms; the paced design's p99 0.13–0.16, longest
-// 0.41–0.53). The paced design's longest without a capture reached 1.29 ms
-// in one run: CPU maxima of a millisecond or more are this machine's (a
-// vCPU's stolen time counts as thread CPU time), not the capture's. A
-// reader that held each page while reading it made writes wait for it when
-// its thread was preempted (0.2–0.3 waits per capture, 1.6–4.5 ms each),
-// hence cow's optimistic read.
+// 0.948–0.980× (0.813–0.881× paced). Event steps while capturing: p99
+// 0.29–0.45 ms, longest 0.39–0.81 ms (without a capture in the same runs
+// 0.07–0.14 and 0.09–0.29 ms; the paced design's p99 0.13–0.20, longest
+// 0.45–0.77). Without a capture the longest reached 1.29 and 4.68 ms in two
+// runs: CPU maxima of a millisecond or more are this machine's (a vCPU's
+// stolen time counts as thread CPU time), not the capture's. A reader that
+// held each page while reading it made writes wait for it when its thread
+// was preempted (0.2–0.3 waits per capture, 1.6–4.5 ms each), hence cow's
+// optimistic read.
 //
 // On 2 vCPUs the wall-clock ratio is another figure: the encoding (≈0.1–0.4
 // s of a core with zstd) runs after the capture on the caller's goroutine

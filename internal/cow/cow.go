@@ -46,22 +46,22 @@ const (
 // The handshake: the owner's Touch of a pending page copies it into a
 // page-sized buffer (a small allocation: the owner never waits for a large
 // one to be zeroed) and publishes the copy (pending → copied, one
-// compare-and-swap: the only locked instruction per page the owner
-// copies); only then does the owner write the page. If the swap fails, the
-// reader had the page first and the owner drops its copy. The reader
-// copies a pending page from the source into the result optimistically and
-// then marks it read (pending → read): if that fails, the owner published
-// its copy meanwhile, and may have written the page during the read, so
-// the reader takes the owner's copy instead. If it succeeds, the owner had
-// not published a copy before the mark, so it had not written the page
-// during the read: the copy is the page as at Begin. The owner never waits for the reader (a reader
+// compare-and-swap: the only locked instruction per page the owner copies);
+// only then does the owner write the page. If the swap fails, the reader had
+// the page first and the owner drops its copy. The reader copies a pending
+// page from the source into the result optimistically and then marks it read
+// (pending → read): if that fails, the owner published its copy meanwhile,
+// and may have written the page during the read, so the reader takes the
+// owner's copy instead. If it succeeds, the owner had not published a copy
+// before the mark, so it had not written the page during the read: the copy
+// is the page as at Begin. The owner never waits for the reader (a reader
 // holding pages made writes wait for a preempted reader's thread: 0.2–0.3
 // waits per capture of 1.6–4.5 ms on the loaded 2-vCPU machine, shard/doc.go
 // § Snapshots). The optimistic read is a data race by design, benign as
 // argued; race-detector builds use a blocking variant instead (the reader
-// claims the page, pending → reading, for its read, and a Touch of that
-// page waits: ReadWaits counts them), so that -race checks that every write
-// to a page is preceded by its Touch.
+// claims the page, pending → reading, for its read, and a Touch of that page
+// waits: ReadWaits counts them), so that -race checks that every write to a
+// page is preceded by its Touch.
 type Slice[T any] struct {
 	// Set by Begin, then only read (by the owner and the reader).
 	src   []T // the slice at Begin

@@ -14,15 +14,18 @@ import (
 // mutation writes a page (a fixed-size chunk, PageBytes) of an arena that the
 // capture has not copied yet, the write barrier copies that page as it still
 // is, and Step copies the pending pages in bounded steps between mutations.
-// Once no page is pending (Step returned true) the image is exactly the tree
-// as it was at BeginCapture, and Tree returns it: an independent Tree that
-// any goroutine may read (after a happens-before edge of the caller's).
+// Tree, on another goroutine, may take the pages meanwhile, reading them
+// from the tree's arenas (cow's per-page handshake: the tree then copies
+// only the pages it writes before Tree has read them). Once no page is
+// pending (Step or Complete returned true, or Tree returned) the capture is
+// over, and Tree's image is exactly the tree as it was at BeginCapture: an
+// independent Tree.
 //
 // Arenas replaced rather than written (growth beyond capacity, table
 // rehashes, worker sets widened, an emptied tree reset) need no copy at
 // Begin or at the replacement: the capture keeps the old arrays, which the
 // tree no longer writes. A Capture holds no locks and starts no goroutines;
-// all its methods must be called on the tree's goroutine.
+// all its methods but Tree must be called on the tree's goroutine.
 type Capture struct {
 	t   *Tree // the tree captured; its cw points here until done
 	img *Tree // the scalar state at Begin; arenas filled in when done
@@ -41,7 +44,9 @@ type Capture struct {
 	steppedB    int // bytes copied by Step
 	copied      int // bytes copied by Step and the write barrier
 	barrier     int // pages copied by the write barrier (set when done)
+	waits       int // barrier calls that waited for Tree's read (set when done)
 	done        bool
+	image       *Tree // Tree's result (Tree's goroutine)
 	check       *Tree // -tags invariants: a Clone taken at Begin
 	checkFailed error
 }
@@ -130,7 +135,10 @@ func (c *Capture) arenas() int { return 5 + 2*numClasses + 2*len(c.eng) }
 type pager interface {
 	Pending() int
 	Touched() int
+	ReadWaits() int
 	Step(budget int) int
+	Stepped() bool
+	Done() bool
 	CountInto(*int)
 }
 
@@ -163,8 +171,9 @@ func (c *Capture) arena(i int) pager {
 }
 
 // Step copies pending pages until about budget bytes are copied (at least
-// one page if any is pending) and reports whether the capture is complete.
-// Call it on the tree's goroutine, between mutations.
+// one page if any is pending) and reports whether the capture is complete
+// (as Complete). Pages Tree is reading are left to it. Call it on the
+// tree's goroutine, between mutations.
 func (c *Capture) Step(budget int) bool {
 	if c.done {
 		return true
@@ -174,7 +183,7 @@ func (c *Capture) Step(budget int) bool {
 		n := a.Step(budget)
 		c.steppedB += n
 		budget -= n
-		if a.Pending() == 0 {
+		if a.Stepped() {
 			c.seg++
 		}
 		if budget <= 0 {
@@ -183,6 +192,22 @@ func (c *Capture) Step(budget int) bool {
 	}
 	if c.seg < c.arenas() {
 		return false
+	}
+	return c.Complete()
+}
+
+// Complete reports whether every page is copied or read by Tree, and then
+// detaches the write barrier: the tree's writes cost nothing more. Call it
+// on the tree's goroutine, between mutations; a capture whose pages Tree
+// takes is over once Complete returns true.
+func (c *Capture) Complete() bool {
+	if c.done {
+		return true
+	}
+	for i := range c.arenas() {
+		if !c.arena(i).Done() {
+			return false
+		}
 	}
 	c.finish()
 	return true
@@ -193,6 +218,7 @@ func (c *Capture) finish() {
 	c.done = true
 	for i := range c.arenas() {
 		c.barrier += c.arena(i).Touched()
+		c.waits += c.arena(i).ReadWaits()
 	}
 	t := c.t
 	if t.cw == c {
@@ -209,17 +235,19 @@ func (c *Capture) finish() {
 	c.t = nil
 }
 
-// Tree returns the image, the tree as it was at BeginCapture, once Step has
-// reported completion (nil before). The first call assembles the copied
-// pages into the image's arenas (O(tree), allocating them); it may run on
-// any goroutine that the completion happened before, one at a time. The
-// image is the caller's: no longer tied to the captured tree.
+// Tree returns the image, the tree as it was at BeginCapture. The first
+// call assembles the image's arenas (O(tree), allocating them) from the
+// pages the tree's goroutine copied and, for the pages it has not, straight
+// from the tree's arenas, which that goroutine meanwhile does not write
+// (cow's handshake): so it may run on one goroutine other than the tree's
+// while the tree is being mutated (after a happens-before edge from
+// BeginCapture of the caller's making), or on any goroutine once Step or
+// Complete reported completion. Later calls return the same image, on the
+// same goroutine or after a happens-before edge. The image is the caller's:
+// no longer tied to the captured tree.
 func (c *Capture) Tree() *Tree {
-	if !c.done {
-		return nil
-	}
-	if c.eng == nil {
-		return c.img
+	if c.image != nil {
+		return c.image
 	}
 	img := c.img
 	img.nodes, img.sets, img.tiers = c.nodes.Result(), c.sets.Result(), c.tiers.Result()
@@ -230,7 +258,7 @@ func (c *Capture) Tree() *Tree {
 	for s := range c.eng {
 		img.slots[s].eng.ctrl, img.slots[s].eng.e = c.eng[s].ctrl.Result(), c.eng[s].e.Result()
 	}
-	c.eng = nil
+	c.image = img
 	if invariants {
 		if err := sameArenas(img, c.check); err != nil {
 			panic(fmt.Sprintf("radix: capture differs from the tree at BeginCapture: %v", err))
@@ -250,12 +278,20 @@ func (c *Capture) CopiedBytes() int { return c.copied }
 type CaptureStats struct {
 	Pages        int   // arena pages at BeginCapture
 	BarrierPages int   // pages copied by the write barrier (known once done)
+	ReadWaits    int   // barrier calls that waited for Tree's read of their page
 	SteppedBytes int64 // bytes copied by Step
 }
 
-// Stats returns what the capture has copied so far.
+// Stats returns what the capture has copied so far (on the tree's
+// goroutine).
 func (c *Capture) Stats() CaptureStats {
-	return CaptureStats{Pages: c.pages, BarrierPages: c.barrier, SteppedBytes: int64(c.steppedB)}
+	waits := c.waits
+	if !c.done {
+		for i := range c.arenas() {
+			waits += c.arena(i).ReadWaits()
+		}
+	}
+	return CaptureStats{Pages: c.pages, BarrierPages: c.barrier, ReadWaits: waits, SteppedBytes: int64(c.steppedB)}
 }
 
 // sameArenas reports the first difference between two trees' arenas and

@@ -147,8 +147,12 @@
 // an arena element goes through a write barrier (the w* helpers in arena.go,
 // wE in table.go) that, while a capture is in progress, copies the element's
 // page first if it has not been copied yet; Capture.Step copies the pending
-// pages in bounded steps between mutations. Once none is pending the pages
-// are exactly the arenas at BeginCapture. Growth, rehashing, widened worker
+// pages in bounded steps between mutations, or Capture.Tree, on another
+// goroutine, takes them while the tree is being mutated, reading each page
+// the tree has not copied straight from the arenas (internal/cow's per-page
+// handshake: the tree's goroutine never waits for it; Capture.Complete
+// detaches the barrier once Tree is through; TestCaptureConcurrentRead).
+// Once none is pending the pages are exactly the arenas at BeginCapture. Growth, rehashing, widened worker
 // sets and an emptied tree's reset replace an arena's array instead of
 // writing it: the capture keeps the old array, which is frozen, and needs no
 // copy then. Pages go into page-sized buffers (the tree's goroutine never

@@ -99,20 +99,28 @@
 // by copy-on-write: the shard applies the writes queued before it, begins a
 // radix.Capture of its tree and a capture of its approximate-mode entries
 // (O(workers): scalars, the worker table), and goes on at once with the
-// writes queued behind it. Until the copy is complete, every write first
+// writes queued behind it. Until every page is taken, every write first
 // copies the 8 KiB pages it is about to change (radix's write barrier), and
-// the Runner copies the other pages in steps of at most
-// Config.CaptureStepBytes (256 KiB) between event steps: back to back when
+// a reader goroutine started with the capture takes the other pages,
+// reading them straight from the shard's arrays into the frozen copy
+// (internal/cow's per-page handshake: whichever comes first takes a page;
+// the shard never waits for the reader), then rings the shard, which
+// detaches the barrier at its next loop. So the shard copies only the
+// pages its writes reach first, and the capture lasts as long as the
+// reader takes to read the state once. With Config.CaptureCopySteps (the
+// design before session 7, kept for comparison) there is no reader: the
+// Runner copies the other pages itself in steps of at most
+// Config.CaptureStepBytes (256 KiB) between event steps, back to back when
 // no events are queued, and under saturation paced by a budget of
 // Config.CaptureBytesPerBlock (32) bytes per block of event work applied,
 // which the barrier's page copies use up first. Lookups are answered
 // between any two steps, so neither queue waits for more than one step.
 // Capture.Stats reports each shard's stalls. A capture requested while the
-// shard is still copying the previous one waits for it (in steps). The
-// copied pages are assembled into an independent tree by Capture.WriteTo,
-// which then encodes the frozen copies on the caller's goroutine, streaming,
-// while the shards go on; the copies cost as much memory as the index until
-// the Capture is dropped. Index.Restore reads
+// shard is still capturing the previous one waits for it (copying in
+// steps meanwhile). Capture.WriteTo waits for the frozen copies (assembled
+// by the readers, or by WriteTo from the steps' pages) and encodes them on
+// the caller's goroutine, streaming, while the shards go on; the copies
+// cost as much memory as the index until the Capture is dropped. Index.Restore reads
 // a whole snapshot, verifies it and only then installs it into a fresh Index
 // with the same shard count (workers keep their shards); any error leaves the
 // Index unchanged. streamSeq is opaque here: the JetStream consumer passes the
@@ -232,6 +240,28 @@
 // change the first event steps after the start, whose writes copy their
 // pages: the ≤ 1 ms stall target holds at p99, not at the maximum, on this
 // machine.
+//
+// The reader (session 7; the figures above are the paced copy steps, now
+// Config.CaptureCopySteps). Measured interleaved with the paced design's
+// binary (BenchmarkSnapshot/capture-stalls/reader against perBlock=32, 8
+// rounds of 6 captures, thread CPU time, load average 16–22): the shard's
+// CPU per capture beyond its events (copy-cpu-ms) 4.0–11.1 ms against
+// 21.7–41.1; the capture attached for 111–376 event steps against 3,416;
+// the reader's CPU (assembly-cpu-ms) 9.8–24.0 ms, off the shard. Under
+// fleet churn nearly every engine-table page is written within the first
+// ≈20 event steps, before a reader can get there, so the barrier still
+// copies 2,300–3,600 of the 5,732 pages, in a burst at the start: ingest
+// over the capture's own event steps is 0.46–0.63× (0.78–0.86× paced), over
+// the 4,096 event steps from its start (≈0.2 s; ingest-ratio-4096steps)
+// 0.948–0.980× (0.813–0.881× paced). Event steps while capturing: p99
+// 0.29–0.45 ms, longest 0.39–0.81 ms (without a capture in the same runs
+// 0.07–0.14 and 0.09–0.29 ms; the paced design's p99 0.13–0.20, longest
+// 0.45–0.77). Without a capture the longest reached 1.29 and 4.68 ms in two
+// runs: CPU maxima of a millisecond or more are this machine's (a vCPU's
+// stolen time counts as thread CPU time), not the capture's. A reader that
+// held each page while reading it made writes wait for it when its thread
+// was preempted (0.2–0.3 waits per capture, 1.6–4.5 ms each), hence cow's
+// optimistic read.
 //
 // On 2 vCPUs the wall-clock ratio is another figure: the encoding (≈0.1–0.4
 // s of a core with zstd) runs after the capture on the caller's goroutine

@@ -53,16 +53,25 @@ type Config struct {
 	// Restore refuses a snapshot taken at another block size (0: unknown,
 	// not checked).
 	BlockSize int
+	// CaptureCopySteps makes each shard copy a capture's pages itself, in
+	// steps between event steps (paced by CaptureBytesPerBlock), as before
+	// session 7, instead of a reader goroutine per shard taking the pages
+	// the shard has not copied (Capture). Kept for comparison
+	// (BenchmarkSnapshot/capture-stalls/perBlock=N) and for a machine with
+	// no CPU to spare for the readers.
+	CaptureCopySteps bool
 	// CaptureStepBytes bounds the bytes a shard copies per capture step
-	// (Capture); lookups are served between steps. Default
+	// (with CaptureCopySteps, and while a shard finishes an earlier capture
+	// before the next); lookups are served between steps. Default
 	// DefaultCaptureStepBytes.
 	CaptureStepBytes int
 	// CaptureBytesPerBlock paces a capture's copy steps while events are
-	// queued: a shard copies about this many bytes per block of event work
-	// it applies (the write barrier's page copies included), in steps of at
-	// most CaptureStepBytes; with no events queued it copies step after
-	// step. Lower costs ingest less while a capture runs and makes the
-	// capture last longer. Default DefaultCaptureBytesPerBlock.
+	// queued (CaptureCopySteps): a shard copies about this many bytes per
+	// block of event work it applies (the write barrier's page copies
+	// included), in steps of at most CaptureStepBytes; with no events queued
+	// it copies step after step. Lower costs ingest less while a capture
+	// runs and makes the capture last longer. Default
+	// DefaultCaptureBytesPerBlock.
 	CaptureBytesPerBlock int
 	// Logger receives NewIndex's warnings (pinning failed, shards >=
 	// GOMAXPROCS). Default slog.Default().

@@ -247,7 +247,20 @@ func (r *Runner) run() {
 				signal(r.evSpace)
 			}
 		}
-		if cc := r.core.cap; cc != nil && (r.cur == nil || r.copyDue > 0) {
+		if cc := r.core.cap; cc != nil && cc.reader {
+			// A snapshot capture whose reader takes the pages: no copy
+			// steps (the shard copies only what it writes first); once
+			// the reader has them all (it rings the bell), detach.
+			if cc.readDone.Load() {
+				r.lockStep()
+				fin := cc.complete(r.core)
+				r.mu.Unlock()
+				if fin {
+					cc.arrive()
+				}
+			}
+		}
+		if cc := r.core.cap; cc != nil && !cc.reader && (r.cur == nil || r.copyDue > 0) {
 			// A snapshot capture in progress: a copy step, paced while
 			// events are queued (capture.pace: the budget the event steps
 			// earned), a full one at once when none are; lookups get the
@@ -273,7 +286,7 @@ func (r *Runner) run() {
 		} else if w := r.cur; w != nil {
 			r.lockStep()
 			var done bool
-			if cc != nil {
+			if cc := r.core.cap; cc != nil {
 				done = r.timedStep(w, cc)
 			} else {
 				done = r.step(w)
@@ -301,7 +314,9 @@ func (r *Runner) run() {
 func (r *Runner) timedStep(w *work, cc *capture) bool {
 	t0 := time.Now()
 	fin := r.step(w)
-	r.copyDue = cc.pace(r.stepBlocks)
+	if !cc.reader {
+		r.copyDue = cc.pace(r.stepBlocks)
+	}
 	if w.kind == wkEvents {
 		cc.st.EventSteps++
 		cc.st.LongestEventStep = max(cc.st.LongestEventStep, time.Since(t0))

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -117,18 +118,27 @@ type frozen struct {
 	nApprox int
 }
 
-// capture freezes a Core by copy-on-write on the Core's goroutine: begun at
-// a point of the event queue (startCapture), it copies the tree's arenas
+// capture freezes a Core by copy-on-write: begun at a point of the event
+// queue on the Core's goroutine (startCapture), it takes the tree's arenas
 // (radix.Capture) and the approximate-mode entries (a cow.Slice) page by
-// page, before the first write to each page and in bounded steps between
-// event steps, until the frozen state is complete.
+// page. The Core's goroutine copies each page before its first write to it;
+// the other pages are either read straight from the Core's arrays by a
+// reader goroutine (read: Index.Capture's captures) or copied by the Core's
+// goroutine in bounded steps between event steps (step: freeze, and a
+// capture the next one finishes first). The frozen state is complete once
+// every page is taken.
 type capture struct {
 	f       frozen
 	tc      *radix.Capture
 	entries cow.Slice[aEntry]
 	budget  int // bytes per copy step
 	done    bool
-	wt      *waiter // arrived at when done, if set
+	wt      *waiter // arrived at when done (and by the reader, if any), if set
+
+	// reader is set when a reader goroutine (read) takes the pages the
+	// Core's goroutine has not copied; readDone once it has them all.
+	reader   bool
+	readDone atomic.Bool
 
 	// Pacing (pace): a saturated shard copies perBlock bytes per block of
 	// event work applied; earned is that credit so far, copied (the
@@ -158,8 +168,11 @@ type CaptureStats struct {
 	EventSteps       int
 	LongestEventStep time.Duration
 	// Pages is the tree's arena pages at the start (radix.PageBytes each);
-	// BarrierPages those copied by the write barrier rather than by steps.
-	Pages, BarrierPages int
+	// BarrierPages those copied by the write barrier rather than by steps
+	// or the reader. ReadWaits counts the writes that waited for the
+	// reader's copy of their page (cow.Slice.ReadWaits: race-detector
+	// builds only; otherwise the shard never waits for the reader).
+	Pages, BarrierPages, ReadWaits int
 }
 
 // entryPageBytes is the copy-on-write page of the approximate-mode entries
@@ -221,7 +234,17 @@ func (cc *capture) stepBytes(c *Core, budget int) bool {
 		return false
 	}
 	cc.entries.Step(budget)
-	if !cc.entries.Done() {
+	return cc.complete(c)
+}
+
+// complete detaches the capture from c once every page is taken (copied,
+// or read by the reader) and reports whether it has; on the Core's
+// goroutine.
+func (cc *capture) complete(c *Core) bool {
+	if cc.done {
+		return true
+	}
+	if !cc.entries.Done() || !cc.tc.Complete() {
 		return false
 	}
 	cc.done = true
@@ -233,7 +256,21 @@ func (cc *capture) stepBytes(c *Core, budget int) bool {
 	}
 	st := cc.tc.Stats()
 	cc.st.Pages, cc.st.BarrierPages = st.Pages, st.BarrierPages+cc.entries.Touched()
+	cc.st.ReadWaits = st.ReadWaits + cc.entries.ReadWaits()
 	return true
+}
+
+// read takes, on a goroutine of its own started after startCapture, every
+// page the Core's goroutine has not copied, reading it from the Core's
+// arrays (cow's per-page handshake), and assembles the frozen state; then
+// rings bell so that the Core's goroutine detaches the capture (complete),
+// and arrives at the waiter.
+func (cc *capture) read(bell chan struct{}) {
+	cc.f.tree = cc.tc.Tree()
+	cc.f.entries = cc.entries.Result()
+	cc.readDone.Store(true)
+	signal(bell)
+	cc.arrive()
 }
 
 // frozen assembles the copied pages into the frozen state (O(state)), on
@@ -686,7 +723,14 @@ func (ix *Index) Capture(streamSeq uint64) (*Capture, error) {
 		return nil, ErrClosed
 	}
 	n := len(ix.runners)
-	cp := &Capture{ix: ix, seq: streamSeq, shards: make([]*capture, n), wt: newWaiter(n)}
+	// Each shard arrives at wt once detached, its reader (if any) once it
+	// has assembled the shard's frozen state.
+	reader := !ix.cfg.CaptureCopySteps
+	arrivals := n
+	if reader {
+		arrivals = 2 * n
+	}
+	cp := &Capture{ix: ix, seq: streamSeq, shards: make([]*capture, n), wt: newWaiter(arrivals)}
 	budget := ix.cfg.CaptureStepBytes
 	if budget <= 0 {
 		budget = DefaultCaptureStepBytes
@@ -707,9 +751,12 @@ func (ix *Index) Capture(streamSeq uint64) (*Capture, error) {
 			}
 			t0 := time.Now()
 			cc := c.startCapture(budget)
-			cc.wt, cc.perBlock = cp.wt, perBlock
-			cc.st.Begin = time.Since(t0)
+			cc.wt, cc.perBlock, cc.reader = cp.wt, perBlock, reader
 			cp.shards[s] = cc
+			if reader {
+				go cc.read(r.bell)
+			}
+			cc.st.Begin = time.Since(t0)
 			return true
 		}
 		if err := r.pushWork(w); err != nil {

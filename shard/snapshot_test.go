@@ -246,39 +246,42 @@ func TestRestoreCorrupt(t *testing.T) {
 }
 
 // TestCaptureConsistent: a capture holds exactly the writes queued before
-// it, however many are queued after it while it copies in small steps.
+// it, however many are queued after it while its reader takes the pages
+// (or, with CaptureCopySteps, while the shard copies them in small steps).
 func TestCaptureConsistent(t *testing.T) {
-	ix := newTestIndex(t, Config{Shards: 2, CaptureStepBytes: 512})
-	ref := newTestIndex(t, Config{Shards: 2})
-	feed(t, 11, 300, ix, ref)
-	cp, err := ix.Capture(5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	feed(t, 12, 300, ix) // queued behind the capture
-	var buf bytes.Buffer
-	if _, err := cp.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	st, err := cp.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for s := range st {
-		if st[s].Steps < 2 || st[s].Pages == 0 {
-			t.Fatalf("shard %d captured %d pages in %d steps of 512 bytes", s, st[s].Pages, st[s].Steps)
+	for _, steps := range []bool{false, true} {
+		ix := newTestIndex(t, Config{Shards: 2, CaptureStepBytes: 512, CaptureCopySteps: steps})
+		ref := newTestIndex(t, Config{Shards: 2})
+		feed(t, 11, 300, ix, ref)
+		cp, err := ix.Capture(5)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	t.Logf("%+v", st)
-	re := newTestIndex(t, Config{Shards: 2})
-	if _, err := re.Restore(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if want := indexDump(t, ref); !slices.Equal(indexDump(t, re), want) {
-		t.Fatal("capture differs from the state at its queue position")
-	}
-	if slices.Equal(indexDump(t, ix), indexDump(t, ref)) {
-		t.Fatal("the writes after the capture were not applied")
+		feed(t, 12, 300, ix) // queued behind the capture
+		var buf bytes.Buffer
+		if _, err := cp.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		st, err := cp.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range st {
+			if st[s].Pages == 0 || (st[s].Steps < 2) != !steps {
+				t.Fatalf("copy steps %v: shard %d captured %d pages in %d copy steps of 512 bytes", steps, s, st[s].Pages, st[s].Steps)
+			}
+		}
+		t.Logf("copy steps %v: %+v", steps, st)
+		re := newTestIndex(t, Config{Shards: 2})
+		if _, err := re.Restore(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if want := indexDump(t, ref); !slices.Equal(indexDump(t, re), want) {
+			t.Fatalf("copy steps %v: capture differs from the state at its queue position", steps)
+		}
+		if slices.Equal(indexDump(t, ix), indexDump(t, ref)) {
+			t.Fatal("the writes after the capture were not applied")
+		}
 	}
 }
 
@@ -368,6 +371,93 @@ func TestCaptureCopyOnWrite(t *testing.T) {
 		if barrier == 0 {
 			t.Fatal("no approximate-mode entry was copied by the barrier")
 		}
+	}
+}
+
+// TestCaptureReader: a Core captured under events, decisions and expiries
+// while a reader goroutine takes the pages it has not copied (capture.read,
+// as Index.Capture does; one approximate-mode entry per page) writes the
+// very snapshot that a twin frozen at the capture point writes, and the
+// capture detaches once the reader is through. Under -race this also checks
+// that the Core never writes a page the reader is copying.
+func TestCaptureReader(t *testing.T) {
+	defer func(p int) { entryPageBytes = p }(entryPageBytes)
+	entryPageBytes = 1
+	barrier := 0
+	for seed := range uint64(6) {
+		live := NewCore(CoreConfig{})
+		var log []func(*Core) // every operation applied to live, in order
+		var keys []wire.WorkerKey
+		for w := uint64(1); w <= 5; w++ {
+			keys = append(keys, wire.WorkerKey{Worker: w}, wire.WorkerKey{Worker: w, Dp: 1})
+		}
+		g := newEventGen(seed, keys)
+		g.tierPct = 20
+		r := rand.New(rand.NewPCG(seed, 6))
+		now := time.Duration(0)
+		var evs []wire.Event
+		op := func() {
+			var f func(*Core)
+			switch p := r.IntN(10); {
+			case p < 6:
+				ev := slices.Clone(g.event(evs[:0]))
+				f = func(c *Core) { c.Apply(ev) }
+			case p < 9:
+				local := make([]wire.BlockHash, 1+r.IntN(8))
+				for j := range local {
+					local[j] = wire.BlockHash(r.IntN(4)*100 + j + 1)
+				}
+				k := wire.WorkerKey{Worker: 100 + uint64(r.IntN(3))}
+				now += time.Duration(r.IntN(3)) * time.Second
+				at := now
+				f = func(c *Core) {
+					if err := c.RecordDecision(k, local, wire.SequenceHashes(nil, local), at); err != nil {
+						t.Fatal(err)
+					}
+				}
+			default:
+				now += 10 * time.Second
+				at := now
+				f = func(c *Core) { c.Tick(at) }
+			}
+			log = append(log, f)
+			f(live)
+		}
+		for round := range 4 {
+			for range 300 {
+				op()
+			}
+			twin := NewCore(CoreConfig{})
+			for _, f := range log {
+				f(twin)
+			}
+			want := snapBytes(t, twin.freeze())
+			cc := live.startCapture(DefaultCaptureStepBytes)
+			cc.reader = true
+			bell := make(chan struct{}, 1)
+			go cc.read(bell)
+			steps := 0
+			for !cc.readDone.Load() || !cc.complete(live) {
+				op()
+				steps++
+			}
+			if live.cap != nil || live.ax.cw != nil || live.tree.Capturing() {
+				t.Fatal("capture still attached after completion")
+			}
+			<-bell
+			if got := snapBytes(t, cc.frozen()); !bytes.Equal(got, want) {
+				t.Fatalf("seed %d round %d: capture differs from the twin frozen at the capture point", seed, round)
+			}
+			if err := live.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			barrier += cc.st.BarrierPages
+			t.Logf("seed %d round %d: %d operations while capturing, %d of %d tree pages and %d entries by the barrier, %d waits for the reader",
+				seed, round, steps, cc.tc.Stats().BarrierPages, cc.st.Pages, cc.entries.Touched(), cc.st.ReadWaits)
+		}
+	}
+	if barrier == 0 {
+		t.Fatal("the barrier never copied a page")
 	}
 }
 
@@ -664,7 +754,9 @@ func BenchmarkSnapshot(b *testing.B) {
 	// capture's start, its longest copy step, and the longest event step
 	// while it runs (write-barrier copies included) against the longest
 	// without a capture. perBlock=256 is about the pacing before budgets (a
-	// 256 KiB step after every 4 event steps of 256 blocks).
+	// 256 KiB step after every 4 event steps of 256 blocks). reader is
+	// Index.Capture's capture: no copy steps, a reader goroutine takes the
+	// pages the shard has not copied (capture.read).
 	churn := fleetChurn(fleet(1), 2)
 	churnBlocks := make([]int, len(churn))
 	for j, batch := range churn {
@@ -672,9 +764,13 @@ func BenchmarkSnapshot(b *testing.B) {
 			churnBlocks[j] += 1 + len(ev.Blocks)
 		}
 	}
-	for _, perBlock := range []int{256, 64, 32, 16} {
+	for _, perBlock := range []int{0, 256, 64, 32, 16} {
 		for _, pool := range []bool{true, false} {
-			b.Run(fmt.Sprintf("capture-stalls/perBlock=%d/pool=%v", perBlock, pool), func(b *testing.B) {
+			name := fmt.Sprintf("capture-stalls/perBlock=%d/pool=%v", perBlock, pool)
+			if perBlock == 0 {
+				name = fmt.Sprintf("capture-stalls/reader/pool=%v", pool)
+			}
+			b.Run(name, func(b *testing.B) {
 				cow.SetPoolingForTesting(pool)
 				defer cow.SetPoolingForTesting(true)
 				captureStalls(b, ix, churn, churnBlocks, perBlock)
@@ -689,15 +785,31 @@ func BenchmarkSnapshot(b *testing.B) {
 // baseline window only after the captures read 5–15% faster than one only
 // before them, which the garbage collection of the previous capture's
 // assembly slows), and followed by the assembly of the copied pages, as
-// Capture.WriteTo does (untimed, off the shard in a real snapshot; it returns
-// pooled page buffers).
+// Capture.WriteTo does (off the shard in a real snapshot; it returns pooled
+// page buffers; its thread CPU time is assembly-cpu-ms). perBlock 0 is
+// Index.Capture's reader instead: a goroutine that takes the pages the
+// shard has not copied and assembles them while the shard applies events
+// (its thread CPU time is assembly-cpu-ms; read-waits counts the writes
+// that waited for its copy of their page).
 func captureStalls(b *testing.B, ix *Index, churn [][]wire.Event, churnBlocks []int, perBlock int) {
 	var begin, copyStep, ev, base stall
-	steps, barrier, pages := 0, 0, 0
-	var secondHalf, firstQuarter time.Duration
+	steps, barrier, pages, waits := 0, 0, 0, 0
+	var secondHalf, firstQuarter, assembly time.Duration
 	secondN, firstN, prevN := 0, 0, 1024
 	for b.Loop() {
 		var cc *capture
+		assembled := make(chan time.Duration, 1)
+		assemble := func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			c0 := threadCPU()
+			if cc.reader {
+				cc.read(make(chan struct{}, 1))
+			} else {
+				cc.frozen()
+			}
+			assembled <- threadCPU() - c0
+		}
 		ix.runners[0].Do(func(c *Core) {
 			runtime.LockOSThread() // the thread CPU clock follows the goroutine
 			defer runtime.UnlockOSThread()
@@ -710,11 +822,22 @@ func captureStalls(b *testing.B, ix *Index, churn [][]wire.Event, churnBlocks []
 				base.time(func() { c.Apply(churn[i%len(churn)]) })
 				i++
 			}
-			begin.time(func() { cc = c.startCapture(DefaultCaptureStepBytes) })
-			cc.perBlock = perBlock
+			begin.time(func() {
+				cc = c.startCapture(DefaultCaptureStepBytes)
+				if perBlock == 0 {
+					cc.reader = true
+					go assemble()
+				}
+			})
+			cc.perBlock = max(perBlock, 1)
 			n := 0
 			for done := false; !done; n++ {
 				ev.time(func() { c.Apply(churn[i%len(churn)]) })
+				if cc.reader { // as the Runner does
+					done = cc.readDone.Load() && cc.complete(c)
+					i++
+					continue
+				}
 				budget := cc.pace(churnBlocks[i%len(churn)])
 				i++
 				if budget > 0 { // as the Runner does under saturation
@@ -736,8 +859,12 @@ func captureStalls(b *testing.B, ix *Index, churn [][]wire.Event, churnBlocks []
 				i++
 			}
 			barrier, pages = cc.st.BarrierPages, cc.st.Pages
+			waits += cc.st.ReadWaits
 		})
-		cc.frozen()
+		if !cc.reader {
+			assemble()
+		}
+		assembly += <-assembled
 	}
 	// A saturated shard's event throughput while capturing,
 	// relative to without: CPU per event step without a capture
@@ -746,6 +873,15 @@ func captureStalls(b *testing.B, ix *Index, churn [][]wire.Event, churnBlocks []
 	during := sum(begin.cpu) + sum(copyStep.cpu) + sum(ev.cpu)
 	perEvent := float64(sum(base.cpu)) / float64(len(base.cpu))
 	b.ReportMetric(perEvent/(float64(during)/float64(len(ev.cpu))), "ingest-ratio")
+	// The same over a fixed window of 4,096 event steps from each capture's
+	// start (≈0.15–0.2 s of saturated ingest; every capture here ends
+	// within it), so that captures of different lengths compare: a short
+	// capture's cost is not spread over fewer steps.
+	const window = 4096
+	if len(ev.cpu) <= window*len(begin.cpu) {
+		extra := (float64(during) - perEvent*float64(len(ev.cpu))) / float64(len(begin.cpu))
+		b.ReportMetric(window*perEvent/(window*perEvent+extra), "ingest-ratio-4096steps")
+	}
 	// The capture's own CPU (start, steps, and what event steps
 	// took beyond the mean without a capture: barrier copies, cache
 	// misses), and the event steps it spanned, per capture.
@@ -753,11 +889,15 @@ func captureStalls(b *testing.B, ix *Index, churn [][]wire.Event, churnBlocks []
 	b.ReportMetric((float64(during)-perEvent*float64(len(ev.cpu)))/n/1e6, "copy-cpu-ms")
 	b.ReportMetric(float64(len(ev.cpu))/n, "event-steps")
 	begin.report(b, "begin")
-	copyStep.report(b, "step")
+	if len(copyStep.cpu) > 0 {
+		copyStep.report(b, "step")
+	}
 	ev.report(b, "event")
 	base.report(b, "event-nocapture")
 	b.ReportMetric(float64(steps)/float64(b.N), "steps")
 	b.ReportMetric(float64(barrier), "barrier-pages")
+	b.ReportMetric(float64(assembly)/n/1e6, "assembly-cpu-ms")
+	b.ReportMetric(float64(waits)/n, "read-waits")
 	b.ReportMetric(float64(pages), "pages")
 	mean := func(ds []time.Duration) float64 { return float64(sum(ds)) / float64(len(ds)) / 1e3 }
 	b.ReportMetric(mean(ev.cpu), "µs-event-cpu-mean")
@@ -782,8 +922,8 @@ func (s *stall) time(f func()) {
 	s.wall, s.cpu = append(s.wall, time.Since(w0)), append(s.cpu, threadCPU()-c0)
 }
 
-// report reports the longest wall and CPU time and the CPU time's 99th
-// percentile.
+// report reports the longest wall and CPU time and the CPU time's 99th and
+// 99.9th percentiles.
 func (s *stall) report(b *testing.B, name string) {
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 	slices.Sort(s.wall)
@@ -791,6 +931,7 @@ func (s *stall) report(b *testing.B, name string) {
 	b.ReportMetric(us(s.wall[len(s.wall)-1]), "µs-"+name+"-wall-max")
 	b.ReportMetric(us(s.cpu[len(s.cpu)-1]), "µs-"+name+"-cpu-max")
 	b.ReportMetric(us(s.cpu[len(s.cpu)*99/100]), "µs-"+name+"-cpu-p99")
+	b.ReportMetric(us(s.cpu[len(s.cpu)*999/1000]), "µs-"+name+"-cpu-p99.9")
 }
 
 // fleetChurn returns batches of about DefaultStepBlocks blocks (one event

@@ -119,3 +119,57 @@ func TestPooledPages(t *testing.T) {
 		}
 	}
 }
+
+// TestSliceConcurrentRead: Result on another goroutine while the owner
+// keeps writing (each write after Touch) and stepping equals the slice at
+// Begin, pages taken both ways; with -race it also checks that the owner
+// never writes a page while the reader copies it.
+func TestSliceConcurrentRead(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	touched, waits := 0, 0
+	for round := range 100 {
+		cur := make([]uint64, 1+r.IntN(4*MaxPage/8))
+		for i := range cur {
+			cur[i] = r.Uint64()
+		}
+		want := slices.Clone(cur)
+		var s Slice[uint64]
+		s.Begin(cur, []int{8, 512, MaxPage}[round%3])
+		results := make(chan []uint64)
+		go func() { results <- s.Result() }()
+		var got []uint64
+		for got == nil || !s.Done() {
+			for range 1 + r.IntN(16) {
+				i := r.IntN(len(cur))
+				if r.IntN(4) == 0 {
+					hi := min(len(cur), i+r.IntN(64))
+					s.TouchRange(cur, i, hi)
+					for j := i; j < hi; j++ {
+						cur[j] = r.Uint64()
+					}
+				} else {
+					s.Touch(cur, i)
+					cur[i] = r.Uint64()
+				}
+			}
+			if round%4 == 0 {
+				s.Step(r.IntN(256))
+			}
+			if got == nil {
+				select {
+				case got = <-results:
+				default:
+				}
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: copy differs from the slice at Begin", round)
+		}
+		touched += s.Touched()
+		waits += s.ReadWaits()
+	}
+	t.Logf("pages touched by the owner %d, waits for the reader %d", touched, waits)
+	if touched == 0 {
+		t.Fatal("the owner never copied a page")
+	}
+}

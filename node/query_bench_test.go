@@ -123,8 +123,11 @@ func TestServedIndexMatchesLocal(t *testing.T) {
 // shares this machine with); sleeps/req and serve-sleeps/req, the times a
 // thread of this process and of the serving process went to sleep per
 // request (voluntary context switches, each one a wake-up the round trip
-// pays for); with the nats-server apart, nats-cpu-µs/req and
-// nats-sleeps/req, the same of its process; and the p50, p99 and p99.9 of
+// pays for); runq-µs/req and serve-runq-µs/req, the time their threads
+// waited on a run queue per request (runnable, not running: the machine's
+// other load); with the nats-server apart, nats-cpu-µs/req,
+// nats-sleeps/req and nats-runq-µs/req, the same of its process; and the
+// p50, p99 and p99.9 of
 // one request's latency, from every request of the measured run sorted
 // (thousands with the default benchtime), after a warm-up of 200 requests
 // per requester that is not counted.
@@ -237,23 +240,28 @@ func lookupClients(b *testing.B, procs benchProcs, clients, prompts int, newClie
 	}
 	if self.sleeps > 0 {
 		b.ReportMetric(float64(self.sleeps)/reqs, "sleeps/req")
+		b.ReportMetric(float64(self.wait.Nanoseconds())/1e3/reqs, "runq-µs/req")
 	}
 	if serve.cpu > 0 {
 		b.ReportMetric(lookups/serve.cpu.Seconds(), "serve-lookups/cpu-s")
 	}
 	if serve.sleeps > 0 {
 		b.ReportMetric(float64(serve.sleeps)/reqs, "serve-sleeps/req")
+		b.ReportMetric(float64(serve.wait.Nanoseconds())/1e3/reqs, "serve-runq-µs/req")
 	}
 	if procs.nats != 0 && nats.cpu > 0 {
 		b.ReportMetric(float64(nats.cpu.Nanoseconds())/1e3/reqs, "nats-cpu-µs/req")
 		b.ReportMetric(float64(nats.sleeps)/reqs, "nats-sleeps/req")
+		b.ReportMetric(float64(nats.wait.Nanoseconds())/1e3/reqs, "nats-runq-µs/req")
 	}
 }
 
-// procSample is a process's CPU time and thread sleeps so far.
+// procSample is a process's CPU time, thread sleeps and run-queue wait so
+// far.
 type procSample struct {
 	cpu    time.Duration
 	sleeps int64
+	wait   time.Duration
 }
 
 // sample samples process pid from /proc (in ticks of 10 ms); pid 0: none,
@@ -262,14 +270,18 @@ func sample(pid int) procSample {
 	if pid == 0 {
 		return procSample{}
 	}
-	return procSample{procCPU(pid), procSleeps(pid)}
+	sleeps, wait := procSched(pid)
+	return procSample{procCPU(pid), sleeps, wait}
 }
 
 // sampleSelf samples this process (its CPU from getrusage, precise).
-func sampleSelf() procSample { return procSample{processCPU(), procSleeps(0)} }
+func sampleSelf() procSample {
+	sleeps, wait := procSched(0)
+	return procSample{processCPU(), sleeps, wait}
+}
 
 func (s procSample) sub(t procSample) procSample {
-	return procSample{s.cpu - t.cpu, s.sleeps - t.sleeps}
+	return procSample{s.cpu - t.cpu, s.sleeps - t.sleeps, s.wait - t.wait}
 }
 
 // Queries spread over the serving instances (NATS queue group): with two

@@ -29,15 +29,16 @@ import (
 // (IndexServerConfig.Handlers), KVROUTE_BENCH_SERVE_GOMAXPROCS=n run with
 // GOMAXPROCS n and KVROUTE_BENCH_SERVE_GODEBUG=s run with GODEBUG=s.
 // KVROUTE_BENCH_NATS_PROC=1 runs the nats-server in a process of its own
-// too (the test binary with natsChildEnv set; KVROUTE_BENCH_NATS_GODEBUG=s
-// sets its GODEBUG), so that each of the three parties' CPU is measured
-// apart.
+// too (the test binary with natsChildEnv set; KVROUTE_BENCH_NATS_GODEBUG
+// and KVROUTE_BENCH_NATS_GOMAXPROCS set its GODEBUG and GOMAXPROCS), so
+// that each of the three parties' CPU is measured apart.
 const (
 	serveChildHandlersEnv = "KVROUTE_BENCH_SERVE_HANDLERS"
 	serveChildProcsEnv    = "KVROUTE_BENCH_SERVE_GOMAXPROCS"
 	serveChildGODEBUGEnv  = "KVROUTE_BENCH_SERVE_GODEBUG"
 	natsProcEnv           = "KVROUTE_BENCH_NATS_PROC"
 	natsChildGODEBUGEnv   = "KVROUTE_BENCH_NATS_GODEBUG"
+	natsChildProcsEnv     = "KVROUTE_BENCH_NATS_GOMAXPROCS"
 
 	serveChildEnv        = "KVROUTE_BENCH_SERVE_NATS"
 	serveChildSubjectEnv = "KVROUTE_BENCH_SERVE_SUBJECT"
@@ -137,6 +138,9 @@ func startNATSChild(tb testing.TB) (int, string) {
 	if g, ok := os.LookupEnv(natsChildGODEBUGEnv); ok {
 		env = append(env, "GODEBUG="+g)
 	}
+	if n, ok := os.LookupEnv(natsChildProcsEnv); ok {
+		env = append(env, "GOMAXPROCS="+n)
+	}
 	pid, url := startChild(tb, env)
 	if !strings.HasPrefix(url, "nats://") {
 		tb.Fatalf("nats-server process said %q", url)
@@ -215,40 +219,47 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(u+s) * 10 * time.Millisecond
 }
 
-// procSleeps returns how many times the threads of process pid (this
-// process when pid is 0) went to sleep so far: the voluntary context
-// switches summed over its threads, from /proc (Linux; 0 elsewhere or on
-// error). Each is a thread that blocked (a futex wait, epoll_wait, a read)
-// and was woken again, so per request it counts the wake-ups a round trip
-// costs that process.
-func procSleeps(pid int) int64 {
+// procSched returns how many times the threads of process pid (this
+// process when pid is 0) went to sleep so far, and how long they waited on
+// a run queue, runnable but not running: the voluntary context switches
+// and the schedstat wait times summed over its threads, from /proc (Linux;
+// zero elsewhere or on error). Each sleep is a thread that blocked (a futex
+// wait, epoll_wait, a read) and was woken again, so per request it counts
+// the wake-ups a round trip costs that process; the wait is what the
+// machine's other load (or this process's other threads) adds to them.
+func procSched(pid int) (sleeps int64, wait time.Duration) {
 	dir := "/proc/self/task"
 	if pid != 0 {
 		dir = "/proc/" + strconv.Itoa(pid) + "/task"
 	}
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	var n int64
 	for _, t := range tasks {
 		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
 		if err != nil {
 			continue // the thread exited
 		}
 		const key = "\nvoluntary_ctxt_switches:"
-		i := bytes.Index(b, []byte(key))
-		if i < 0 {
-			continue
+		if i := bytes.Index(b, []byte(key)); i >= 0 {
+			line := b[i+len(key):]
+			if j := bytes.IndexByte(line, '\n'); j >= 0 {
+				line = line[:j]
+			}
+			if v, err := strconv.ParseInt(strings.TrimSpace(string(line)), 10, 64); err == nil {
+				sleeps += v
+			}
 		}
-		line := b[i+len(key):]
-		if j := bytes.IndexByte(line, '\n'); j >= 0 {
-			line = line[:j]
-		}
-		v, err := strconv.ParseInt(strings.TrimSpace(string(line)), 10, 64)
-		if err == nil {
-			n += v
+		// schedstat: time on a CPU, time waiting on a run queue (ns),
+		// time slices.
+		if b, err = os.ReadFile(dir + "/" + t.Name() + "/schedstat"); err == nil {
+			if f := strings.Fields(string(b)); len(f) >= 2 {
+				if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					wait += time.Duration(v)
+				}
+			}
 		}
 	}
-	return n
+	return sleeps, wait
 }

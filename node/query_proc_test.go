@@ -70,6 +70,7 @@ func TestMain(m *testing.M) {
 func natsChild() error {
 	opts := natsserver.DefaultTestOptions
 	opts.Port = -1
+	opts.NoLog = false // its warnings (a slow consumer cut off, ...) to stderr
 	s := natsserver.RunServer(&opts)
 	defer s.Shutdown()
 	fmt.Println(s.ClientURL())

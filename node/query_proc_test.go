@@ -66,11 +66,12 @@ func TestMain(m *testing.M) {
 
 // natsChild runs a nats-server on loopback (a random port, no JetStream:
 // queries need none), prints its client URL and serves until its standard
-// input closes.
+// input closes. It logs nothing unless NATS_LOGGING is set in the
+// environment (nats-server's test package: any value logs notices and
+// warnings, such as a slow consumer cut off; debug or trace more).
 func natsChild() error {
 	opts := natsserver.DefaultTestOptions
 	opts.Port = -1
-	opts.NoLog = false // its warnings (a slow consumer cut off, ...) to stderr
 	s := natsserver.RunServer(&opts)
 	defer s.Shutdown()
 	fmt.Println(s.ClientURL())

@@ -127,10 +127,9 @@ func TestServedIndexMatchesLocal(t *testing.T) {
 // waited on a run queue per request (runnable, not running: the machine's
 // other load); with the nats-server apart, nats-cpu-µs/req,
 // nats-sleeps/req and nats-runq-µs/req, the same of its process; and the
-// p50, p99 and p99.9 of
-// one request's latency, from every request of the measured run sorted
-// (thousands with the default benchtime), after a warm-up of 200 requests
-// per requester that is not counted.
+// p50, p99 and p99.9 of one request's latency, from every request of the
+// measured run sorted (thousands with the default benchtime), after a
+// warm-up of 200 requests per requester that is not counted.
 func BenchmarkRemoteLookup(b *testing.B) {
 	ns, ix, _, _, prompt := servedIndex(b)
 	subj, _ := plane.SubjectsFor("bench-proc", "backend")

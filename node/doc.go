@@ -150,12 +150,16 @@
 // of 32: p50/p99/p99.9 over every request after a warm-up, the requesters'
 // CPU per lookup and the serving process's lookups per CPU-second (its
 // capacity apart from the requesters and the nats-server sharing the
-// machine). The serving process spends most of its CPU in syscalls and in
-// the Go scheduler waking idle Ps for each goroutine hand-off (reader,
-// handler, nats.go's flusher); at GOMAXPROCS=1 it answers 1.7–2× the
-// lookups per CPU-second, which is why a dedicated, query-heavy `kvroute
-// indexer` is better run as several GOMAXPROCS=1 instances than one wide
-// one. Writing replies synchronously (no flusher) and one or two handlers
-// measured no difference. Figures and the decision: docs/ARCHITECTURE.md
+// machine), and per request each process's thread sleeps (wake-ups) and
+// run-queue wait; KVROUTE_BENCH_NATS_PROC=1 puts the nats-server in a
+// process of its own to measure it apart too. The serving process spends
+// most of its CPU in syscalls and in the Go scheduler waking idle Ps for
+// each goroutine hand-off (reader, handler, nats.go's flusher) and sysmon
+// out of its deep sleep; at GOMAXPROCS=1 it answers 1.3–1.6× the lookups
+// per CPU-second, with GODEBUG=schedtrace=2147483647 besides (sysmon never
+// parks) 1.5–2×, which is why a dedicated, query-heavy `kvroute indexer`
+// is better run as several such instances than one wide one. Writing
+// replies synchronously (no flusher) and one or two handlers measured no
+// difference. Figures and the decision: docs/ARCHITECTURE.md
 // (issue 16 §2, remote lookup).
 package node

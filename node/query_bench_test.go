@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -104,7 +105,8 @@ func TestServedIndexMatchesLocal(t *testing.T) {
 // local index with the same lookup through NATS request/reply to one
 // serving index (an IndexServer in a process of its own, the test binary
 // run by startServeChild, as a `kvroute indexer` would be; the nats-server
-// runs in this process, on loopback). Sub-benchmarks:
+// runs in this process, on loopback, or with KVROUTE_BENCH_NATS_PROC=1 in
+// a third process). Sub-benchmarks:
 //
 //   - local: shard.Index.MatchBatch of one prompt, the ratio's base;
 //   - remote/c=N: N requesters, each on its own connection as N routers
@@ -118,18 +120,29 @@ func TestServedIndexMatchesLocal(t *testing.T) {
 // than lookups/s); serve-lookups/cpu-s, the lookups the serving process
 // answered per second of its own CPU time (what one core buys: the serving
 // instance's capacity apart from the requesters and the nats-server it
-// shares this machine with); and the p50, p99 and p99.9 of one request's
-// latency, from every request of the measured run sorted (thousands with
-// the default benchtime), after a warm-up of 200 requests per requester
-// that is not counted.
+// shares this machine with); sleeps/req and serve-sleeps/req, the times a
+// thread of this process and of the serving process went to sleep per
+// request (voluntary context switches, each one a wake-up the round trip
+// pays for); runq-µs/req and serve-runq-µs/req, the time their threads
+// waited on a run queue per request (runnable, not running: the machine's
+// other load); with the nats-server apart, nats-cpu-µs/req,
+// nats-sleeps/req and nats-runq-µs/req, the same of its process; and the
+// p50, p99 and p99.9 of one request's latency, from every request of the
+// measured run sorted (thousands with the default benchtime), after a
+// warm-up of 200 requests per requester that is not counted.
 func BenchmarkRemoteLookup(b *testing.B) {
 	ns, ix, _, _, prompt := servedIndex(b)
 	subj, _ := plane.SubjectsFor("bench-proc", "backend")
 	subject := plane.IndexSubject(subj)
-	child := startServeChild(b, ns.ClientURL(), subject)
+	url := ns.ClientURL()
+	var procs benchProcs
+	if os.Getenv(natsProcEnv) != "" {
+		procs.nats, url = startNATSChild(b)
+	}
+	procs.serve = startServeChild(b, url, subject)
 	b.Run("local", func(b *testing.B) {
 		reqs := []shard.MatchRequest{{Hashes: prompt}}
-		lookupClients(b, 0, 1, 1, func(int) func() error {
+		lookupClients(b, benchProcs{}, 1, 1, func(int) func() error {
 			return func() error {
 				err := ix.MatchBatch(reqs)
 				reqs[0].Overlaps = reqs[0].Overlaps[:0]
@@ -139,7 +152,12 @@ func BenchmarkRemoteLookup(b *testing.B) {
 	})
 	remote := func(prompts int) func(int) func() error {
 		return func(int) func() error {
-			ri := NewRemoteIndex(natstest.Connect(b, ns), RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
+			nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(nc.Close)
+			ri := NewRemoteIndex(nc, RemoteIndexConfig{Subject: subject, Timeout: 10 * time.Second})
 			reqs := make([]shard.MatchRequest, prompts)
 			for i := range reqs {
 				reqs[i].Hashes = prompt
@@ -148,19 +166,24 @@ func BenchmarkRemoteLookup(b *testing.B) {
 		}
 	}
 	for _, c := range []int{1, 4, 16} {
-		b.Run(fmt.Sprintf("remote/c=%d", c), func(b *testing.B) { lookupClients(b, child, c, 1, remote(1)) })
+		b.Run(fmt.Sprintf("remote/c=%d", c), func(b *testing.B) { lookupClients(b, procs, c, 1, remote(1)) })
 	}
 	for _, c := range []int{1, 4} {
-		b.Run(fmt.Sprintf("batch-32/c=%d", c), func(b *testing.B) { lookupClients(b, child, c, 32, remote(32)) })
+		b.Run(fmt.Sprintf("batch-32/c=%d", c), func(b *testing.B) { lookupClients(b, procs, c, 32, remote(32)) })
 	}
 }
 
+// benchProcs are the processes of BenchmarkRemoteLookup besides this one:
+// the serving index and, with KVROUTE_BENCH_NATS_PROC set, the nats-server
+// (0: none, or in this process).
+type benchProcs struct{ serve, nats int }
+
 // lookupClients runs b.N requests of prompts lookups each, spread over
 // clients goroutines, each running its own request function from
-// newClient, and reports the metrics of BenchmarkRemoteLookup (the serving
-// process's CPU only when server, its pid, is not 0). Setup and a warm-up
-// of 200 requests per client are not timed.
-func lookupClients(b *testing.B, server, clients, prompts int, newClient func(int) func() error) {
+// newClient, and reports the metrics of BenchmarkRemoteLookup (those of
+// the other processes when they run). Setup and a warm-up of 200 requests
+// per client are not timed.
+func lookupClients(b *testing.B, procs benchProcs, clients, prompts int, newClient func(int) func() error) {
 	const warm = 200
 	dos := make([]func() error, clients)
 	for i := range dos {
@@ -178,11 +201,8 @@ func lookupClients(b *testing.B, server, clients, prompts int, newClient func(in
 	}
 	var wg sync.WaitGroup
 	b.ResetTimer()
-	cpu0 := processCPU()
-	var serve0 time.Duration
-	if server != 0 {
-		serve0 = procCPU(server)
-	}
+	self0 := sampleSelf()
+	serve0, nats0 := sample(procs.serve), sample(procs.nats)
 	for i, do := range dos {
 		wg.Go(func() {
 			for range per {
@@ -197,28 +217,70 @@ func lookupClients(b *testing.B, server, clients, prompts int, newClient func(in
 	}
 	wg.Wait()
 	b.StopTimer()
-	cpu := processCPU() - cpu0
-	var serve time.Duration
-	if server != 0 {
-		serve = procCPU(server) - serve0
-	}
+	self := sampleSelf().sub(self0)
+	serve, nats := sample(procs.serve).sub(serve0), sample(procs.nats).sub(nats0)
 	all := slices.Concat(lat...)
 	if len(all) == 0 {
 		return
 	}
-	lookups := float64(len(all) * prompts)
+	reqs := float64(len(all))
+	lookups := reqs * float64(prompts)
 	slices.Sort(all)
 	q := func(p float64) float64 { return float64(all[int(p*float64(len(all)-1))].Nanoseconds()) / 1e3 }
 	b.ReportMetric(q(0.50), "p50-µs")
 	b.ReportMetric(q(0.99), "p99-µs")
 	b.ReportMetric(q(0.999), "p99.9-µs")
 	b.ReportMetric(lookups/b.Elapsed().Seconds(), "lookups/s")
-	if cpu > 0 {
-		b.ReportMetric(float64(cpu.Nanoseconds())/1e3/lookups, "cpu-µs/lookup")
+	if self.cpu > 0 {
+		b.ReportMetric(float64(self.cpu.Nanoseconds())/1e3/lookups, "cpu-µs/lookup")
 	}
-	if serve > 0 {
-		b.ReportMetric(lookups/serve.Seconds(), "serve-lookups/cpu-s")
+	if procs.serve == 0 {
+		return
 	}
+	if self.sleeps > 0 {
+		b.ReportMetric(float64(self.sleeps)/reqs, "sleeps/req")
+		b.ReportMetric(float64(self.wait.Nanoseconds())/1e3/reqs, "runq-µs/req")
+	}
+	if serve.cpu > 0 {
+		b.ReportMetric(lookups/serve.cpu.Seconds(), "serve-lookups/cpu-s")
+	}
+	if serve.sleeps > 0 {
+		b.ReportMetric(float64(serve.sleeps)/reqs, "serve-sleeps/req")
+		b.ReportMetric(float64(serve.wait.Nanoseconds())/1e3/reqs, "serve-runq-µs/req")
+	}
+	if procs.nats != 0 && nats.cpu > 0 {
+		b.ReportMetric(float64(nats.cpu.Nanoseconds())/1e3/reqs, "nats-cpu-µs/req")
+		b.ReportMetric(float64(nats.sleeps)/reqs, "nats-sleeps/req")
+		b.ReportMetric(float64(nats.wait.Nanoseconds())/1e3/reqs, "nats-runq-µs/req")
+	}
+}
+
+// procSample is a process's CPU time, thread sleeps and run-queue wait so
+// far.
+type procSample struct {
+	cpu    time.Duration
+	sleeps int64
+	wait   time.Duration
+}
+
+// sample samples process pid from /proc (in ticks of 10 ms); pid 0: none,
+// the zero sample.
+func sample(pid int) procSample {
+	if pid == 0 {
+		return procSample{}
+	}
+	sleeps, wait := procSched(pid)
+	return procSample{procCPU(pid), sleeps, wait}
+}
+
+// sampleSelf samples this process (its CPU from getrusage, precise).
+func sampleSelf() procSample {
+	sleeps, wait := procSched(0)
+	return procSample{processCPU(), sleeps, wait}
+}
+
+func (s procSample) sub(t procSample) procSample {
+	return procSample{s.cpu - t.cpu, s.sleeps - t.sleeps, s.wait - t.wait}
 }
 
 // Queries spread over the serving instances (NATS queue group): with two

@@ -198,12 +198,13 @@ func (t *Tree) allocNode() uint32 {
 		return id
 	}
 	t.nodes = append(t.nodes, node{live: true})
+	hw := t.hdrWords()
 	l := len(t.sets)
-	t.sets = slices.Grow(t.sets, t.w)[:l+t.w]
+	t.sets = slices.Grow(t.sets, hw)[:l+hw]
 	clear(t.sets[l:])
 	if t.tiers != nil {
 		l := len(t.tiers)
-		t.tiers = slices.Grow(t.tiers, numTiers*t.w)[:l+numTiers*t.w]
+		t.tiers = slices.Grow(t.tiers, numTiers*hw)[:l+numTiers*hw]
 		clear(t.tiers[l:])
 	}
 	return uint32(len(t.nodes) - 1)
@@ -234,7 +235,33 @@ func (t *Tree) releaseBlock(id uint32) {
 	t.freeBlock = id
 }
 
-// Worker sets: t.w words per node, bit s = slot s.
+// Worker sets: t.w words per node, bit s = slot s; or, once t.sparse, a
+// sparse set per node (sparse.go).
+
+// hdrWords is the words per set in t.sets and t.tiers.
+func (t *Tree) hdrWords() int {
+	if t.sparse {
+		return spStride
+	}
+	return t.w
+}
+
+// setWords returns x's set as t.w dense words: its own words, or for a
+// sparse set a copy in buf (not for hot paths).
+func (t *Tree) setWords(x uint32, buf []uint64) []uint64 {
+	if t.sparse {
+		return t.spDense(t.sets, int(x), buf[:t.w])
+	}
+	return t.setOf(x)
+}
+
+// tierWords is setWords for tier set k of x.
+func (t *Tree) tierWords(x uint32, k int, buf []uint64) []uint64 {
+	if t.sparse {
+		return t.spDense(t.tiers, int(x)*numTiers+k, buf[:t.w])
+	}
+	return t.tierSet(x, k)
+}
 
 func (t *Tree) setOf(x uint32) []uint64 {
 	i := int(x) * t.w
@@ -242,12 +269,22 @@ func (t *Tree) setOf(x uint32) []uint64 {
 }
 
 func (t *Tree) has(x, s uint32) bool {
+	if t.sparse {
+		return t.spWord(t.sets, int(x), s>>6)&(1<<(s&63)) != 0
+	}
 	return t.sets[int(x)*t.w+int(s>>6)]&(1<<(s&63)) != 0
 }
 
 // setBit adds slot s to x's set with the tiers of tb (a tierBit mask; it
 // must be device-only while the tree has no tier sets).
 func (t *Tree) setBit(x, s uint32, tb uint8) {
+	if t.sparse {
+		t.spSetBit(false, int(x), s)
+		if t.tiers != nil {
+			t.setTiers(x, s, tb)
+		}
+		return
+	}
 	i := int(x)*t.w + int(s>>6)
 	t.wSets(i, i+1)
 	t.sets[i] |= 1 << (s & 63)
@@ -258,6 +295,13 @@ func (t *Tree) setBit(x, s uint32, tb uint8) {
 
 // clearBit removes slot s from x's set, in every tier.
 func (t *Tree) clearBit(x, s uint32) {
+	if t.sparse {
+		t.spClearBit(false, int(x), s)
+		if t.tiers != nil {
+			t.setTiers(x, s, 0)
+		}
+		return
+	}
 	i := int(x)*t.w + int(s>>6)
 	t.wSets(i, i+1)
 	t.sets[i] &^= 1 << (s & 63)
@@ -301,6 +345,14 @@ func (t *Tree) maskOf(x, s uint32) uint8 {
 		return devBit
 	}
 	var m uint8
+	if t.sparse {
+		for k := range numTiers {
+			if t.spWord(t.tiers, int(x)*numTiers+k, s>>6)&(1<<(s&63)) != 0 {
+				m |= 1 << k
+			}
+		}
+		return m
+	}
 	i, b := int(s>>6), uint64(1)<<(s&63)
 	base := int(x) * numTiers * t.w
 	for k := range numTiers {
@@ -314,6 +366,16 @@ func (t *Tree) maskOf(x, s uint32) uint8 {
 // setTiers makes slot s's tier mask at x exactly m (the union set bit is the
 // caller's).
 func (t *Tree) setTiers(x, s uint32, m uint8) {
+	if t.sparse {
+		for k := range numTiers {
+			if m&(1<<k) != 0 {
+				t.spSetBit(true, int(x)*numTiers+k, s)
+			} else {
+				t.spClearBit(true, int(x)*numTiers+k, s)
+			}
+		}
+		return
+	}
 	i, b := int(s>>6), uint64(1)<<(s&63)
 	base := int(x) * numTiers * t.w
 	t.wTiers(base, base+numTiers*t.w)
@@ -329,6 +391,14 @@ func (t *Tree) setTiers(x, s uint32, m uint8) {
 // enableTiers allocates the tier sets: everything held so far is on the
 // device.
 func (t *Tree) enableTiers() {
+	if t.sparse {
+		t.tiers = make([]uint64, len(t.nodes)*numTiers*spStride, cap(t.nodes)*numTiers*spStride)
+		for x := range t.nodes {
+			t.spCopy(true, x*numTiers+int(wire.TierDevice), false, x)
+		}
+		t.act = make([]uint64, 7*t.w)
+		return
+	}
 	t.tiers = make([]uint64, len(t.nodes)*numTiers*t.w, cap(t.nodes)*numTiers*t.w)
 	for x := range t.nodes {
 		copy(t.tierSet(uint32(x), int(wire.TierDevice)), t.setOf(uint32(x)))
@@ -337,6 +407,9 @@ func (t *Tree) enableTiers() {
 }
 
 func (t *Tree) emptySet(x uint32) bool {
+	if t.sparse {
+		return spN(t.sets[int(x)*spStride+1]) == 0
+	}
 	for _, w := range t.setOf(x) {
 		if w != 0 {
 			return false
@@ -347,6 +420,19 @@ func (t *Tree) emptySet(x uint32) bool {
 
 // sameSet reports whether x and y have the same workers in the same tiers.
 func (t *Tree) sameSet(x, y uint32) bool {
+	if t.sparse {
+		if !t.spEqual(t.sets, int(x), int(y)) {
+			return false
+		}
+		if t.tiers != nil {
+			for k := range numTiers {
+				if !t.spEqual(t.tiers, int(x)*numTiers+k, int(y)*numTiers+k) {
+					return false
+				}
+			}
+		}
+		return true
+	}
 	a, b := t.setOf(x), t.setOf(y)
 	for i := range a {
 		if a[i] != b[i] {
@@ -362,6 +448,15 @@ func (t *Tree) sameSet(x, y uint32) bool {
 
 // copySet gives y x's set and tier sets.
 func (t *Tree) copySet(y, x uint32) {
+	if t.sparse {
+		t.spCopy(false, int(y), false, int(x))
+		if t.tiers != nil {
+			for k := range numTiers {
+				t.spCopy(true, int(y)*numTiers+k, true, int(x)*numTiers+k)
+			}
+		}
+		return
+	}
 	t.wSets(int(y)*t.w, int(y+1)*t.w)
 	copy(t.setOf(y), t.setOf(x))
 	if t.tiers != nil {
@@ -373,6 +468,15 @@ func (t *Tree) copySet(y, x uint32) {
 
 // clearSet empties x's set and tier sets.
 func (t *Tree) clearSet(x uint32) {
+	if t.sparse {
+		t.spClear(false, int(x))
+		if t.tiers != nil {
+			for k := range numTiers {
+				t.spClear(true, int(x)*numTiers+k)
+			}
+		}
+		return
+	}
 	t.wSets(int(x)*t.w, int(x+1)*t.w)
 	clear(t.setOf(x))
 	if t.tiers != nil {
@@ -384,6 +488,10 @@ func (t *Tree) clearSet(x uint32) {
 
 // onlyMember reports whether slot s is the only worker in x's set.
 func (t *Tree) onlyMember(x, s uint32) bool {
+	if t.sparse {
+		h0, h1 := spHdr(t.sets, int(x))
+		return spN(h1) == 1 && uint32(h1>>32) == s>>6 && h0 == 1<<(s&63)
+	}
 	if t.w == 1 {
 		return t.sets[x] == 1<<(s&63)
 	}
@@ -404,6 +512,16 @@ func (t *Tree) growWords(s uint32) {
 	nw := t.w
 	for int(s) >= 64*nw {
 		nw *= 2
+	}
+	if nw > denseMax && !t.sparse {
+		t.toSparse()
+	}
+	if t.sparse {
+		t.w = nw
+		if t.tiers != nil {
+			t.act = make([]uint64, 7*nw)
+		}
+		return
 	}
 	ns := make([]uint64, len(t.nodes)*nw, cap(t.nodes)*nw)
 	for x := range t.nodes {

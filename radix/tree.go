@@ -78,8 +78,13 @@ type Tree struct {
 	w     int      // words per worker set
 	// tiers is nil until the first event of a tier other than the device;
 	// then numTiers sets per node (see tierSet).
-	tiers     []uint64
-	act       []uint64 // Match's per-level active sets when tiered (3 × w)
+	tiers []uint64
+	act   []uint64 // Match's per-level active sets when tiered (3 × w; sparse: then 4 × w dense scratch)
+	// sparse: sets (and tier sets) are in the sparse form (sparse.go), a
+	// 2-word header per set in sets/tiers and the words in sp.
+	sparse    bool
+	sp        []uint64
+	spFree    [numSetClasses]uint32
 	freeNode  uint32
 	liveNodes int // including the root
 
@@ -111,6 +116,7 @@ type Tree struct {
 	doomed    []uint32
 	survivors []uint32
 	rmKeys    []rmKey // applyRemovedTiered's
+	spTmp     []uint64
 }
 
 // slotRec is one worker key's dense slot: its engine-hash table, whose count
@@ -137,6 +143,10 @@ func (t *Tree) init() {
 		slotOf: make(map[wire.WorkerKey]uint32),
 	}
 	t.sets = make([]uint64, len(t.nodes)*t.w)
+	if denseMax == 0 {
+		t.sparse = true
+		t.sets = make([]uint64, len(t.nodes)*spStride)
+	}
 	t.nodes[rootID].live = true
 	t.liveNodes = 1
 }
@@ -747,6 +757,9 @@ func (t *Tree) Match(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 	if t.tiers != nil {
 		return t.matchTiered(dst, hashes)
 	}
+	if t.sparse {
+		return t.matchSparse(dst, hashes)
+	}
 	c := t.child(rootID, hashes[0])
 	depth := 0
 	for c != 0 {
@@ -776,6 +789,31 @@ func (t *Tree) Match(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 	return dst
 }
 
+// matchSparse is Match (device-only) with sparse sets: the same walk, the
+// words of a node's set minus its next node's merged by word index.
+func (t *Tree) matchSparse(dst []Overlap, hashes []wire.BlockHash) []Overlap {
+	c := t.child(rootID, hashes[0])
+	depth := 0
+	for c != 0 {
+		loc, _ := t.runOf(c)
+		m := matchLen(loc, hashes[depth:])
+		depth += m
+		if m < len(loc) || depth == len(hashes) {
+			break
+		}
+		next := t.child(c, hashes[depth])
+		if next == 0 {
+			break
+		}
+		dst = t.spEmitLeaving(dst, c, next, depth)
+		c = next
+	}
+	if c != 0 {
+		dst = t.spEmitAll(dst, c, depth)
+	}
+	return dst
+}
+
 // matchTiered is Match in a tree with tier sets. It appends one Overlap per
 // worker key holding the first block (in slot order) and follows three
 // levels down the path, each a set of still-matching slots: on the device,
@@ -788,7 +826,12 @@ func (t *Tree) matchTiered(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 		return dst
 	}
 	w := t.w
-	first := t.setOf(c)
+	var first []uint64
+	if t.sparse {
+		first = t.spDense(t.sets, int(c), t.act[3*w:4*w:4*w])
+	} else {
+		first = t.setOf(c)
+	}
 	act := t.act[: 3*w : 3*w]
 	base := len(dst)
 	for i, word := range first {
@@ -832,7 +875,14 @@ func (t *Tree) matchTiered(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 // that level's tiers, recording depth for them.
 func (t *Tree) leaveLevels(out []Overlap, first, act []uint64, x uint32, depth int) {
 	w := t.w
-	dev, host, all := t.tierSet(x, int(wire.TierDevice)), t.tierSet(x, int(wire.TierHost)), t.setOf(x)
+	var dev, host, all []uint64
+	if t.sparse {
+		dev = t.spDense(t.tiers, int(x)*numTiers+int(wire.TierDevice), t.act[4*w:5*w:5*w])
+		host = t.spDense(t.tiers, int(x)*numTiers+int(wire.TierHost), t.act[5*w:6*w:6*w])
+		all = t.spDense(t.sets, int(x), t.act[6*w:7*w:7*w])
+	} else {
+		dev, host, all = t.tierSet(x, int(wire.TierDevice)), t.tierSet(x, int(wire.TierHost)), t.setOf(x)
+	}
 	pre := 0
 	for i, word := range first {
 		held := [3]uint64{dev[i], dev[i] | host[i], all[i]}
@@ -947,6 +997,7 @@ func (t *Tree) bytes() int64 {
 	}
 	b += int64(len(t.slotOf)) * slotMapEntryBytes
 	b += int64(cap(t.ids)+cap(t.stack)+cap(t.doomed)+cap(t.survivors)+4*cap(t.rmKeys)) * 4
-	b += int64(cap(t.tiers)+cap(t.act)) * 8
+	b += int64(cap(t.tiers)+cap(t.act)+cap(t.spTmp)) * 8
+	b += t.spBytes()
 	return b
 }

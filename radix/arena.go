@@ -270,9 +270,13 @@ func (t *Tree) setOf(x uint32) []uint64 {
 
 func (t *Tree) has(x, s uint32) bool {
 	if t.sparse {
-		return t.spWord(t.sets, int(x), s>>6)&(1<<(s&63)) != 0
+		return t.hasSparse(x, s)
 	}
 	return t.sets[int(x)*t.w+int(s>>6)]&(1<<(s&63)) != 0
+}
+
+func (t *Tree) hasSparse(x, s uint32) bool {
+	return t.spWord(t.sets, int(x), s>>6)&(1<<(s&63)) != 0
 }
 
 // setBit adds slot s to x's set with the tiers of tb (a tierBit mask; it
@@ -489,8 +493,7 @@ func (t *Tree) clearSet(x uint32) {
 // onlyMember reports whether slot s is the only worker in x's set.
 func (t *Tree) onlyMember(x, s uint32) bool {
 	if t.sparse {
-		h0, h1 := spHdr(t.sets, int(x))
-		return spN(h1) == 1 && uint32(h1>>32) == s>>6 && h0 == 1<<(s&63)
+		return t.onlyMemberSparse(x, s)
 	}
 	if t.w == 1 {
 		return t.sets[x] == 1<<(s&63)
@@ -597,4 +600,9 @@ func (t *Tree) adoptChildren(from, to uint32) {
 	f, tn := t.wNode(from), t.wNode(to)
 	tn.first, tn.nchild = f.first, f.nchild
 	f.first, f.nchild = 0, 0
+}
+
+func (t *Tree) onlyMemberSparse(x, s uint32) bool {
+	h0, h1 := spHdr(t.sets, int(x))
+	return spN(h1) == 1 && uint32(h1>>32) == s>>6 && h0 == 1<<(s&63)
 }

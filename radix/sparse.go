@@ -3,6 +3,7 @@ package radix
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 )
 
 // Sparse worker sets (issue 17 §1). A dense set costs w words per node
@@ -46,33 +47,39 @@ func spHdr(arr []uint64, g int) (h0, h1 uint64) {
 func spN(h1 uint64) int         { return int(h1 & 0xffff) }
 func spClassOf(h1 uint64) uint8 { return uint8(h1 >> 16) }
 
+// spView returns a chunked set's (n ≥ 2) indexes and words, views into t.sp
+// of length n and capacity the chunk's (write t.sp through them only after
+// wSp over the chunk).
+func (t *Tree) spView(h0, h1 uint64) ([]uint32, []uint64) {
+	base, c, n := int(h0), spClassOf(h1), spN(h1)
+	words := t.sp[base : base+n : base+1<<c]
+	idx := unsafe.Slice((*uint32)(unsafe.Pointer(&t.sp[base+1<<c])), 1<<c)[:n]
+	return idx, words
+}
+
 // spPair returns the index and word of the j-th nonzero word of a set with
 // header h0, h1 (j < n).
 func (t *Tree) spPair(h0, h1 uint64, j int) (uint32, uint64) {
 	if spN(h1) == 1 {
 		return uint32(h1 >> 32), h0
 	}
-	base, c := int(h0), spClassOf(h1)
-	v := t.sp[base+1<<c+j>>1]
-	return uint32(v >> (32 * (j & 1))), t.sp[base+j]
+	idx, words := t.spView(h0, h1)
+	return idx[j], words[j]
 }
 
-// spSearch returns the position of word index wi in a chunked set (or
-// where it would be inserted) and whether it is there.
-func (t *Tree) spSearch(h0, h1 uint64, wi uint32) (int, bool) {
-	n := spN(h1)
-	base, c := int(h0), spClassOf(h1)
-	idx := t.sp[base+1<<c:]
-	lo, hi := 0, n
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if uint32(idx[m>>1]>>(32*(m&1))) < wi {
-			lo = m + 1
-		} else {
-			hi = m
+// spSearch returns the position of word index wi in idx (or where it
+// would be inserted) and whether it is there.
+func spSearch(idx []uint32, wi uint32) (int, bool) {
+	if len(idx) <= 8 {
+		for j, v := range idx {
+			if v >= wi {
+				return j, v == wi
+			}
 		}
+		return len(idx), false
 	}
-	return lo, lo < n && uint32(idx[lo>>1]>>(32*(lo&1))) == wi
+	j, ok := slices.BinarySearch(idx, wi)
+	return j, ok
 }
 
 // spWord returns word wi of set g of arr.
@@ -87,8 +94,9 @@ func (t *Tree) spWord(arr []uint64, g int, wi uint32) uint64 {
 		}
 		return 0
 	}
-	if j, ok := t.spSearch(h0, h1, wi); ok {
-		return t.sp[int(h0)+j]
+	idx, words := t.spView(h0, h1)
+	if j, ok := spSearch(idx, wi); ok {
+		return words[j]
 	}
 	return 0
 }
@@ -119,6 +127,7 @@ func (t *Tree) wSp(lo, hi int) {
 
 func spChunkLen(c uint8) int { return 1<<c + 1<<c>>1 }
 
+// spAlloc returns a chunk of class c (its offset in t.sp).
 func (t *Tree) spAlloc(c uint8) int {
 	if f := t.spFree[c]; f != 0 {
 		base := int(f - 1)
@@ -136,55 +145,50 @@ func (t *Tree) spRelease(base int, c uint8) {
 	t.spFree[c] = uint32(base + 1)
 }
 
-// spSetIdx writes index wi of pair j of the chunk at base (class c).
-func (t *Tree) spSetIdx(base int, c uint8, j int, wi uint32) {
-	i := base + 1<<c + j>>1
-	sh := 32 * uint(j&1)
-	t.sp[i] = t.sp[i]&^(0xffffffff<<sh) | uint64(wi)<<sh
+// spPut makes set g hold the pairs (a[i], aw[i]) followed by (b[i], bw[i])
+// (ascending indexes, nonzero words): inline for one, else in a new chunk;
+// the set's old chunk is released after the copy (the pairs may be in it).
+func (t *Tree) spPut(tier bool, g int, a []uint32, aw []uint64, b []uint32, bw []uint64) {
+	arr := t.hdrArr(tier)
+	o0, o1 := spHdr(arr, g)
+	n := len(a) + len(b)
+	var h0, h1 uint64
+	switch n {
+	case 0:
+	case 1:
+		if len(a) == 1 {
+			h0, h1 = aw[0], 1|uint64(a[0])<<32
+		} else {
+			h0, h1 = bw[0], 1|uint64(b[0])<<32
+		}
+	default:
+		c := max(classFor(n), 1)
+		base := t.spAlloc(c)
+		h0, h1 = uint64(base), uint64(n)|uint64(c)<<16
+		t.wSp(base, base+spChunkLen(c))
+		idx, words := t.spView(h0, h1)
+		copy(idx, a)
+		copy(idx[len(a):], b)
+		copy(words, aw)
+		copy(words[len(a):], bw)
+	}
+	if spN(o1) >= 2 {
+		t.spRelease(int(o0), spClassOf(o1))
+	}
+	t.wHdr(tier, g)
+	arr[g*spStride], arr[g*spStride+1] = h0, h1
 }
 
-// spWrite sets set g's pairs to those given by pair (n of them, ascending),
-// reusing its chunk when the class fits and is not 4× too large.
-func (t *Tree) spWrite(tier bool, g, n int, pair func(j int) (uint32, uint64)) {
-	arr := t.hdrArr(tier)
-	h0, h1 := spHdr(arr, g)
-	old := spN(h1)
-	t.wHdr(tier, g)
-	if n <= 1 {
-		var nh0, nh1 uint64
-		if n == 1 {
-			wi, w := pair(0)
-			nh0, nh1 = w, 1|uint64(wi)<<32
-		}
-		if old >= 2 {
-			t.spRelease(int(h0), spClassOf(h1))
-		}
-		arr[g*spStride], arr[g*spStride+1] = nh0, nh1
-		return
+// spPairs returns a set's pairs as slices (the inline one in buf).
+func (t *Tree) spPairs(h0, h1 uint64, bi *[1]uint32, bw *[1]uint64) ([]uint32, []uint64) {
+	switch spN(h1) {
+	case 0:
+		return nil, nil
+	case 1:
+		bi[0], bw[0] = uint32(h1>>32), h0
+		return bi[:], bw[:]
 	}
-	// pair may read the chunk being rewritten: gather first.
-	tmp := t.spTmp[:0]
-	for j := range n {
-		wi, w := pair(j)
-		tmp = append(tmp, uint64(wi), w)
-	}
-	t.spTmp = tmp
-	c := max(classFor(n), 1)
-	var base int
-	if old >= 2 && spClassOf(h1) >= c && spClassOf(h1) <= c+1 {
-		base, c = int(h0), spClassOf(h1)
-	} else {
-		if old >= 2 {
-			t.spRelease(int(h0), spClassOf(h1))
-		}
-		base = t.spAlloc(c)
-	}
-	t.wSp(base, base+spChunkLen(c))
-	for j := range n {
-		t.sp[base+j] = tmp[2*j+1]
-		t.spSetIdx(base, c, j, uint32(tmp[2*j]))
-	}
-	arr[g*spStride], arr[g*spStride+1] = uint64(base), uint64(n)|uint64(c)<<16
+	return t.spView(h0, h1)
 }
 
 // spSetBit adds slot s to set g.
@@ -199,51 +203,49 @@ func (t *Tree) spSetBit(tier bool, g int, s uint32) {
 		arr[g*spStride], arr[g*spStride+1] = b, 1|uint64(wi)<<32
 		return
 	case 1:
-		if uint32(h1>>32) == wi {
+		if i1 := uint32(h1 >> 32); i1 == wi {
 			t.wHdr(tier, g)
 			arr[g*spStride] |= b
-			return
+		} else if i1 < wi {
+			t.spPut(tier, g, []uint32{i1}, []uint64{h0}, []uint32{wi}, []uint64{b})
+		} else {
+			t.spPut(tier, g, []uint32{wi}, []uint64{b}, []uint32{i1}, []uint64{h0})
 		}
-	default:
-		j, ok := t.spSearch(h0, h1, wi)
-		if ok {
-			t.wSp(int(h0)+j, int(h0)+j+1)
-			t.sp[int(h0)+j] |= b
-			return
-		}
-		if c := spClassOf(h1); n < 1<<c {
-			// Room in the chunk: shift the pairs after j up by one.
-			base := int(h0)
-			t.wSp(base, base+spChunkLen(c))
-			for k := n; k > j; k-- {
-				pw, pv := t.spPair(h0, h1, k-1)
-				t.sp[base+k] = pv
-				t.spSetIdx(base, c, k, pw)
-			}
-			t.sp[base+j] = b
-			t.spSetIdx(base, c, j, wi)
-			t.wHdr(tier, g)
-			arr[g*spStride+1] = h1 + 1
-			return
-		}
+		return
 	}
-	// Insert (wi, b) in order, into a larger chunk.
-	pos := 0
-	for pos < n {
-		if pw, _ := t.spPair(h0, h1, pos); pw > wi {
-			break
-		}
-		pos++
+	idx, words := t.spView(h0, h1)
+	j, ok := spSearch(idx, wi)
+	base := int(h0)
+	if ok {
+		t.wSp(base+j, base+j+1)
+		words[j] |= b
+		return
 	}
-	t.spWrite(tier, g, n+1, func(j int) (uint32, uint64) {
-		switch {
-		case j < pos:
-			return t.spPair(h0, h1, j)
-		case j == pos:
-			return wi, b
-		}
-		return t.spPair(h0, h1, j-1)
-	})
+	if c := spClassOf(h1); n < 1<<c {
+		// Room in the chunk: shift the pairs from j up by one.
+		t.wSp(base, base+spChunkLen(c))
+		idx, words = idx[:n+1], words[:n+1]
+		copy(idx[j+1:], idx[j:n])
+		copy(words[j+1:], words[j:n])
+		idx[j], words[j] = wi, b
+		t.wHdr(tier, g)
+		arr[g*spStride+1] = h1 + 1
+		return
+	}
+	c := spClassOf(h1) + 1
+	nb := t.spAlloc(c)
+	idx, words = t.spView(h0, h1) // t.sp may have moved
+	nh0, nh1 := uint64(nb), uint64(n+1)|uint64(c)<<16
+	t.wSp(nb, nb+spChunkLen(c))
+	ni, nw := t.spView(nh0, nh1)
+	copy(ni, idx[:j])
+	copy(nw, words[:j])
+	ni[j], nw[j] = wi, b
+	copy(ni[j+1:], idx[j:])
+	copy(nw[j+1:], words[j:])
+	t.spRelease(base, spClassOf(h1))
+	t.wHdr(tier, g)
+	arr[g*spStride], arr[g*spStride+1] = nh0, nh1
 }
 
 // spClearBit removes slot s from set g.
@@ -267,55 +269,47 @@ func (t *Tree) spClearBit(tier bool, g int, s uint32) {
 		}
 		return
 	}
-	j, ok := t.spSearch(h0, h1, wi)
+	idx, words := t.spView(h0, h1)
+	j, ok := spSearch(idx, wi)
 	if !ok {
 		return
 	}
 	base := int(h0)
-	if w := t.sp[base+j] &^ b; w != 0 {
+	if w := words[j] &^ b; w != 0 {
 		t.wSp(base+j, base+j+1)
-		t.sp[base+j] = w
+		words[j] = w
 		return
 	}
 	c := spClassOf(h1)
 	if n-1 >= 2 && (c == 1 || (n-1)*4 > 1<<c) {
 		// Shift the pairs after j down by one, in place.
 		t.wSp(base, base+spChunkLen(c))
-		for k := j; k < n-1; k++ {
-			pw, pv := t.spPair(h0, h1, k+1)
-			t.sp[base+k] = pv
-			t.spSetIdx(base, c, k, pw)
-		}
+		copy(idx[j:], idx[j+1:])
+		copy(words[j:], words[j+1:])
 		t.wHdr(tier, g)
 		arr[g*spStride+1] = h1 - 1
 		return
 	}
-	t.spWrite(tier, g, n-1, func(k int) (uint32, uint64) {
-		if k >= j {
-			k++
-		}
-		return t.spPair(h0, h1, k)
-	})
+	t.spPut(tier, g, idx[:j], words[:j], idx[j+1:], words[j+1:])
 }
 
-// spCopy gives set dg of dst (tier sets when dtier) the contents of set sg
-// of src.
+// spCopy gives set dg (a tier set when dtier) the contents of set sg.
 func (t *Tree) spCopy(dtier bool, dg int, stier bool, sg int) {
 	h0, h1 := spHdr(t.hdrArr(stier), sg)
-	t.spWrite(dtier, dg, spN(h1), func(j int) (uint32, uint64) { return t.spPair(h0, h1, j) })
+	var bi [1]uint32
+	var bw [1]uint64
+	idx, words := t.spPairs(h0, h1, &bi, &bw)
+	t.spPut(dtier, dg, idx, words, nil, nil)
 }
 
 // spClear empties set g.
 func (t *Tree) spClear(tier bool, g int) {
-	arr := t.hdrArr(tier)
-	if _, h1 := spHdr(arr, g); spN(h1) == 0 {
-		return
+	if _, h1 := spHdr(t.hdrArr(tier), g); spN(h1) != 0 {
+		t.spPut(tier, g, nil, nil, nil, nil)
 	}
-	t.spWrite(tier, g, 0, nil)
 }
 
-// spEqual reports whether set a of arr and set b of the same array hold the
-// same words.
+// spEqual reports whether sets a and b of arr hold the same words.
 func (t *Tree) spEqual(arr []uint64, a, b int) bool {
 	a0, a1 := spHdr(arr, a)
 	b0, b1 := spHdr(arr, b)
@@ -326,14 +320,9 @@ func (t *Tree) spEqual(arr []uint64, a, b int) bool {
 	if n <= 1 {
 		return a0 == b0 && a1 == b1
 	}
-	for j := range n {
-		ai, aw := t.spPair(a0, a1, j)
-		bi, bw := t.spPair(b0, b1, j)
-		if ai != bi || aw != bw {
-			return false
-		}
-	}
-	return true
+	ai, aw := t.spView(a0, a1)
+	bi, bw := t.spView(b0, b1)
+	return slices.Equal(ai, bi) && slices.Equal(aw, bw)
 }
 
 // spDense writes set g of arr as a dense bitset into buf (t.w words) and
@@ -341,9 +330,11 @@ func (t *Tree) spEqual(arr []uint64, a, b int) bool {
 func (t *Tree) spDense(arr []uint64, g int, buf []uint64) []uint64 {
 	clear(buf)
 	h0, h1 := spHdr(arr, g)
-	for j := range spN(h1) {
-		wi, w := t.spPair(h0, h1, j)
-		buf[wi] = w
+	var bi [1]uint32
+	var bw [1]uint64
+	idx, words := t.spPairs(h0, h1, &bi, &bw)
+	for j, wi := range idx {
+		buf[wi] = words[j]
 	}
 	return buf
 }
@@ -354,16 +345,16 @@ func (t *Tree) toSparse() {
 		per := groups / len(t.nodes) // sets per node
 		hdr := make([]uint64, groups*spStride, cap(t.nodes)*per*spStride)
 		old := t.sets
-		t.sets = hdr // spWrite writes headers through hdrArr(false)
+		t.sets = hdr // spPut writes headers through hdrArr(false)
 		for g := range groups {
-			words := dense[g*t.w : (g+1)*t.w]
-			var pairs [][2]uint64
-			for i, w := range words {
+			var idx []uint32
+			var words []uint64
+			for i, w := range dense[g*t.w : (g+1)*t.w] {
 				if w != 0 {
-					pairs = append(pairs, [2]uint64{uint64(i), w})
+					idx, words = append(idx, uint32(i)), append(words, w)
 				}
 			}
-			t.spWrite(false, g, len(pairs), func(j int) (uint32, uint64) { return uint32(pairs[j][0]), pairs[j][1] })
+			t.spPut(false, g, idx, words, nil, nil)
 		}
 		t.sets = old
 		return hdr
@@ -376,24 +367,28 @@ func (t *Tree) toSparse() {
 	t.sets, t.tiers, t.sparse = sets, tiers, true
 }
 
-// spEmit appends an Overlap of depth blocks for every slot of set c that is
-// not in set next (a subset of c's, so its word indexes are a subsequence
-// of c's).
+// spEmitLeaving appends an Overlap of depth blocks for every slot of set c
+// that is not in set next (a subset of c's, so its word indexes are a
+// subsequence of c's).
 func (t *Tree) spEmitLeaving(dst []Overlap, c, next uint32, depth int) []Overlap {
 	c0, c1 := spHdr(t.sets, int(c))
 	n0, n1 := spHdr(t.sets, int(next))
-	cn, nn := spN(c1), spN(n1)
-	if cn == 1 && nn == 1 {
+	if spN(c1) == 1 {
+		if spN(n1) == 0 {
+			n0 = 0
+		}
 		return t.emit(dst, int(c1>>32), c0&^n0, depth)
 	}
+	var bi [1]uint32
+	var bw [1]uint64
+	ni, nw := t.spPairs(n0, n1, &bi, &bw)
+	ci, cw := t.spView(c0, c1)
 	k := 0
-	for j := range cn {
-		wi, w := t.spPair(c0, c1, j)
-		if k < nn {
-			if ni, nw := t.spPair(n0, n1, k); ni == wi {
-				w &^= nw
-				k++
-			}
+	for j, wi := range ci {
+		w := cw[j]
+		if k < len(ni) && ni[k] == wi {
+			w &^= nw[k]
+			k++
 		}
 		dst = t.emit(dst, int(wi), w, depth)
 	}
@@ -403,9 +398,11 @@ func (t *Tree) spEmitLeaving(dst []Overlap, c, next uint32, depth int) []Overlap
 // spEmitAll appends an Overlap of depth blocks for every slot of set c.
 func (t *Tree) spEmitAll(dst []Overlap, c uint32, depth int) []Overlap {
 	c0, c1 := spHdr(t.sets, int(c))
-	for j := range spN(c1) {
-		wi, w := t.spPair(c0, c1, j)
-		dst = t.emit(dst, int(wi), w, depth)
+	var bi [1]uint32
+	var bw [1]uint64
+	idx, words := t.spPairs(c0, c1, &bi, &bw)
+	for j, wi := range idx {
+		dst = t.emit(dst, int(wi), words[j], depth)
 	}
 	return dst
 }

@@ -116,7 +116,6 @@ type Tree struct {
 	doomed    []uint32
 	survivors []uint32
 	rmKeys    []rmKey // applyRemovedTiered's
-	spTmp     []uint64
 }
 
 // slotRec is one worker key's dense slot: its engine-hash table, whose count
@@ -997,7 +996,7 @@ func (t *Tree) bytes() int64 {
 	}
 	b += int64(len(t.slotOf)) * slotMapEntryBytes
 	b += int64(cap(t.ids)+cap(t.stack)+cap(t.doomed)+cap(t.survivors)+4*cap(t.rmKeys)) * 4
-	b += int64(cap(t.tiers)+cap(t.act)+cap(t.spTmp)) * 8
+	b += int64(cap(t.tiers)+cap(t.act)) * 8
 	b += t.spBytes()
 	return b
 }

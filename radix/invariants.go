@@ -147,21 +147,22 @@ func (t *Tree) CheckInvariants() error {
 	}
 	// Run chunks.
 	for c := range numClasses {
-		chunks := uint32(len(t.runs.loc[c]) >> c)
+		size := runSize(uint8(c))
+		chunks := len(t.runs.loc[c]) / size
 		if len(chunkUse[c]) != int(t.runs.live[c]) {
 			return fmt.Errorf("class %d: %d chunks used, live %d", c, len(chunkUse[c]), t.runs.live[c])
 		}
 		nfree := 0
-		for f := t.runs.free[c]; f != 0; f = t.runs.ids[c][(f-1)<<c] {
-			if f-1 >= chunks || chunkUse[c][f-1] {
+		for f := t.runs.free[c]; f != 0; f = t.runs.ids[c][f-1] {
+			if int(f-1) >= chunks*size || int(f-1)%size != 0 || chunkUse[c][f-1] {
 				return fmt.Errorf("class %d: free chunk %d in use or out of range", c, f-1)
 			}
 			chunkUse[c][f-1] = true
-			if nfree++; nfree > int(chunks) {
+			if nfree++; nfree > chunks {
 				return fmt.Errorf("class %d: free list cycles", c)
 			}
 		}
-		if uint32(len(chunkUse[c])) != chunks {
+		if len(chunkUse[c]) != chunks {
 			return fmt.Errorf("class %d: %d chunks used or free of %d", c, len(chunkUse[c]), chunks)
 		}
 	}
@@ -171,10 +172,10 @@ func (t *Tree) CheckInvariants() error {
 // checkNode checks one non-root node's run, blocks and set.
 func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[uint32]bool) error {
 	nd := t.nodes[x]
-	if nd.n == 0 || int(nd.n) > 1<<nd.class || (t.maxRun > 0 && int(nd.n) > t.maxRun) {
+	if nd.n == 0 || int(nd.n) > runSize(nd.class) || (t.maxRun > 0 && int(nd.n) > t.maxRun) {
 		return fmt.Errorf("node %d: run of %d in class %d", x, nd.n, nd.class)
 	}
-	if int(nd.run+1)<<nd.class > len(t.runs.loc[nd.class]) {
+	if int(nd.run)+runSize(nd.class) > len(t.runs.loc[nd.class]) || int(nd.run)%runSize(nd.class) != 0 {
 		return fmt.Errorf("node %d: chunk %d of class %d out of range", x, nd.run, nd.class)
 	}
 	if chunkUse[nd.class][nd.run] {

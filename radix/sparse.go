@@ -162,7 +162,7 @@ func (t *Tree) spPut(tier bool, g int, a []uint32, aw []uint64, b []uint32, bw [
 			h0, h1 = bw[0], 1|uint64(b[0])<<32
 		}
 	default:
-		c := max(classFor(n), 1)
+		c := max(pow2Class(n), 1)
 		base := t.spAlloc(c)
 		h0, h1 = uint64(base), uint64(n)|uint64(c)<<16
 		t.wSp(base, base+spChunkLen(c))

@@ -365,7 +365,7 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 		base := int(t.nodes[y].n)
 		loc, ids := t.chunkOf(y)
 		if t.cw != nil {
-			cb := int(t.nodes[y].run) << t.nodes[y].class
+			cb := int(t.nodes[y].run)
 			t.wRun(t.nodes[y].class, cb+base, cb+base+room)
 		}
 		i := 0
@@ -425,7 +425,7 @@ func (t *Tree) split(x, j uint32) uint32 {
 	yn.class, yn.run, yn.n = c, k, uint32(tail)
 	xl, xi := t.runOf(x)
 	yl, yi := t.runOf(y)
-	t.wRun(c, int(k)<<c, int(k)<<c+tail)
+	t.wRun(c, int(k), int(k)+tail)
 	copy(yl, xl[j:])
 	copy(yi, xi[j:])
 	for i, id := range yi {
@@ -457,7 +457,7 @@ func (t *Tree) tryMerge(x uint32) {
 		xl, xi := t.chunkOf(x)
 		cl, ci := t.runOf(c)
 		if t.cw != nil {
-			xb := int(t.nodes[x].run) << t.nodes[x].class
+			xb := int(t.nodes[x].run)
 			t.wRun(t.nodes[x].class, xb+xn, xb+xn+cn)
 		}
 		copy(xl[xn:], cl)

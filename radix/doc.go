@@ -108,17 +108,21 @@
 //     A worker holding a node holds its parent, so sets shrink going down and
 //     Match never revisits a worker once it drops out.
 //   - runs: each node's local hashes (8 bytes) and block ids (4 bytes) sit
-//     contiguously in a chunk of a power-of-two size class, so matching a
+//     contiguously in a chunk of a size class (1, 2, 3, 4, 6, 8, 12, …
+//     blocks: powers of two and the half-steps between them), so matching a
 //     long shared prefix is a linear compare of consecutive hashes.
 //   - blocks (8 bytes): a stable block id → (node, offset). Splitting,
 //     merging or moving a run rewrites only these records, never the engine
 //     tables.
 //   - worker sets: bitsets over dense per-tree slots (one uint64 per node for
 //     up to 64 worker keys, widened on demand); a worker key's slot is freed
-//     when it holds nothing.
+//     when it holds nothing. Past 512 worker keys (8 words) a tree turns
+//     every set, once, into a sparse set (sparse.go): its nonzero words with
+//     their word indexes, a 16-byte header in place of the bitset, a single
+//     word inline, more in a chunk of a shared pool (12 bytes a word).
 //   - engine tables: per worker key, engine hash → block id, for parents and
 //     removals. Open addressing with linear probing and backward-shift
-//     deletion (no tombstones), capacity grown 1.5× at 4/5 load, 12-byte
+//     deletion (no tombstones), capacity grown to 7/4 of the count at 7/8 load, 12-byte
 //     entries plus a control byte per slot that probes scan eight at a time.
 //   - edges: one per-tree open-addressing table (parent, first local hash) →
 //     child, consulted only at nodes with two or more children (an only child

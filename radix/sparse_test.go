@@ -113,10 +113,12 @@ func BenchmarkWide(b *testing.B) {
 			dst := make([]Overlap, 0, 4096)
 			i := 0
 			b.ReportAllocs()
+			cpu := cpuNanos()
 			for b.Loop() {
 				dst = tr.Match(dst[:0], reqs[i%len(reqs)])
 				i++
 			}
+			reportCPU(b, cpu)
 			b.ReportMetric(float64(tr.Stats().Bytes)/float64(tr.Stats().Entries), "B/entry")
 		})
 	}

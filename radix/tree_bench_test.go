@@ -146,10 +146,12 @@ func BenchmarkMatch(b *testing.B) {
 			dst := make([]Overlap, 0, 64)
 			i := 0
 			b.ReportAllocs()
+			cpu := cpuNanos()
 			for b.Loop() {
 				dst = layout.tr.Match(dst[:0], reqs[i%len(reqs)])
 				i++
 			}
+			reportCPU(b, cpu)
 			b.ReportMetric(float64(len(reqs[0])), "blocks/req")
 		})
 	}
@@ -338,6 +340,7 @@ func BenchmarkEngineTable(b *testing.B) {
 func applyLoop(b *testing.B, tr *Tree, events []wire.Event) {
 	b.ReportAllocs()
 	blocks, i := 0, 0
+	cpu := cpuNanos()
 	for b.Loop() {
 		ev := &events[i%len(events)]
 		if _, err := tr.Apply(ev); err != nil {
@@ -346,5 +349,6 @@ func applyLoop(b *testing.B, tr *Tree, events []wire.Event) {
 		blocks += len(ev.Blocks)
 		i++
 	}
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
 }

@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -351,4 +352,27 @@ func applyLoop(b *testing.B, tr *Tree, events []wire.Event) {
 	}
 	reportCPU(b, cpu)
 	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// BenchmarkEngineTableGrowth fills one engine table to 100k entries and
+// reports its bytes per entry averaged over 400 sizes spaced evenly on a
+// log scale from 1k: a figure free of where in its growth cycle a table
+// happens to be (a single snapshot, like BenchmarkBuild's, is not).
+func BenchmarkEngineTableGrowth(b *testing.B) {
+	var mean float64
+	for b.Loop() {
+		var m engineTable
+		var sum float64
+		n, next := 0, 1000.0
+		for k := 1; k <= 100_000; k++ {
+			m.insertNew(wire.EngineHash(splitmix(uint64(k))), uint32(k))
+			if float64(k) >= next {
+				sum += float64(m.bytes()) / float64(m.count)
+				n++
+				next *= math.Pow(100, 1.0/400)
+			}
+		}
+		mean = sum / float64(n)
+	}
+	b.ReportMetric(mean, "B/entry")
 }

@@ -226,6 +226,68 @@
 //   - Tables shrink at 1/5 load but never below 256 slots, so a worker whose
 //     size swings by a few hundred blocks does not reallocate (TestAllocs*).
 //
+// # Memory at fleet scale (issue 17 §1, session 7)
+//
+// Bytes per (block, worker) entry by Stats, `kvroute bench index --json`
+// on the synthetic trace (one shard; 7,000 = `--workers 1000 --duplicate
+// 7`), and the 64-worker benchmark fleet (BenchmarkBuild/runs), each
+// change on top of the one before:
+//
+//	                         before  sparse sets  half-step runs  tables 7/8
+//	8 workers (trace)        36.13   36.13        35.08           29.37
+//	256 workers (trace)      32.17   32.17        31.37           29.68
+//	7,000 workers (trace×7)  48.32   33.34        32.85           30.55
+//	fleet, 64 workers        30.61   30.61        29.96           31.11
+//
+// The three changes:
+//
+//   - Sparse sets past 512 worker keys (see Layout): at 7,000 keys a dense
+//     set was 128 words per node, 15.59 of the 48.32 bytes; sparse sets
+//     cost 0.6 (headers 0.27, pool the rest). Up to 512 keys nothing
+//     changes: the dense code paths are as before, behind one predictable
+//     branch (has and onlyMember call their sparse halves out of line so
+//     the dense halves stay small). Match keeps its monotone walk (a child's
+//     word indexes are a subsequence of its parent's, so the words that
+//     leave are a merge of two sorted lists) and allocates nothing; the
+//     tiered walk expands the sets on its path into dense scratch words (as
+//     costly as the dense walk at that width). Capture and content encoding
+//     are unchanged in format; the pool is one more captured arena.
+//   - Run chunks in half-step size classes: runs waste 1.2× instead of
+//     1.4× their blocks (7,000 workers: chunk blocks 400k → 336k for 281k
+//     blocks). A node's run field is now the chunk's offset, so runOf has
+//     no shift.
+//   - Engine tables fill to 7/8 and grow to 7/4 of their count (before:
+//     4/5 and 2×). Averaged over table sizes (BenchmarkEngineTableGrowth,
+//     1k–100k entries on a log scale) 20.65 → 18.59 bytes per entry. A
+//     single snapshot lands wherever its tables are in their growth cycle:
+//     the trace's tables sit well (load 0.70 at 7,000 workers, 0.80 at 8),
+//     the benchmark fleet's 64 equal tables of ≈20k entries sit just after a
+//     resize (its 30.61 → 31.11).
+//
+// Speed (make-bench-compare style, the base f489bf1 and each change
+// interleaved in one run on the shared 2-vCPU machine, load average 8–15;
+// cpu-ns/op is process CPU time per op, which the waits for a core do not
+// inflate; n = 8): Match/runs 605 → 659 ns (p = 0.65), Match/tiered 1.57 →
+// 1.38 µs (p = 0.20), Apply/runs 7.65 → 5.56 µs (−27%, p = 0.007),
+// Apply/block and Apply/tiered no change (p ≥ 0.44); the 7/8 tables alone
+// against the commit before them: no significant change (p ≥ 0.20). The
+// gate (perf/bench-gate.sh f489bf1 0.05 over Match, Apply, IndexMatch,
+// IndexApply, wall clock, spreads ±40–300%) flagged nothing. At 4,096
+// worker keys (BenchmarkWide, one binary, dense against sparse): 38.30 →
+// 29.46 bytes per entry, Match 2.80 → 2.42 µs CPU (p = 0.51), Apply 2.75 →
+// 3.00 µs CPU (p = 0.57). The 7,000-worker trace replay, 6 runs each,
+// interleaved: 82k → 100k ops/s (median; 36–210k run to run), Match p50 320
+// → 257 ns, p99 23.0 → 21.2 µs (medians).
+//
+// Not taken, from the member-array branch (wsets-member-arrays): member
+// arrays for every set (Match walks a whole array where a bitset takes a
+// word operation: +12% Match, +27–55% Apply at every fleet size, reverted)
+// and the idTable (engine entries keyed by the block's creator hash, 5 bytes
+// a slot): it saves 1.3 bytes per entry at 7,000 workers and 0.1 on the
+// fleet with per-worker hash seeds, for a block record of 16 bytes instead
+// of 8 and a second probe on every lookup; it pays only where engines hash
+// alike (22.41 on the fleet).
+//
 // Targets (issue 2), met on the quiet-machine medians: Match of 512 blocks ≤ 2 µs median (314 ns;
 // 0.6 µs at worst under contention); Apply ≥ 10 M blocks/s (28.8 M; under
 // contention 2.5–7.6 M was seen, below target, with the engine tables — 23 MB

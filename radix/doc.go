@@ -272,21 +272,27 @@
 // Apply/block and Apply/tiered no change (p ≥ 0.44); the 7/8 tables alone
 // against the commit before them: no significant change (p ≥ 0.20). The
 // gate (perf/bench-gate.sh f489bf1 0.05 over Match, Apply, IndexMatch,
-// IndexApply, wall clock, spreads ±40–300%) flagged nothing. At 4,096
-// worker keys (BenchmarkWide, one binary, dense against sparse): 38.30 →
-// 29.46 bytes per entry, Match 2.80 → 2.42 µs CPU (p = 0.51), Apply 2.75 →
-// 3.00 µs CPU (p = 0.57). The 7,000-worker trace replay, 6 runs each,
+// IndexApply, wall clock, spreads ±40–300%) flagged nothing. Match again,
+// 10 runs per binary alternating in both orders: runs 780 → 702 ns CPU
+// (p = 0.44), tiered 1.66 → 1.68 µs (p = 0.97). At 4,096 worker keys
+// (BenchmarkWide, dense against sparse sets, one process per run
+// alternating in both orders): 38.30 → 29.46 bytes per entry, Match 2.53
+// → 1.92 µs CPU (−24%, p = 0.006, n = 12), Apply 2.76 → 2.65 µs CPU
+// (p = 0.38, n = 8). The 7,000-worker trace replay, 6 runs each,
 // interleaved: 82k → 100k ops/s (median; 36–210k run to run), Match p50 320
 // → 257 ns, p99 23.0 → 21.2 µs (medians).
 //
-// Not taken, from the member-array branch (wsets-member-arrays): member
-// arrays for every set (Match walks a whole array where a bitset takes a
-// word operation: +12% Match, +27–55% Apply at every fleet size, reverted)
-// and the idTable (engine entries keyed by the block's creator hash, 5 bytes
-// a slot): it saves 1.3 bytes per entry at 7,000 workers and 0.1 on the
-// fleet with per-worker hash seeds, for a block record of 16 bytes instead
-// of 8 and a second probe on every lookup; it pays only where engines hash
-// alike (22.41 on the fleet).
+// Not taken, from the member-array branch (wsets-member-arrays), whose two
+// parts were measured apart (its commits 1876c9f, member arrays, and
+// ec0fbae, + idTable, against their base c8b5999, CPU time per op, 6
+// interleaved runs): member arrays for every set cost Match (Match/tiered
+// 1.51 → 2.31 µs, p = 0.065; Apply no significant change), since a walk
+// reads a node's whole array where a bitset takes a word operation; the
+// idTable (engine entries keyed by the block's creator hash, 5 bytes a
+// slot) cost Apply (Apply/runs 6.29 → 10.52 µs, +67%, p = 0.026: a 16-byte
+// block record and a second probe on every lookup) for 1.3 bytes per entry
+// at 7,000 workers and 0.1 on the fleet with per-worker hash seeds; it pays
+// only where engines hash alike (22.41 on the fleet).
 //
 // Targets (issue 2), met on the quiet-machine medians: Match of 512 blocks ≤ 2 µs median (314 ns;
 // 0.6 µs at worst under contention); Apply ≥ 10 M blocks/s (28.8 M; under

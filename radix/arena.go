@@ -44,12 +44,17 @@ const (
 	slotRecBytes = int64(unsafe.Sizeof(slotRec{}))
 )
 
-// numClasses bounds run length at 2^31 blocks (n is a uint32).
-const numClasses = 32
+// numClasses bounds run length at 2^31 blocks (n is a uint32; classFor(2^31)
+// is 61).
+const numClasses = 64
 
-// runStore keeps every run's local hashes and block ids in power-of-two size
-// classes: class c holds chunks of 2^c blocks at [k<<c, (k+1)<<c) of loc[c]
-// and ids[c]. Free chunks are linked through ids[c][k<<c] (1 + next, 0 = end).
+// runStore keeps every run's local hashes and block ids in size classes of
+// 1, 2, 3, 4, 6, 8, 12, 16, … blocks (powers of two and 1.5× powers of two,
+// runSize): class c holds chunks of runSize(c) blocks in loc[c] and ids[c],
+// a node's run field the offset of its chunk. Free chunks are linked
+// through ids[c][offset] (1 + the next one's offset, 0 = end). Half-steps
+// instead of powers of two (issue 17 §1): a run wastes ≈1.2× instead of
+// ≈1.4× its length (see doc.go).
 type runStore struct {
 	loc  [numClasses][]wire.BlockHash
 	ids  [numClasses][]uint32
@@ -57,8 +62,33 @@ type runStore struct {
 	live [numClasses]uint32
 }
 
+// runSize returns the blocks a chunk of class c holds: 1, then 2^k for odd
+// c = 2k-1 and 3·2^(k-2) for even c = 2k-2.
+func runSize(c uint8) int {
+	switch {
+	case c == 0:
+		return 1
+	case c&1 == 1:
+		return 1 << ((c + 1) / 2)
+	}
+	return 3 << (c/2 - 1)
+}
+
 // classFor returns the smallest class whose chunks hold n blocks.
 func classFor(n int) uint8 {
+	if n <= 1 {
+		return 0
+	}
+	k := bits.Len(uint(n - 1)) // 2^(k-1) < n ≤ 2^k
+	if k >= 2 && n <= 3<<(k-2) {
+		return uint8(2*k - 2)
+	}
+	return uint8(2*k - 1)
+}
+
+// pow2Class returns the smallest power-of-two class holding n blocks (for
+// the sparse sets' chunks).
+func pow2Class(n int) uint8 {
 	if n <= 1 {
 		return 0
 	}
@@ -69,25 +99,25 @@ func (t *Tree) allocRun(c uint8) uint32 {
 	r := &t.runs
 	r.live[c]++
 	if f := r.free[c]; f != 0 {
-		k := f - 1
-		r.free[c] = r.ids[c][k<<c]
-		t.wRun(c, int(k)<<c, int(k)<<c+1)
-		r.ids[c][k<<c] = 0
-		return k
+		base := f - 1
+		r.free[c] = r.ids[c][base]
+		t.wRun(c, int(base), int(base)+1)
+		r.ids[c][base] = 0
+		return base
 	}
-	size := 1 << c
+	size := runSize(c)
 	l := len(r.loc[c])
 	r.loc[c] = slices.Grow(r.loc[c], size)[:l+size]
 	r.ids[c] = slices.Grow(r.ids[c], size)[:l+size]
-	return uint32(l >> c)
+	return uint32(l)
 }
 
-func (t *Tree) releaseRun(c uint8, k uint32) {
+func (t *Tree) releaseRun(c uint8, base uint32) {
 	r := &t.runs
 	r.live[c]--
-	t.wRun(c, int(k)<<c, int(k)<<c+1)
-	r.ids[c][k<<c] = r.free[c]
-	r.free[c] = k + 1
+	t.wRun(c, int(base), int(base)+1)
+	r.ids[c][base] = r.free[c]
+	r.free[c] = base + 1
 }
 
 // Write barriers (see Capture): each is called before a write to an arena
@@ -145,7 +175,7 @@ func (r *runStore) bytes() int64 {
 func (t *Tree) runOf(x uint32) ([]wire.BlockHash, []uint32) {
 	nd := &t.nodes[x]
 	c := nd.class
-	base := int(nd.run) << c
+	base := int(nd.run)
 	end := base + int(nd.n)
 	return t.runs.loc[c][base:end:end], t.runs.ids[c][base:end:end]
 }
@@ -154,8 +184,8 @@ func (t *Tree) runOf(x uint32) ([]wire.BlockHash, []uint32) {
 func (t *Tree) chunkOf(x uint32) ([]wire.BlockHash, []uint32) {
 	nd := &t.nodes[x]
 	c := nd.class
-	base := int(nd.run) << c
-	end := base + 1<<c
+	base := int(nd.run)
+	end := base + runSize(c)
 	return t.runs.loc[c][base:end:end], t.runs.ids[c][base:end:end]
 }
 
@@ -164,7 +194,7 @@ func (t *Tree) moveRun(x uint32, c uint8) {
 	k := t.allocRun(c)
 	oldC, oldK := t.nodes[x].class, t.nodes[x].run
 	loc, ids := t.runOf(x)
-	base := int(k) << c
+	base := int(k)
 	t.wRun(c, base, base+len(loc))
 	copy(t.runs.loc[c][base:], loc)
 	copy(t.runs.ids[c][base:], ids)
@@ -175,7 +205,7 @@ func (t *Tree) moveRun(x uint32, c uint8) {
 
 // ensureCap makes x's chunk hold at least need blocks.
 func (t *Tree) ensureCap(x uint32, need int) {
-	if need > 1<<t.nodes[x].class {
+	if need > runSize(t.nodes[x].class) {
 		t.moveRun(x, classFor(need))
 	}
 }
@@ -184,7 +214,7 @@ func (t *Tree) ensureCap(x uint32, need int) {
 // of its chunk, so a run that was split does not pin its old capacity.
 func (t *Tree) shrinkRun(x uint32) {
 	nd := &t.nodes[x]
-	if nd.class > 0 && int(nd.n)*4 <= 1<<nd.class {
+	if nd.class > 0 && int(nd.n)*4 <= runSize(nd.class) {
 		t.moveRun(x, classFor(int(nd.n)))
 	}
 }
@@ -198,12 +228,13 @@ func (t *Tree) allocNode() uint32 {
 		return id
 	}
 	t.nodes = append(t.nodes, node{live: true})
+	hw := t.hdrWords()
 	l := len(t.sets)
-	t.sets = slices.Grow(t.sets, t.w)[:l+t.w]
+	t.sets = slices.Grow(t.sets, hw)[:l+hw]
 	clear(t.sets[l:])
 	if t.tiers != nil {
 		l := len(t.tiers)
-		t.tiers = slices.Grow(t.tiers, numTiers*t.w)[:l+numTiers*t.w]
+		t.tiers = slices.Grow(t.tiers, numTiers*hw)[:l+numTiers*hw]
 		clear(t.tiers[l:])
 	}
 	return uint32(len(t.nodes) - 1)
@@ -234,7 +265,33 @@ func (t *Tree) releaseBlock(id uint32) {
 	t.freeBlock = id
 }
 
-// Worker sets: t.w words per node, bit s = slot s.
+// Worker sets: t.w words per node, bit s = slot s; or, once t.sparse, a
+// sparse set per node (sparse.go).
+
+// hdrWords is the words per set in t.sets and t.tiers.
+func (t *Tree) hdrWords() int {
+	if t.sparse {
+		return spStride
+	}
+	return t.w
+}
+
+// setWords returns x's set as t.w dense words: its own words, or for a
+// sparse set a copy in buf (not for hot paths).
+func (t *Tree) setWords(x uint32, buf []uint64) []uint64 {
+	if t.sparse {
+		return t.spDense(t.sets, int(x), buf[:t.w])
+	}
+	return t.setOf(x)
+}
+
+// tierWords is setWords for tier set k of x.
+func (t *Tree) tierWords(x uint32, k int, buf []uint64) []uint64 {
+	if t.sparse {
+		return t.spDense(t.tiers, int(x)*numTiers+k, buf[:t.w])
+	}
+	return t.tierSet(x, k)
+}
 
 func (t *Tree) setOf(x uint32) []uint64 {
 	i := int(x) * t.w
@@ -242,12 +299,26 @@ func (t *Tree) setOf(x uint32) []uint64 {
 }
 
 func (t *Tree) has(x, s uint32) bool {
+	if t.sparse {
+		return t.hasSparse(x, s)
+	}
 	return t.sets[int(x)*t.w+int(s>>6)]&(1<<(s&63)) != 0
+}
+
+func (t *Tree) hasSparse(x, s uint32) bool {
+	return t.spWord(t.sets, int(x), s>>6)&(1<<(s&63)) != 0
 }
 
 // setBit adds slot s to x's set with the tiers of tb (a tierBit mask; it
 // must be device-only while the tree has no tier sets).
 func (t *Tree) setBit(x, s uint32, tb uint8) {
+	if t.sparse {
+		t.spSetBit(false, int(x), s)
+		if t.tiers != nil {
+			t.setTiers(x, s, tb)
+		}
+		return
+	}
 	i := int(x)*t.w + int(s>>6)
 	t.wSets(i, i+1)
 	t.sets[i] |= 1 << (s & 63)
@@ -258,6 +329,13 @@ func (t *Tree) setBit(x, s uint32, tb uint8) {
 
 // clearBit removes slot s from x's set, in every tier.
 func (t *Tree) clearBit(x, s uint32) {
+	if t.sparse {
+		t.spClearBit(false, int(x), s)
+		if t.tiers != nil {
+			t.setTiers(x, s, 0)
+		}
+		return
+	}
 	i := int(x)*t.w + int(s>>6)
 	t.wSets(i, i+1)
 	t.sets[i] &^= 1 << (s & 63)
@@ -301,6 +379,14 @@ func (t *Tree) maskOf(x, s uint32) uint8 {
 		return devBit
 	}
 	var m uint8
+	if t.sparse {
+		for k := range numTiers {
+			if t.spWord(t.tiers, int(x)*numTiers+k, s>>6)&(1<<(s&63)) != 0 {
+				m |= 1 << k
+			}
+		}
+		return m
+	}
 	i, b := int(s>>6), uint64(1)<<(s&63)
 	base := int(x) * numTiers * t.w
 	for k := range numTiers {
@@ -314,6 +400,16 @@ func (t *Tree) maskOf(x, s uint32) uint8 {
 // setTiers makes slot s's tier mask at x exactly m (the union set bit is the
 // caller's).
 func (t *Tree) setTiers(x, s uint32, m uint8) {
+	if t.sparse {
+		for k := range numTiers {
+			if m&(1<<k) != 0 {
+				t.spSetBit(true, int(x)*numTiers+k, s)
+			} else {
+				t.spClearBit(true, int(x)*numTiers+k, s)
+			}
+		}
+		return
+	}
 	i, b := int(s>>6), uint64(1)<<(s&63)
 	base := int(x) * numTiers * t.w
 	t.wTiers(base, base+numTiers*t.w)
@@ -329,6 +425,14 @@ func (t *Tree) setTiers(x, s uint32, m uint8) {
 // enableTiers allocates the tier sets: everything held so far is on the
 // device.
 func (t *Tree) enableTiers() {
+	if t.sparse {
+		t.tiers = make([]uint64, len(t.nodes)*numTiers*spStride, cap(t.nodes)*numTiers*spStride)
+		for x := range t.nodes {
+			t.spCopy(true, x*numTiers+int(wire.TierDevice), false, x)
+		}
+		t.act = make([]uint64, 7*t.w)
+		return
+	}
 	t.tiers = make([]uint64, len(t.nodes)*numTiers*t.w, cap(t.nodes)*numTiers*t.w)
 	for x := range t.nodes {
 		copy(t.tierSet(uint32(x), int(wire.TierDevice)), t.setOf(uint32(x)))
@@ -337,6 +441,9 @@ func (t *Tree) enableTiers() {
 }
 
 func (t *Tree) emptySet(x uint32) bool {
+	if t.sparse {
+		return spN(t.sets[int(x)*spStride+1]) == 0
+	}
 	for _, w := range t.setOf(x) {
 		if w != 0 {
 			return false
@@ -347,6 +454,19 @@ func (t *Tree) emptySet(x uint32) bool {
 
 // sameSet reports whether x and y have the same workers in the same tiers.
 func (t *Tree) sameSet(x, y uint32) bool {
+	if t.sparse {
+		if !t.spEqual(t.sets, int(x), int(y)) {
+			return false
+		}
+		if t.tiers != nil {
+			for k := range numTiers {
+				if !t.spEqual(t.tiers, int(x)*numTiers+k, int(y)*numTiers+k) {
+					return false
+				}
+			}
+		}
+		return true
+	}
 	a, b := t.setOf(x), t.setOf(y)
 	for i := range a {
 		if a[i] != b[i] {
@@ -362,6 +482,15 @@ func (t *Tree) sameSet(x, y uint32) bool {
 
 // copySet gives y x's set and tier sets.
 func (t *Tree) copySet(y, x uint32) {
+	if t.sparse {
+		t.spCopy(false, int(y), false, int(x))
+		if t.tiers != nil {
+			for k := range numTiers {
+				t.spCopy(true, int(y)*numTiers+k, true, int(x)*numTiers+k)
+			}
+		}
+		return
+	}
 	t.wSets(int(y)*t.w, int(y+1)*t.w)
 	copy(t.setOf(y), t.setOf(x))
 	if t.tiers != nil {
@@ -373,6 +502,15 @@ func (t *Tree) copySet(y, x uint32) {
 
 // clearSet empties x's set and tier sets.
 func (t *Tree) clearSet(x uint32) {
+	if t.sparse {
+		t.spClear(false, int(x))
+		if t.tiers != nil {
+			for k := range numTiers {
+				t.spClear(true, int(x)*numTiers+k)
+			}
+		}
+		return
+	}
 	t.wSets(int(x)*t.w, int(x+1)*t.w)
 	clear(t.setOf(x))
 	if t.tiers != nil {
@@ -384,6 +522,9 @@ func (t *Tree) clearSet(x uint32) {
 
 // onlyMember reports whether slot s is the only worker in x's set.
 func (t *Tree) onlyMember(x, s uint32) bool {
+	if t.sparse {
+		return t.onlyMemberSparse(x, s)
+	}
 	if t.w == 1 {
 		return t.sets[x] == 1<<(s&63)
 	}
@@ -404,6 +545,16 @@ func (t *Tree) growWords(s uint32) {
 	nw := t.w
 	for int(s) >= 64*nw {
 		nw *= 2
+	}
+	if nw > denseMax && !t.sparse {
+		t.toSparse()
+	}
+	if t.sparse {
+		t.w = nw
+		if t.tiers != nil {
+			t.act = make([]uint64, 7*nw)
+		}
+		return
 	}
 	ns := make([]uint64, len(t.nodes)*nw, cap(t.nodes)*nw)
 	for x := range t.nodes {
@@ -479,4 +630,9 @@ func (t *Tree) adoptChildren(from, to uint32) {
 	f, tn := t.wNode(from), t.wNode(to)
 	tn.first, tn.nchild = f.first, f.nchild
 	f.first, f.nchild = 0, 0
+}
+
+func (t *Tree) onlyMemberSparse(x, s uint32) bool {
+	h0, h1 := spHdr(t.sets, int(x))
+	return spN(h1) == 1 && uint32(h1>>32) == s>>6 && h0 == 1<<(s&63)
 }

@@ -33,6 +33,7 @@ type Capture struct {
 	nodes    cow.Slice[node]
 	sets     cow.Slice[uint64]
 	tiers    cow.Slice[uint64]
+	sp       cow.Slice[uint64]
 	blocks   cow.Slice[block]
 	children cow.Slice[childEntry]
 	loc      [numClasses]cow.Slice[wire.BlockHash]
@@ -83,6 +84,7 @@ func (t *Tree) BeginCapture() *Capture {
 	img := &Tree{
 		w: t.w, freeNode: t.freeNode, liveNodes: t.liveNodes,
 		freeBlock: t.freeBlock, liveBlocks: t.liveBlocks, maxRun: t.maxRun,
+		sparse: t.sparse, spFree: t.spFree,
 		children:  childTable{count: t.children.count},
 		slotOf:    maps.Clone(t.slotOf),
 		freeSlots: slices.Clone(t.freeSlots),
@@ -96,6 +98,7 @@ func (t *Tree) BeginCapture() *Capture {
 	c.nodes.Begin(t.nodes, pageBytes)
 	c.sets.Begin(t.sets, pageBytes)
 	c.tiers.Begin(t.tiers, pageBytes)
+	c.sp.Begin(t.sp, pageBytes)
 	c.blocks.Begin(t.blocks, pageBytes)
 	c.children.Begin(t.children.e, pageBytes)
 	for k := range numClasses {
@@ -129,7 +132,7 @@ func (t *Tree) BeginCapture() *Capture {
 func (t *Tree) Capturing() bool { return t.cw != nil }
 
 // arenas returns the number of arenas Step walks.
-func (c *Capture) arenas() int { return 5 + 2*numClasses + 2*len(c.eng) }
+func (c *Capture) arenas() int { return 6 + 2*numClasses + 2*len(c.eng) }
 
 // pager is what Step and Stats need of a cow.Slice.
 type pager interface {
@@ -142,7 +145,7 @@ type pager interface {
 	CountInto(*int)
 }
 
-// arena returns arena i: the node, set, tier, block and child arenas, each
+// arena returns arena i: the node, set, tier, block, child and sparse-set arenas, each
 // class's local hashes and block ids, then each slot's engine table.
 func (c *Capture) arena(i int) pager {
 	switch {
@@ -156,14 +159,16 @@ func (c *Capture) arena(i int) pager {
 		return &c.blocks
 	case i == 4:
 		return &c.children
-	case i < 5+2*numClasses:
-		if k := (i - 5) / 2; (i-5)%2 == 0 {
+	case i == 5:
+		return &c.sp
+	case i < 6+2*numClasses:
+		if k := (i - 6) / 2; (i-6)%2 == 0 {
 			return &c.loc[k]
 		} else {
 			return &c.ids[k]
 		}
 	}
-	j := i - 5 - 2*numClasses
+	j := i - 6 - 2*numClasses
 	if j%2 == 0 {
 		return &c.eng[j/2].ctrl
 	}
@@ -250,7 +255,7 @@ func (c *Capture) Tree() *Tree {
 		return c.image
 	}
 	img := c.img
-	img.nodes, img.sets, img.tiers = c.nodes.Result(), c.sets.Result(), c.tiers.Result()
+	img.nodes, img.sets, img.tiers, img.sp = c.nodes.Result(), c.sets.Result(), c.tiers.Result(), c.sp.Result()
 	img.blocks, img.children.e = c.blocks.Result(), c.children.Result()
 	for k := range numClasses {
 		img.runs.loc[k], img.runs.ids[k] = c.loc[k].Result(), c.ids[k].Result()
@@ -298,7 +303,7 @@ func (c *Capture) Stats() CaptureStats {
 // scalar state (used to check a capture against a Clone).
 func sameArenas(a, b *Tree) error {
 	switch {
-	case a.w != b.w || a.freeNode != b.freeNode || a.liveNodes != b.liveNodes || a.freeBlock != b.freeBlock || a.liveBlocks != b.liveBlocks:
+	case a.w != b.w || a.sparse != b.sparse || a.spFree != b.spFree || a.freeNode != b.freeNode || a.liveNodes != b.liveNodes || a.freeBlock != b.freeBlock || a.liveBlocks != b.liveBlocks:
 		return fmt.Errorf("scalars differ")
 	case !slices.Equal(a.nodes, b.nodes):
 		return fmt.Errorf("nodes differ")
@@ -306,6 +311,8 @@ func sameArenas(a, b *Tree) error {
 		return fmt.Errorf("sets differ")
 	case !slices.Equal(a.tiers, b.tiers):
 		return fmt.Errorf("tiers differ")
+	case !slices.Equal(a.sp, b.sp):
+		return fmt.Errorf("sparse sets differ")
 	case !slices.Equal(a.blocks, b.blocks):
 		return fmt.Errorf("blocks differ")
 	case !slices.Equal(a.children.e, b.children.e) || a.children.count != b.children.count:

@@ -108,17 +108,21 @@
 //     A worker holding a node holds its parent, so sets shrink going down and
 //     Match never revisits a worker once it drops out.
 //   - runs: each node's local hashes (8 bytes) and block ids (4 bytes) sit
-//     contiguously in a chunk of a power-of-two size class, so matching a
+//     contiguously in a chunk of a size class (1, 2, 3, 4, 6, 8, 12, …
+//     blocks: powers of two and the half-steps between them), so matching a
 //     long shared prefix is a linear compare of consecutive hashes.
 //   - blocks (8 bytes): a stable block id → (node, offset). Splitting,
 //     merging or moving a run rewrites only these records, never the engine
 //     tables.
 //   - worker sets: bitsets over dense per-tree slots (one uint64 per node for
 //     up to 64 worker keys, widened on demand); a worker key's slot is freed
-//     when it holds nothing.
+//     when it holds nothing. Past 512 worker keys (8 words) a tree turns
+//     every set, once, into a sparse set (sparse.go): its nonzero words with
+//     their word indexes, a 16-byte header in place of the bitset, a single
+//     word inline, more in a chunk of a shared pool (12 bytes a word).
 //   - engine tables: per worker key, engine hash → block id, for parents and
 //     removals. Open addressing with linear probing and backward-shift
-//     deletion (no tombstones), capacity grown 1.5× at 4/5 load, 12-byte
+//     deletion (no tombstones), capacity grown to 7/4 of the count at 7/8 load, 12-byte
 //     entries plus a control byte per slot that probes scan eight at a time.
 //   - edges: one per-tree open-addressing table (parent, first local hash) →
 //     child, consulted only at nodes with two or more children (an only child
@@ -225,6 +229,74 @@
 //     vs 26.8 M blocks/s, alternating runs).
 //   - Tables shrink at 1/5 load but never below 256 slots, so a worker whose
 //     size swings by a few hundred blocks does not reallocate (TestAllocs*).
+//
+// # Memory at fleet scale (issue 17 §1, session 7)
+//
+// Bytes per (block, worker) entry by Stats, `kvroute bench index --json`
+// on the synthetic trace (one shard; 7,000 = `--workers 1000 --duplicate
+// 7`), and the 64-worker benchmark fleet (BenchmarkBuild/runs), each
+// change on top of the one before:
+//
+//	                         before  sparse sets  half-step runs  tables 7/8
+//	8 workers (trace)        36.13   36.13        35.08           29.37
+//	256 workers (trace)      32.17   32.17        31.37           29.68
+//	7,000 workers (trace×7)  48.32   33.34        32.85           30.55
+//	fleet, 64 workers        30.61   30.61        29.96           31.11
+//
+// The three changes:
+//
+//   - Sparse sets past 512 worker keys (see Layout): at 7,000 keys a dense
+//     set was 128 words per node, 15.59 of the 48.32 bytes; sparse sets
+//     cost 0.6 (headers 0.27, pool the rest). Up to 512 keys nothing
+//     changes: the dense code paths are as before, behind one predictable
+//     branch (has and onlyMember call their sparse halves out of line so
+//     the dense halves stay small). Match keeps its monotone walk (a child's
+//     word indexes are a subsequence of its parent's, so the words that
+//     leave are a merge of two sorted lists) and allocates nothing; the
+//     tiered walk expands the sets on its path into dense scratch words (as
+//     costly as the dense walk at that width). Capture and content encoding
+//     are unchanged in format; the pool is one more captured arena.
+//   - Run chunks in half-step size classes: runs waste 1.2× instead of
+//     1.4× their blocks (7,000 workers: chunk blocks 400k → 336k for 281k
+//     blocks). A node's run field is now the chunk's offset, so runOf has
+//     no shift.
+//   - Engine tables fill to 7/8 and grow to 7/4 of their count (before:
+//     4/5 and 2×). Averaged over table sizes (BenchmarkEngineTableGrowth,
+//     1k–100k entries on a log scale) 20.65 → 18.59 bytes per entry. A
+//     single snapshot lands wherever its tables are in their growth cycle:
+//     the trace's tables sit well (load 0.70 at 7,000 workers, 0.80 at 8),
+//     the benchmark fleet's 64 equal tables of ≈20k entries sit just after a
+//     resize (its 30.61 → 31.11).
+//
+// Speed (make-bench-compare style, the base f489bf1 and each change
+// interleaved in one run on the shared 2-vCPU machine, load average 8–15;
+// cpu-ns/op is process CPU time per op, which the waits for a core do not
+// inflate; n = 8): Match/runs 605 → 659 ns (p = 0.65), Match/tiered 1.57 →
+// 1.38 µs (p = 0.20), Apply/runs 7.65 → 5.56 µs (−27%, p = 0.007),
+// Apply/block and Apply/tiered no change (p ≥ 0.44); the 7/8 tables alone
+// against the commit before them: no significant change (p ≥ 0.20). The
+// gate (perf/bench-gate.sh f489bf1 0.05 over Match, Apply, IndexMatch,
+// IndexApply, wall clock, spreads ±40–300%) flagged nothing. Match again,
+// 10 runs per binary alternating in both orders: runs 780 → 702 ns CPU
+// (p = 0.44), tiered 1.66 → 1.68 µs (p = 0.97). At 4,096 worker keys
+// (BenchmarkWide, dense against sparse sets, one process per run
+// alternating in both orders): 38.30 → 29.46 bytes per entry, Match 2.53
+// → 1.92 µs CPU (−24%, p = 0.006, n = 12), Apply 2.76 → 2.65 µs CPU
+// (p = 0.38, n = 8). The 7,000-worker trace replay, 6 runs each,
+// interleaved: 82k → 100k ops/s (median; 36–210k run to run), Match p50 320
+// → 257 ns, p99 23.0 → 21.2 µs (medians).
+//
+// Not taken, from the member-array branch (wsets-member-arrays), whose two
+// parts were measured apart (its commits 1876c9f, member arrays, and
+// ec0fbae, + idTable, against their base c8b5999, CPU time per op, 6
+// interleaved runs): member arrays for every set cost Match (Match/tiered
+// 1.51 → 2.31 µs, p = 0.065; Apply no significant change), since a walk
+// reads a node's whole array where a bitset takes a word operation; the
+// idTable (engine entries keyed by the block's creator hash, 5 bytes a
+// slot) cost Apply (Apply/runs 6.29 → 10.52 µs, +67%, p = 0.026: a 16-byte
+// block record and a second probe on every lookup) for 1.3 bytes per entry
+// at 7,000 workers and 0.1 on the fleet with per-worker hash seeds; it pays
+// only where engines hash alike (22.41 on the fleet).
 //
 // Targets (issue 2), met on the quiet-machine medians: Match of 512 blocks ≤ 2 µs median (314 ns;
 // 0.6 µs at worst under contention); Apply ≥ 10 M blocks/s (28.8 M; under

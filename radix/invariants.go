@@ -16,10 +16,17 @@ func (t *Tree) CheckInvariants() error {
 	if t.nodes == nil {
 		return nil
 	}
-	if len(t.sets) != len(t.nodes)*t.w {
-		return fmt.Errorf("sets has %d words for %d nodes × %d", len(t.sets), len(t.nodes), t.w)
+	hw, actW := t.hdrWords(), 3
+	if t.sparse {
+		actW = 7
+		if err := t.checkSparse(); err != nil {
+			return err
+		}
 	}
-	if t.tiers != nil && (len(t.tiers) != len(t.nodes)*numTiers*t.w || len(t.act) != 3*t.w) {
+	if len(t.sets) != len(t.nodes)*hw {
+		return fmt.Errorf("sets has %d words for %d nodes × %d", len(t.sets), len(t.nodes), hw)
+	}
+	if t.tiers != nil && (len(t.tiers) != len(t.nodes)*numTiers*hw || len(t.act) != actW*t.w) {
 		return fmt.Errorf("tiers has %d words, act %d, for %d nodes × %d", len(t.tiers), len(t.act), len(t.nodes), t.w)
 	}
 	if t.nodes[0].live || !t.nodes[rootID].live || t.nodes[rootID].n != 0 || t.nodes[rootID].parent != 0 {
@@ -65,8 +72,9 @@ func (t *Tree) CheckInvariants() error {
 				return fmt.Errorf("edge table maps (%d, %x) to %d, want %d", x, cn.head, got, c)
 			}
 			if x != rootID {
-				for i, w := range t.setOf(c) {
-					if w&^t.setOf(x)[i] != 0 {
+				cw, xw := t.setWords(c, make([]uint64, t.w)), t.setWords(x, make([]uint64, t.w))
+				for i, w := range cw {
+					if w&^xw[i] != 0 {
 						return fmt.Errorf("node %d holds workers its parent %d does not", c, x)
 					}
 				}
@@ -139,21 +147,22 @@ func (t *Tree) CheckInvariants() error {
 	}
 	// Run chunks.
 	for c := range numClasses {
-		chunks := uint32(len(t.runs.loc[c]) >> c)
+		size := runSize(uint8(c))
+		chunks := len(t.runs.loc[c]) / size
 		if len(chunkUse[c]) != int(t.runs.live[c]) {
 			return fmt.Errorf("class %d: %d chunks used, live %d", c, len(chunkUse[c]), t.runs.live[c])
 		}
 		nfree := 0
-		for f := t.runs.free[c]; f != 0; f = t.runs.ids[c][(f-1)<<c] {
-			if f-1 >= chunks || chunkUse[c][f-1] {
+		for f := t.runs.free[c]; f != 0; f = t.runs.ids[c][f-1] {
+			if int(f-1) >= chunks*size || int(f-1)%size != 0 || chunkUse[c][f-1] {
 				return fmt.Errorf("class %d: free chunk %d in use or out of range", c, f-1)
 			}
 			chunkUse[c][f-1] = true
-			if nfree++; nfree > int(chunks) {
+			if nfree++; nfree > chunks {
 				return fmt.Errorf("class %d: free list cycles", c)
 			}
 		}
-		if uint32(len(chunkUse[c])) != chunks {
+		if len(chunkUse[c]) != chunks {
 			return fmt.Errorf("class %d: %d chunks used or free of %d", c, len(chunkUse[c]), chunks)
 		}
 	}
@@ -163,10 +172,10 @@ func (t *Tree) CheckInvariants() error {
 // checkNode checks one non-root node's run, blocks and set.
 func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[uint32]bool) error {
 	nd := t.nodes[x]
-	if nd.n == 0 || int(nd.n) > 1<<nd.class || (t.maxRun > 0 && int(nd.n) > t.maxRun) {
+	if nd.n == 0 || int(nd.n) > runSize(nd.class) || (t.maxRun > 0 && int(nd.n) > t.maxRun) {
 		return fmt.Errorf("node %d: run of %d in class %d", x, nd.n, nd.class)
 	}
-	if int(nd.run+1)<<nd.class > len(t.runs.loc[nd.class]) {
+	if int(nd.run)+runSize(nd.class) > len(t.runs.loc[nd.class]) || int(nd.run)%runSize(nd.class) != 0 {
 		return fmt.Errorf("node %d: chunk %d of class %d out of range", x, nd.run, nd.class)
 	}
 	if chunkUse[nd.class][nd.run] {
@@ -190,18 +199,18 @@ func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[
 		return fmt.Errorf("node %d has no workers", x)
 	}
 	if t.tiers != nil {
-		set := t.setOf(x)
+		set := t.setWords(x, make([]uint64, t.w))
 		for i := range set {
 			var union uint64
 			for k := range numTiers {
-				union |= t.tierSet(x, k)[i]
+				union |= t.tierWords(x, k, make([]uint64, t.w))[i]
 			}
 			if union != set[i] {
 				return fmt.Errorf("node %d: tier sets' union %#x, set %#x (word %d)", x, union, set[i], i)
 			}
 		}
 	}
-	for wi, w := range t.setOf(x) {
+	for wi, w := range t.setWords(x, make([]uint64, t.w)) {
 		for ; w != 0; w &= w - 1 {
 			s := wi*64 + bits.TrailingZeros64(w)
 			if s >= len(t.slots) || !t.slots[s].live {

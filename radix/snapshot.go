@@ -55,7 +55,8 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 	*dst = Tree{
 		w: t.w, freeNode: t.freeNode, liveNodes: t.liveNodes,
 		freeBlock: t.freeBlock, liveBlocks: t.liveBlocks, maxRun: t.maxRun,
-		nodes: old.nodes, sets: old.sets, blocks: old.blocks, runs: old.runs,
+		sparse: t.sparse, spFree: t.spFree,
+		nodes: old.nodes, sets: old.sets, blocks: old.blocks, runs: old.runs, sp: old.sp,
 		children: childTable{e: old.children.e, count: t.children.count},
 		slotOf:   make(map[wire.WorkerKey]uint32, len(t.slotOf)),
 	}
@@ -69,6 +70,7 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 	cp.segs = append(cp.segs,
 		segOf(&dst.nodes, t.nodes, int(nodeBytes)),
 		segOf(&dst.sets, t.sets, 8),
+		segOf(&dst.sp, t.sp, 8),
 		segOf(&dst.blocks, t.blocks, int(blockBytes)),
 		segOf(&dst.children.e, t.children.e, 16))
 	for c := range numClasses {
@@ -230,12 +232,13 @@ func (t *Tree) WriteContent(w io.Writer) (ContentStats, error) {
 	e.uvarint(uint64(st.Entries))
 	e.uvarint(uint64(t.nodes[rootID].nchild))
 	setBytes := make([]byte, (W+7)/8)
+	wbuf := make([]uint64, t.w)
 	for _, x := range order {
 		nd := &t.nodes[x]
 		e.uvarint(uint64(nd.nchild))
 		e.uvarint(uint64(nd.n))
 		clear(setBytes)
-		for wi, word := range t.setOf(x) {
+		for wi, word := range t.setWords(x, wbuf) {
 			for word != 0 {
 				d := dense[wi*64+bits.TrailingZeros64(word)]
 				word &= word - 1
@@ -304,6 +307,13 @@ func (t *Tree) engineMode(x, s uint32, ids []uint32, engineOf []wire.EngineHash,
 }
 
 func (t *Tree) firstMember(x uint32) uint32 {
+	if t.sparse {
+		if h0, h1 := spHdr(t.sets, int(x)); spN(h1) > 0 {
+			wi, w := t.spPair(h0, h1, 0)
+			return wi*64 + uint32(bits.TrailingZeros64(w))
+		}
+		return 0
+	}
 	for i, w := range t.setOf(x) {
 		if w != 0 {
 			return uint32(i*64 + bits.TrailingZeros64(w))

@@ -78,8 +78,13 @@ type Tree struct {
 	w     int      // words per worker set
 	// tiers is nil until the first event of a tier other than the device;
 	// then numTiers sets per node (see tierSet).
-	tiers     []uint64
-	act       []uint64 // Match's per-level active sets when tiered (3 × w)
+	tiers []uint64
+	act   []uint64 // Match's per-level active sets when tiered (3 × w; sparse: then 4 × w dense scratch)
+	// sparse: sets (and tier sets) are in the sparse form (sparse.go), a
+	// 2-word header per set in sets/tiers and the words in sp.
+	sparse    bool
+	sp        []uint64
+	spFree    [numSetClasses]uint32
 	freeNode  uint32
 	liveNodes int // including the root
 
@@ -137,6 +142,10 @@ func (t *Tree) init() {
 		slotOf: make(map[wire.WorkerKey]uint32),
 	}
 	t.sets = make([]uint64, len(t.nodes)*t.w)
+	if denseMax == 0 {
+		t.sparse = true
+		t.sets = make([]uint64, len(t.nodes)*spStride)
+	}
 	t.nodes[rootID].live = true
 	t.liveNodes = 1
 }
@@ -356,7 +365,7 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 		base := int(t.nodes[y].n)
 		loc, ids := t.chunkOf(y)
 		if t.cw != nil {
-			cb := int(t.nodes[y].run) << t.nodes[y].class
+			cb := int(t.nodes[y].run)
 			t.wRun(t.nodes[y].class, cb+base, cb+base+room)
 		}
 		i := 0
@@ -416,7 +425,7 @@ func (t *Tree) split(x, j uint32) uint32 {
 	yn.class, yn.run, yn.n = c, k, uint32(tail)
 	xl, xi := t.runOf(x)
 	yl, yi := t.runOf(y)
-	t.wRun(c, int(k)<<c, int(k)<<c+tail)
+	t.wRun(c, int(k), int(k)+tail)
 	copy(yl, xl[j:])
 	copy(yi, xi[j:])
 	for i, id := range yi {
@@ -448,7 +457,7 @@ func (t *Tree) tryMerge(x uint32) {
 		xl, xi := t.chunkOf(x)
 		cl, ci := t.runOf(c)
 		if t.cw != nil {
-			xb := int(t.nodes[x].run) << t.nodes[x].class
+			xb := int(t.nodes[x].run)
 			t.wRun(t.nodes[x].class, xb+xn, xb+xn+cn)
 		}
 		copy(xl[xn:], cl)
@@ -747,6 +756,9 @@ func (t *Tree) Match(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 	if t.tiers != nil {
 		return t.matchTiered(dst, hashes)
 	}
+	if t.sparse {
+		return t.matchSparse(dst, hashes)
+	}
 	c := t.child(rootID, hashes[0])
 	depth := 0
 	for c != 0 {
@@ -776,6 +788,31 @@ func (t *Tree) Match(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 	return dst
 }
 
+// matchSparse is Match (device-only) with sparse sets: the same walk, the
+// words of a node's set minus its next node's merged by word index.
+func (t *Tree) matchSparse(dst []Overlap, hashes []wire.BlockHash) []Overlap {
+	c := t.child(rootID, hashes[0])
+	depth := 0
+	for c != 0 {
+		loc, _ := t.runOf(c)
+		m := matchLen(loc, hashes[depth:])
+		depth += m
+		if m < len(loc) || depth == len(hashes) {
+			break
+		}
+		next := t.child(c, hashes[depth])
+		if next == 0 {
+			break
+		}
+		dst = t.spEmitLeaving(dst, c, next, depth)
+		c = next
+	}
+	if c != 0 {
+		dst = t.spEmitAll(dst, c, depth)
+	}
+	return dst
+}
+
 // matchTiered is Match in a tree with tier sets. It appends one Overlap per
 // worker key holding the first block (in slot order) and follows three
 // levels down the path, each a set of still-matching slots: on the device,
@@ -788,7 +825,12 @@ func (t *Tree) matchTiered(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 		return dst
 	}
 	w := t.w
-	first := t.setOf(c)
+	var first []uint64
+	if t.sparse {
+		first = t.spDense(t.sets, int(c), t.act[3*w:4*w:4*w])
+	} else {
+		first = t.setOf(c)
+	}
 	act := t.act[: 3*w : 3*w]
 	base := len(dst)
 	for i, word := range first {
@@ -832,7 +874,14 @@ func (t *Tree) matchTiered(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 // that level's tiers, recording depth for them.
 func (t *Tree) leaveLevels(out []Overlap, first, act []uint64, x uint32, depth int) {
 	w := t.w
-	dev, host, all := t.tierSet(x, int(wire.TierDevice)), t.tierSet(x, int(wire.TierHost)), t.setOf(x)
+	var dev, host, all []uint64
+	if t.sparse {
+		dev = t.spDense(t.tiers, int(x)*numTiers+int(wire.TierDevice), t.act[4*w:5*w:5*w])
+		host = t.spDense(t.tiers, int(x)*numTiers+int(wire.TierHost), t.act[5*w:6*w:6*w])
+		all = t.spDense(t.sets, int(x), t.act[6*w:7*w:7*w])
+	} else {
+		dev, host, all = t.tierSet(x, int(wire.TierDevice)), t.tierSet(x, int(wire.TierHost)), t.setOf(x)
+	}
 	pre := 0
 	for i, word := range first {
 		held := [3]uint64{dev[i], dev[i] | host[i], all[i]}
@@ -948,5 +997,6 @@ func (t *Tree) bytes() int64 {
 	b += int64(len(t.slotOf)) * slotMapEntryBytes
 	b += int64(cap(t.ids)+cap(t.stack)+cap(t.doomed)+cap(t.survivors)+4*cap(t.rmKeys)) * 4
 	b += int64(cap(t.tiers)+cap(t.act)) * 8
+	b += t.spBytes()
 	return b
 }

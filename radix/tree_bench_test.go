@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -146,10 +147,12 @@ func BenchmarkMatch(b *testing.B) {
 			dst := make([]Overlap, 0, 64)
 			i := 0
 			b.ReportAllocs()
+			cpu := cpuNanos()
 			for b.Loop() {
 				dst = layout.tr.Match(dst[:0], reqs[i%len(reqs)])
 				i++
 			}
+			reportCPU(b, cpu)
 			b.ReportMetric(float64(len(reqs[0])), "blocks/req")
 		})
 	}
@@ -338,6 +341,7 @@ func BenchmarkEngineTable(b *testing.B) {
 func applyLoop(b *testing.B, tr *Tree, events []wire.Event) {
 	b.ReportAllocs()
 	blocks, i := 0, 0
+	cpu := cpuNanos()
 	for b.Loop() {
 		ev := &events[i%len(events)]
 		if _, err := tr.Apply(ev); err != nil {
@@ -346,5 +350,29 @@ func applyLoop(b *testing.B, tr *Tree, events []wire.Event) {
 		blocks += len(ev.Blocks)
 		i++
 	}
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// BenchmarkEngineTableGrowth fills one engine table to 100k entries and
+// reports its bytes per entry averaged over 400 sizes spaced evenly on a
+// log scale from 1k: a figure free of where in its growth cycle a table
+// happens to be (a single snapshot, like BenchmarkBuild's, is not).
+func BenchmarkEngineTableGrowth(b *testing.B) {
+	var mean float64
+	for b.Loop() {
+		var m engineTable
+		var sum float64
+		n, next := 0, 1000.0
+		for k := 1; k <= 100_000; k++ {
+			m.insertNew(wire.EngineHash(splitmix(uint64(k))), uint32(k))
+			if float64(k) >= next {
+				sum += float64(m.bytes()) / float64(m.count)
+				n++
+				next *= math.Pow(100, 1.0/400)
+			}
+		}
+		mean = sum / float64(n)
+	}
+	b.ReportMetric(mean, "B/entry")
 }

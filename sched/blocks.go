@@ -27,7 +27,7 @@ import "slices"
 // holders. Only other cases (arbitrary hash lists, AddRequest) search the
 // holder list (locate), as all bookings did before.
 type blockIndex struct {
-	heads    u64map // hash → vector id
+	heads    vecTable // hash → vector id
 	vecs     []blockVec
 	freeVecs []uint32
 	recs     []holderRec   // [0] unused
@@ -110,9 +110,9 @@ func (b *blockIndex) appendHolders(dst []holder, v uint32) []holder {
 
 // vec returns the vector of hash, creating an empty one if absent.
 func (b *blockIndex) vec(hash uint64) uint32 {
-	ref, ok := b.heads.ref(hash)
-	if ok {
-		return *ref
+	found, cell := b.heads.find(hash, b.vecs)
+	if found != 0 {
+		return found
 	}
 	var v uint32
 	if n := len(b.freeVecs); n > 0 {
@@ -123,7 +123,7 @@ func (b *blockIndex) vec(hash uint64) uint32 {
 		v = uint32(len(b.vecs) - 1)
 	}
 	b.vecs[v] = blockVec{hash: hash}
-	*ref = v
+	b.heads.put(cell, hash, v)
 	return v
 }
 
@@ -299,7 +299,7 @@ func (b *blockIndex) release(id uint32) bool {
 	vec.n--
 	b.live--
 	if vec.n == 0 {
-		b.heads.del(vec.hash)
+		b.heads.del(vec.hash, v)
 		*vec = blockVec{}
 		b.freeVecs = append(b.freeVecs, v)
 	}

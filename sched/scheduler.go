@@ -616,7 +616,7 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 		if c := bv[prev].child; c != 0 && bv[c].hash == uint64(h) && bv[c].n > 0 {
 			v = c
 		} else {
-			v = s.blocks.heads.get(uint64(h))
+			v = s.blocks.heads.get(uint64(h), bv)
 		}
 		if v == 0 {
 			break

@@ -204,22 +204,54 @@ func (b *blockIndex) acquireNew(v, slot, pred, prev uint32) (uint32, bool) {
 	return b.add(v, slot, prev), true
 }
 
-// add appends slot, with a new record of one reference, to vector v's
-// holders and returns the record; prev is the booking's previous record.
-func (b *blockIndex) add(v, slot, prev uint32) uint32 {
+// acquireHash is vec then acquire, for a block looked up by hash: when the
+// hash is new, the vector is created with slot as its only holder directly
+// (no holder search, no chunk), the common case of a prompt's unshared tail.
+func (b *blockIndex) acquireHash(hash uint64, slot, pred, prev uint32) (v, id uint32, became bool) {
+	found, cell := b.heads.find(hash, b.vecs)
+	if found != 0 {
+		id, became = b.acquire(found, slot, pred, prev)
+		return found, id, became
+	}
+	if n := len(b.freeVecs); n > 0 {
+		v = b.freeVecs[n-1]
+		b.freeVecs = b.freeVecs[:n-1]
+	} else {
+		b.vecs = append(b.vecs, blockVec{})
+		v = uint32(len(b.vecs) - 1)
+	}
+	b.heads.put(cell, hash, v)
+	id = b.newRec()
+	b.recs[id] = holderRec{vec: v, rc: 1, prev: prev}
+	b.vecs[v] = blockVec{hash: hash, first: hentry{slot, id}, n: 1, pred: pred}
+	if pred != 0 {
+		b.vecs[pred].child = v
+	}
+	b.live++
+	return v, id, true
+}
+
+// newRec takes a holder record from the free list or the arena.
+func (b *blockIndex) newRec() uint32 {
 	id := b.freeRecs
 	if id != 0 {
 		b.freeRecs = b.recs[id].vec
-	} else {
-		// Double the arena: the count of holders drifts, and append's
-		// smaller steps for large slices would reallocate at each new
-		// high-water mark of a steady workload.
-		if len(b.recs) == cap(b.recs) {
-			b.recs = slices.Grow(b.recs, len(b.recs))
-		}
-		b.recs = append(b.recs, holderRec{})
-		id = uint32(len(b.recs) - 1)
+		return id
 	}
+	// Double the arena: the count of holders drifts, and append's smaller
+	// steps for large slices would reallocate at each new high-water mark
+	// of a steady workload.
+	if len(b.recs) == cap(b.recs) {
+		b.recs = slices.Grow(b.recs, len(b.recs))
+	}
+	b.recs = append(b.recs, holderRec{})
+	return uint32(len(b.recs) - 1)
+}
+
+// add appends slot, with a new record of one reference, to vector v's
+// holders and returns the record; prev is the booking's previous record.
+func (b *blockIndex) add(v, slot, prev uint32) uint32 {
+	id := b.newRec()
 	rec := holderRec{vec: v, rc: 1, prev: prev}
 	vec := &b.vecs[v]
 	k := vec.n

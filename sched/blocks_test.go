@@ -84,8 +84,14 @@ func TestBlockIndexModel(t *testing.T) {
 				ref[k] = rc - 1
 			}
 		} else if fill || rng.IntN(10) == 0 {
-			v := b.vec(uint64(k.hash))
-			if _, became := b.acquire(v, k.slot, 0, 0); became != (ref[k] == 0) {
+			var became bool
+			if rng.IntN(2) == 0 {
+				v := b.vec(uint64(k.hash))
+				_, became = b.acquire(v, k.slot, 0, 0)
+			} else { // by hash: creates absent vectors with their first holder
+				_, _, became = b.acquireHash(uint64(k.hash), k.slot, 0, 0)
+			}
+			if became != (ref[k] == 0) {
 				t.Fatalf("step %d: acquire reported %v at rc %d", step, became, ref[k])
 			}
 			ref[k]++

@@ -253,19 +253,23 @@ func (s *Scheduler) heapPlain(p *pass) {
 		cut = kmin + 1e-6*(math.Abs(kmin)+float64(p.in.nb)+p.in.w*float64(p.in.isl)*s.invBS+1)
 		prune = !math.IsNaN(cut) && !math.IsInf(cut, 0)
 	}
+	w, isl, nb, invBS, mode := p.in.w, p.in.isl, p.in.nb, s.invBS, p.in.mode
 	for _, i := range s.touched {
 		sc := s.scan[i]
 		if sc.flags&^fMarks != fLive {
 			continue
 		}
-		if prune && sc.flags&fOverlap == 0 {
-			held := float64(s.heldOf(int(i), gen))
-			if s.heapKey(sc)-held > cut { // its heap key, from the mirror
-				s.heldPruned++
-				continue
-			}
+		if sc.flags&fOverlap != 0 {
+			s.consider(p, int(i))
+			continue
 		}
-		s.consider(p, int(i))
+		held := s.heldOf(int(i), gen)
+		if prune && s.heapKey(sc)-float64(held) > cut { // its heap key, from the mirror
+			s.heldPruned++
+			continue
+		}
+		// Plain but for held blocks: Scheduler.cost from the mirror.
+		p.add(i, heldCost(mode, w, invBS, int64(sc.pf), int64(sc.active), isl, nb, int64(held)))
 	}
 	p.eligible = len(s.slotOf)
 	// The scan reconsiders busy ranks in rank order (route orders the ties

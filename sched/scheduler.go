@@ -33,8 +33,7 @@ type Scheduler struct {
 	// per-decision count of a request's blocks active there, slots the rest.
 	scan      []slotScan
 	hot       []slotHot
-	held      []uint64 // gen<<32 | count
-	deep      []uint32 // with held: the rank's record of its deepest held block (countHeld)
+	held      []heldEnt // per rank: the current request's held blocks (countHeld)
 	touched   []uint32 // ranks marked fTouched in the current decision
 	slots     []slotState
 	freeSlots []uint32
@@ -79,7 +78,9 @@ type Scheduler struct {
 }
 
 // slotScan mirrors the little of a dp rank that the common decision reads
-// for every rank: 12 bytes, so 7,000 ranks stay within a core's L2 cache.
+// for every rank: 16 bytes, so 7,000 ranks stay within a core's L2 cache.
+// tree mirrors slotState.treeSize, the tie break of ranks without an
+// overlap, so breaking a tie among untouched ranks reads no slotState.
 // A rank is "plain" when flags == fLive: live, not busy, not decaying, the
 // only rank of its worker, loads below 2^32 and not touched by the current
 // request (no overlap, none of its blocks active there). The cost of a plain
@@ -89,6 +90,7 @@ type slotScan struct {
 	active uint32 // = slotHot.active unless fSlow
 	pf     uint32 // = slotHot.pfSum unless fSlow
 	flags  uint32
+	tree   uint32 // = slotState.treeSize
 }
 
 const (
@@ -100,6 +102,15 @@ const (
 
 	fMarks = fTouched | fOverlap // per-decision marks
 )
+
+// heldEnt is a rank's count of the current request's blocks it holds, valid
+// when gc>>32 is the decision's generation (gen<<32 | count), and its record
+// of the deepest of them. One entry per rank, so countHeld's visit to a
+// holder writes one line (the two were separate arrays).
+type heldEnt struct {
+	gc   uint64
+	deep uint32
+}
 
 // slotHot is the authoritative load of a dp rank and the per-decision
 // fields the general path reads. Pointer-free.
@@ -237,13 +248,12 @@ func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 	} else {
 		s.scan = append(s.scan, slotScan{})
 		s.hot = append(s.hot, slotHot{})
-		s.held = append(s.held, 0)
-		s.deep = append(s.deep, 0)
+		s.held = append(s.held, heldEnt{})
 		s.slots = append(s.slots, slotState{})
 		i = uint32(len(s.slots) - 1)
 	}
 	s.hot[i] = slotHot{worker: w, live: true}
-	s.held[i] = 0
+	s.held[i] = heldEnt{}
 	s.slots[i] = slotState{key: key, capacity: c}
 	s.setLimits(i)
 	s.slotOf[key] = i
@@ -293,7 +303,7 @@ func (s *Scheduler) scanOf(i uint32) slotScan {
 	if h.busy(h.pfSum) {
 		f |= fBusy
 	}
-	return slotScan{active: uint32(min(h.active, math.MaxUint32)), pf: uint32(min(h.pfSum, math.MaxUint32)), flags: f}
+	return slotScan{active: uint32(min(h.active, math.MaxUint32)), pf: uint32(min(h.pfSum, math.MaxUint32)), flags: f, tree: s.scan[i].tree}
 }
 
 // touch marks rank i as touched by the current request (gen): it leaves the
@@ -434,6 +444,7 @@ func (s *Scheduler) SetTreeSize(key wire.WorkerKey, blocks uint32) error {
 		return ErrUnknownWorker
 	}
 	s.slots[i].treeSize = blocks
+	s.scan[i].tree = blocks
 	return nil
 }
 
@@ -564,7 +575,7 @@ func (s *Scheduler) AppendLoads(dst []WorkerLoad, blocks []wire.SeqHash, now int
 }
 
 func (s *Scheduler) heldOf(i int, gen uint32) uint32 {
-	if v := s.held[i]; uint32(v>>32) == gen {
+	if v := s.held[i].gc; uint32(v>>32) == gen {
 		return uint32(v)
 	}
 	return 0
@@ -575,7 +586,7 @@ func (s *Scheduler) nextGen() uint32 {
 	if s.gen == 0 {
 		for i := range s.hot {
 			s.hot[i].ovGen, s.hot[i].allowGen = 0, 0
-			s.held[i] = 0
+			s.held[i] = heldEnt{}
 		}
 		for i := range s.workers {
 			s.workers[i].okGen = 0
@@ -646,28 +657,29 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 // record as the holder's deepest.
 func (s *Scheduler) holdRun(v uint32, g uint64, k uint32) {
 	vec := &s.blocks.vecs[v]
-	s.holdOne(vec.first.slot, g, k)
-	s.deep[vec.first.slot] = vec.first.id
+	s.holdOne(vec.first, g, k)
 	left := vec.n - 1
 	for c := vec.head; left > 0; c = s.blocks.chunks[c].next {
 		hs := &s.blocks.chunks[c].hs
 		n := min(left, chunkHolders)
 		for _, p := range hs[:n] {
-			s.holdOne(p.slot, g, k)
-			s.deep[p.slot] = p.id
+			s.holdOne(p, g, k)
 		}
 		left -= n
 	}
 }
 
-// holdOne counts k more held blocks on slot under the generation g<<32.
-func (s *Scheduler) holdOne(slot uint32, g uint64, k uint32) {
-	if c := s.held[slot]; c&^0xffffffff == g {
-		s.held[slot] = c + uint64(k)
+// holdOne counts k more held blocks on holder p's slot under the generation
+// g<<32 and notes p's record as its deepest.
+func (s *Scheduler) holdOne(p hentry, g uint64, k uint32) {
+	he := &s.held[p.slot]
+	if c := he.gc; c&^0xffffffff == g {
+		he.gc = c + uint64(k)
 	} else {
-		s.held[slot] = g | uint64(k)
-		s.touch(slot)
+		he.gc = g | uint64(k)
+		s.touch(p.slot)
 	}
+	he.deep = p.id
 }
 
 func durNanos(d time.Duration) int64 {

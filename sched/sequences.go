@@ -82,7 +82,13 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 				continue
 			}
 		default:
-			v = s.blocks.vec(uint64(blocks[j]))
+			v, id, became := s.blocks.acquireHash(uint64(blocks[j]), i, pred, prev)
+			if became {
+				h.active++
+			}
+			pred, prev = v, id
+			holds = append(holds, id)
+			continue
 		}
 		id, became := s.blocks.acquire(v, i, pred, prev)
 		if became {

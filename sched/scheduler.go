@@ -34,7 +34,7 @@ type Scheduler struct {
 	scan      []slotScan
 	hot       []slotHot
 	held      []heldEnt // per rank: the current request's held blocks (countHeld)
-	touched   []uint32 // ranks marked fTouched in the current decision
+	touched   []uint32  // ranks marked fTouched in the current decision
 	slots     []slotState
 	freeSlots []uint32
 	slotOf    map[wire.WorkerKey]uint32

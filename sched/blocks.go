@@ -29,7 +29,8 @@ import "slices"
 type blockIndex struct {
 	heads    vecTable // hash → vector id
 	vecs     []blockVec
-	freeVecs []uint32
+	freeVecs uint32 // free vector list through child
+	nfree    int    // free vectors
 	recs     []holderRec   // [0] unused
 	freeRecs uint32        // free record list through vec
 	chunks   []holderChunk // [0] unused
@@ -114,14 +115,7 @@ func (b *blockIndex) vec(hash uint64) uint32 {
 	if found != 0 {
 		return found
 	}
-	var v uint32
-	if n := len(b.freeVecs); n > 0 {
-		v = b.freeVecs[n-1]
-		b.freeVecs = b.freeVecs[:n-1]
-	} else {
-		b.vecs = append(b.vecs, blockVec{})
-		v = uint32(len(b.vecs) - 1)
-	}
+	v := b.newVec()
 	b.vecs[v] = blockVec{hash: hash}
 	b.heads.put(cell, hash, v)
 	return v
@@ -213,22 +207,32 @@ func (b *blockIndex) acquireHash(hash uint64, slot, pred, prev uint32) (v, id ui
 		id, became = b.acquire(found, slot, pred, prev)
 		return found, id, became
 	}
-	if n := len(b.freeVecs); n > 0 {
-		v = b.freeVecs[n-1]
-		b.freeVecs = b.freeVecs[:n-1]
-	} else {
-		b.vecs = append(b.vecs, blockVec{})
-		v = uint32(len(b.vecs) - 1)
-	}
+	v = b.newVec()
 	b.heads.put(cell, hash, v)
 	id = b.newRec()
-	b.recs[id] = holderRec{vec: v, rc: 1, prev: prev}
-	b.vecs[v] = blockVec{hash: hash, first: hentry{slot, id}, n: 1, pred: pred}
+	rec := &b.recs[id]
+	rec.vec, rec.rc, rec.pos, rec.prev = v, 1, 0, prev
+	// Field by field: a composite literal is built and copied (measured
+	// with cachegrind: 25 instructions against 8).
+	vec := &b.vecs[v]
+	vec.hash, vec.first, vec.n, vec.head, vec.tail, vec.pred, vec.child = hash, hentry{slot, id}, 1, 0, 0, pred, 0
 	if pred != 0 {
 		b.vecs[pred].child = v
 	}
 	b.live++
 	return v, id, true
+}
+
+// newVec takes a vector from the free list or the arena; the caller sets
+// every field.
+func (b *blockIndex) newVec() uint32 {
+	if v := b.freeVecs; v != 0 {
+		b.freeVecs = b.vecs[v].child
+		b.nfree--
+		return v
+	}
+	b.vecs = append(b.vecs, blockVec{})
+	return uint32(len(b.vecs) - 1)
 }
 
 // newRec takes a holder record from the free list or the arena.
@@ -302,12 +306,10 @@ func (b *blockIndex) release(id uint32) bool {
 	v, pos := rec.vec, rec.pos
 	vec := &b.vecs[v]
 	hole := b.entryAt(vec, pos)
-	b.recs[id] = holderRec{vec: b.freeRecs}
+	rec.vec = b.freeRecs // a free record: rc 0, linked through vec
 	b.freeRecs = id
 	last := vec.n - 1
-	if last == 0 {
-		vec.first = hentry{}
-	} else {
+	if last > 0 {
 		tc := vec.tail
 		tail := &b.chunks[tc]
 		j := (last - 1) % chunkHolders
@@ -331,9 +333,13 @@ func (b *blockIndex) release(id uint32) bool {
 	vec.n--
 	b.live--
 	if vec.n == 0 {
+		// The other fields are left as they are: every allocation sets
+		// them all, and a dead vector (n 0) is never read as live (the
+		// child hints check n).
 		b.heads.del(vec.hash, v)
-		*vec = blockVec{}
-		b.freeVecs = append(b.freeVecs, v)
+		vec.child = b.freeVecs
+		b.freeVecs = v
+		b.nfree++
 	}
 	return true
 }

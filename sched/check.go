@@ -114,8 +114,17 @@ func (s *Scheduler) CheckInvariants() error {
 	if usedChunks+freeChunks != len(s.blocks.chunks)-1 {
 		return fmt.Errorf("holder chunks: %d used + %d free != %d", usedChunks, freeChunks, len(s.blocks.chunks)-1)
 	}
-	if len(vecsUsed)+len(s.blocks.freeVecs) != len(s.blocks.vecs)-1 {
-		return fmt.Errorf("block vectors: %d used + %d free != %d", len(vecsUsed), len(s.blocks.freeVecs), len(s.blocks.vecs)-1)
+	freeVecs := 0
+	for v := s.blocks.freeVecs; v != 0; v = s.blocks.vecs[v].child {
+		if vecsUsed[v] || s.blocks.vecs[v].n != 0 {
+			return fmt.Errorf("block vector %d is free and in use", v)
+		}
+		if freeVecs++; freeVecs > len(s.blocks.vecs) {
+			return fmt.Errorf("block vector free list cycles")
+		}
+	}
+	if freeVecs != s.blocks.nfree || len(vecsUsed)+freeVecs != len(s.blocks.vecs)-1 {
+		return fmt.Errorf("block vectors: %d used + %d free (%d counted) != %d", len(vecsUsed), freeVecs, s.blocks.nfree, len(s.blocks.vecs)-1)
 	}
 
 	// Requests.

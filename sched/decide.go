@@ -470,9 +470,9 @@ func (s *Scheduler) breakTie(ties []uint32, main int, byTree bool, gen uint32) i
 		return int(ties[k])
 	}
 	if k < main {
-		return int(kthSmallest(ties[:main], k))
+		return int(selectKth(ties[:main], k))
 	}
-	return int(kthSmallest(ties[main:], k-main))
+	return int(selectKth(ties[main:], k-main))
 }
 
 // tieTree is treeOf during a decision: a rank with an overlap is marked
@@ -483,28 +483,6 @@ func (s *Scheduler) tieTree(i uint32) uint32 {
 		return sc.tree
 	}
 	return s.slots[i].ovTree
-}
-
-// kthSmallest returns the k-th smallest of a (0-based) of distinct values.
-// Up to 64 values it counts, for each, the values below it (branch-free
-// compares; a tie list of about 20 in BenchmarkDecide at 7,000 ranks costs a
-// third of the quickselect's mispredicted branches); beyond, selectKth.
-func kthSmallest(a []uint32, k int) uint32 {
-	if len(a) > 64 {
-		return selectKth(a, k)
-	}
-	for _, x := range a {
-		below := 0
-		for _, y := range a {
-			if y < x {
-				below++
-			}
-		}
-		if below == k {
-			return x
-		}
-	}
-	return selectKth(a, k) // not distinct: cannot happen for ranks
 }
 
 // selectKth returns the k-th smallest of a (0-based), reordering a.

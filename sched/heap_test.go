@@ -216,22 +216,3 @@ func TestSelectKth(t *testing.T) {
 		}
 	}
 }
-
-// TestKthSmallest checks the counting selection (and its fallback past 64
-// values) on distinct ranks, as tie lists hold, against sorting.
-func TestKthSmallest(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	for range 3000 {
-		a := rng.Perm(1 + rng.IntN(100))
-		b := make([]uint32, len(a))
-		for i, x := range a {
-			b[i] = uint32(x * 3)
-		}
-		sorted := slices.Clone(b)
-		slices.Sort(sorted)
-		k := rng.IntN(len(b))
-		if got := kthSmallest(b, k); got != sorted[k] {
-			t.Fatalf("kthSmallest(%v, %d) = %d, want %d", b, k, got, sorted[k])
-		}
-	}
-}

@@ -654,32 +654,40 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 }
 
 // holdRun adds k held blocks to every holder of vector v and notes its
-// record as the holder's deepest.
+// record as the holder's deepest. The slices are held in locals: with the
+// fields of s, every store in the loop made Go reload them (cachegrind).
 func (s *Scheduler) holdRun(v uint32, g uint64, k uint32) {
+	held, scan, touched := s.held, s.scan, s.touched
+	chunks := s.blocks.chunks
 	vec := &s.blocks.vecs[v]
-	s.holdOne(vec.first, g, k)
+	touched = holdOne(held, scan, touched, vec.first, g, k)
 	left := vec.n - 1
-	for c := vec.head; left > 0; c = s.blocks.chunks[c].next {
-		hs := &s.blocks.chunks[c].hs
+	for c := vec.head; left > 0; c = chunks[c].next {
 		n := min(left, chunkHolders)
-		for _, p := range hs[:n] {
-			s.holdOne(p, g, k)
+		for _, p := range chunks[c].hs[:n] {
+			touched = holdOne(held, scan, touched, p, g, k)
 		}
 		left -= n
 	}
+	s.touched = touched
 }
 
 // holdOne counts k more held blocks on holder p's slot under the generation
-// g<<32 and notes p's record as its deepest.
-func (s *Scheduler) holdOne(p hentry, g uint64, k uint32) {
-	he := &s.held[p.slot]
-	if c := he.gc; c&^0xffffffff == g {
-		he.gc = c + uint64(k)
+// g<<32, notes p's record as its deepest and marks the slot touched
+// (Scheduler.touch), returning touched.
+func holdOne(held []heldEnt, scan []slotScan, touched []uint32, p hentry, g uint64, k uint32) []uint32 {
+	he := &held[p.slot]
+	if gc := he.gc; gc&^0xffffffff == g {
+		he.gc = gc + uint64(k)
 	} else {
 		he.gc = g | uint64(k)
-		s.touch(p.slot)
+		if sc := &scan[p.slot]; sc.flags&fTouched == 0 {
+			sc.flags |= fTouched
+			touched = append(touched, p.slot)
+		}
 	}
 	he.deep = p.id
+	return touched
 }
 
 func durNanos(d time.Duration) int64 {

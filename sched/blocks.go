@@ -29,8 +29,8 @@ import "slices"
 type blockIndex struct {
 	heads    vecTable // hash → vector id
 	vecs     []blockVec
-	freeVecs uint32 // free vector list through child
-	nfree    int    // free vectors
+	freeVecs uint32        // free vector list through child
+	nfree    int           // free vectors
 	recs     []holderRec   // [0] unused
 	freeRecs uint32        // free record list through vec
 	chunks   []holderChunk // [0] unused

@@ -310,7 +310,7 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 }
 
 // scanPlain is the scan of an unrestricted request: a plain rank's cost is
-// computed from the 12-byte mirror (it has no overlap and none of the
+// computed from the 16-byte mirror (it has no overlap and none of the
 // request's blocks, so the default and credit forms reduce to
 // w × (pf + isl) / block size + active + blocks); other live ranks go through
 // consider. The arithmetic matches Scheduler.cost exactly, so ties are the

@@ -215,7 +215,7 @@
 // A decision allocates nothing once the tables have grown to the working set
 // (guarded by AllocsPerRun tests). Ranks are dense slots; the common rank
 // (live, not busy, not decaying, the only rank of its worker, untouched by the
-// request) is "plain", mirrored in 12 bytes. Active blocks are indexed by
+// request) is "plain", mirrored in 16 bytes. Active blocks are indexed by
 // hash, each with the list of ranks holding it, so a request's blocks are
 // looked up once each (BenchmarkHeldCount compares this with a set per rank),
 // until the first block no rank holds; the ranks holding any of them are
@@ -315,6 +315,44 @@
 // block, as before. Issue 17's
 // targets (≥ 300k at 7,000, ≥ 1.5M at 8) are still not met. With every rank
 // in the overlaps the decision is O(W) by definition (every rank is touched).
+//
+// # Session 7 (issue 17 §3, third step)
+//
+// Measured with cachegrind as well as CPU time (the VM's CPU time moved by
+// ±10-80% between runs): instructions and simulated L1 misses per decision
+// are the difference of two BenchmarkDecide runs at different iteration
+// counts, GOMAXPROCS=1, divided by the decisions. At 8 ranks 72% of the
+// 16.6k instructions went to the blocks' lifecycle (about 22 vectors created
+// and destroyed per decision, each a table insert and delete); at 7,000
+// ranks to the ~136 holder visits, the heap path and booking 16 widely held
+// blocks. Exact changes:
+//
+//   - vecTable (vectable.go): the hash → vector table has 8-byte cells, a
+//     32-bit fingerprint and the vector id; the key is checked in the
+//     vector, the home cell is the fingerprint's top bits, so deleting finds
+//     the cell by vector id and shifts without rehashing (TestVecTable, with
+//     keys sharing fingerprints).
+//   - acquireHash creates a new block's vector with its first holder
+//     directly; vectors and records are set field by field, dead ones are
+//     not zeroed, free vectors are linked through child; booking runs three
+//     loops instead of a switch per block.
+//   - The heap path costs touched plain ranks from the mirror (heldCost, the
+//     arithmetic of cost), tie breaks read the tree size mirrored in
+//     slotScan (now 16 bytes), held count and deepest record share a heldEnt,
+//     and the holder visits run on local slices.
+//
+// A counting selection for the tie list was tried and dropped (a wash:
+// +1.7k instructions, -26 mispredicts per decision at 7,000).
+//
+// Measured per decision, base → now (cachegrind): 8 ranks 16,634 → 15,240
+// instructions (-8.4%), L1 misses 147 → 133; 256 ranks 16,241 → 16,278
+// (no change); 7,000 ranks about 35.5k → 34.5k instructions (-3 to -5%),
+// L1 misses 690 → 490 (-29%). CPU time: see docs/ARCHITECTURE.md (issue 17
+// §3, session 7). Issue 17's targets are still not met: at 8 ranks the
+// blocks' lifecycle alone costs more instructions than the target allows,
+// and an insert and a delete per new block remain while every active block
+// must be findable by its hash alone; at 7,000 ranks the next step is an
+// index whose unit is a run of blocks with the same holders.
 //
 // # API
 //

@@ -256,9 +256,6 @@ func (s *Scheduler) CheckInvariants() error {
 		if sc, want := s.scan[i], s.scanOf(uint32(i)); sc != want || sc.flags&fMarks != 0 {
 			return fmt.Errorf("slot %d: scan mirror %+v, want %+v", i, sc, want)
 		}
-		if s.scan[i].tree != sl.treeSize {
-			return fmt.Errorf("slot %d: scan mirror tree %d, tree size %d", i, s.scan[i].tree, sl.treeSize)
-		}
 		if h.decaying != (sl.headDur > 0) {
 			return fmt.Errorf("slot %d: decaying flag wrong", i)
 		}

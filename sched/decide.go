@@ -310,7 +310,7 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 }
 
 // scanPlain is the scan of an unrestricted request: a plain rank's cost is
-// computed from the 16-byte mirror (it has no overlap and none of the
+// computed from the 12-byte mirror (it has no overlap and none of the
 // request's blocks, so the default and credit forms reduce to
 // w × (pf + isl) / block size + active + blocks); other live ranks go through
 // consider. The arithmetic matches Scheduler.cost exactly, so ties are the
@@ -476,11 +476,11 @@ func (s *Scheduler) breakTie(ties []uint32, main int, byTree bool, gen uint32) i
 }
 
 // tieTree is treeOf during a decision: a rank with an overlap is marked
-// fOverlap in the mirror (exactly when its ovGen is the decision's), and the
-// others' tree size is mirrored there, so only overlap ranks read slotState.
+// fOverlap in the mirror (exactly when its ovGen is the decision's), which
+// the tie's costing has just read, so slotHot is not read.
 func (s *Scheduler) tieTree(i uint32) uint32 {
-	if sc := &s.scan[i]; sc.flags&fOverlap == 0 {
-		return sc.tree
+	if s.scan[i].flags&fOverlap == 0 {
+		return s.slots[i].treeSize
 	}
 	return s.slots[i].ovTree
 }

@@ -128,7 +128,7 @@ func TestTimeMonotonic(t *testing.T) {
 	}
 }
 
-// Loads at and above 2^32 (which leave the 16-byte scan mirror) still cost
+// Loads at and above 2^32 (which leave the 12-byte scan mirror) still cost
 // correctly through the general path.
 func TestHugeLoads(t *testing.T) {
 	s, _ := New(testConfig(), 1)

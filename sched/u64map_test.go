@@ -61,8 +61,8 @@ func TestNoPointers(t *testing.T) {
 	if s := unsafe.Sizeof(holderChunk{}); s != 64 {
 		t.Errorf("holderChunk is %d bytes, want one cache line", s)
 	}
-	if s := unsafe.Sizeof(slotScan{}); s != 16 {
-		t.Errorf("slotScan is %d bytes, want 16", s)
+	if s := unsafe.Sizeof(slotScan{}); s != 12 {
+		t.Errorf("slotScan is %d bytes, want 12", s)
 	}
 	// One cache line per rank in the decision scan.
 	if s := unsafe.Sizeof(slotHot{}); s > 64 {

@@ -347,10 +347,10 @@
 // A counting selection for the tie list was tried and dropped (a wash:
 // +1.7k instructions, -26 mispredicts per decision at 7,000).
 //
-// Measured per decision, base → now (cachegrind): 8 ranks 16,634 → 15,240
-// instructions (-8.4%), L1 misses 147 → 133; 256 ranks 16,241 → 16,278
-// (no change); 7,000 ranks about 35.5k → 34.5k instructions (-3 to -5%),
-// L1 misses 690 → 490 (-29%). CPU time: see docs/ARCHITECTURE.md (issue 17
+// Measured per decision, base → now (cachegrind): 8 ranks 16,634 → 15,207
+// instructions (-8.6%), L1 misses 147 → 133; 256 ranks 16,241 → 16,427
+// (+1%); 7,000 ranks 35.3-36.2k → 36.1k instructions (no change within the
+// runs' spread), L1 misses 690 → 521 (-24%). CPU time: see docs/ARCHITECTURE.md (issue 17
 // §3, session 7). Issue 17's targets are still not met: at 8 ranks the
 // blocks' lifecycle alone costs more instructions than the target allows,
 // and an insert and a delete per new block remain while every active block

@@ -21,11 +21,12 @@ func TestBlockIndexModel(t *testing.T) {
 	check := func(step int) {
 		t.Helper()
 		live, most := 0, 0
-		for _, c := range b.heads.cells {
-			if c.val == 0 {
+		for _, cell := range b.heads.cells {
+			if cell == 0 {
 				continue
 			}
-			v := c.val
+			v := uint32(cell)
+			c := struct{ key uint64 }{b.vecs[v].hash}
 			vec := &b.vecs[v]
 			hs := b.appendHolders(nil, v)
 			if len(hs) != int(vec.n) || vec.n == 0 {
@@ -53,7 +54,7 @@ func TestBlockIndexModel(t *testing.T) {
 			}
 		}
 		for hash := range uint32(4) {
-			v := b.heads.get(uint64(hash))
+			v := b.heads.get(uint64(hash), b.vecs)
 			for slot := range uint32(60) {
 				_, want := ref[key{hash, slot}]
 				if got := v != 0 && b.holds(v, slot); got != want {
@@ -68,7 +69,7 @@ func TestBlockIndexModel(t *testing.T) {
 		// boundaries both ways.
 		fill := (step/2000)%2 == 0
 		if rc := ref[k]; rc > 0 && (rng.IntN(10) < 3 || !fill && rng.IntN(10) < 9) {
-			v := b.heads.get(uint64(k.hash))
+			v := b.heads.get(uint64(k.hash), b.vecs)
 			id, ok := b.locate(&b.vecs[v], k.slot)
 			if !ok {
 				t.Fatalf("step %d: hash %d slot %d not found", step, k.hash, k.slot)
@@ -83,8 +84,14 @@ func TestBlockIndexModel(t *testing.T) {
 				ref[k] = rc - 1
 			}
 		} else if fill || rng.IntN(10) == 0 {
-			v := b.vec(uint64(k.hash))
-			if _, became := b.acquire(v, k.slot, 0, 0); became != (ref[k] == 0) {
+			var became bool
+			if rng.IntN(2) == 0 {
+				v := b.vec(uint64(k.hash))
+				_, became = b.acquire(v, k.slot, 0, 0)
+			} else { // by hash: creates absent vectors with their first holder
+				_, _, became = b.acquireHash(uint64(k.hash), k.slot, 0, 0)
+			}
+			if became != (ref[k] == 0) {
 				t.Fatalf("step %d: acquire reported %v at rc %d", step, became, ref[k])
 			}
 			ref[k]++

@@ -31,17 +31,24 @@ func (s *Scheduler) CheckInvariants() error {
 	activeBy := make(map[uint32]int64)
 	pairs := 0
 	vecsUsed := map[uint32]bool{}
-	for _, c := range s.blocks.heads.cells {
-		if c.val == 0 {
+	for _, cell := range s.blocks.heads.cells {
+		if cell == 0 {
 			continue
 		}
+		c := struct {
+			key uint64
+			val uint32
+		}{s.blocks.vecs[uint32(cell)].hash, uint32(cell)}
+		if int(c.val) >= len(s.blocks.vecs) {
+			return fmt.Errorf("block table cell %x: vector out of range", cell)
+		}
 		if vecsUsed[c.val] {
-			return fmt.Errorf("block vector %d shared by two hashes", c.val)
+			return fmt.Errorf("block vector %d indexed twice", c.val)
 		}
 		vecsUsed[c.val] = true
 		vec := s.blocks.vecs[c.val]
-		if vec.hash != c.key {
-			return fmt.Errorf("block vector %d has hash %x, indexed by %x", c.val, vec.hash, c.key)
+		if uint32(cell>>32) != vtFingerprint(vec.hash) || !s.blocks.heads.indexedAs(vec.hash, c.val, s.blocks.vecs) {
+			return fmt.Errorf("block vector %d of hash %x: indexed with fingerprint %x, lookup finds %d", c.val, vec.hash, uint32(cell>>32), s.blocks.heads.get(vec.hash, s.blocks.vecs))
 		}
 		nchunks := uint32(0)
 		for ch := vec.head; ch != 0; ch = s.blocks.chunks[ch].next {
@@ -93,13 +100,11 @@ func (s *Scheduler) CheckInvariants() error {
 		return fmt.Errorf("block index: %d holders, %d counted live", pairs, s.blocks.live)
 	}
 	usedChunks := 0
-	for _, c := range s.blocks.heads.cells {
-		if c.val != 0 {
-			for ch := s.blocks.vecs[c.val].head; ch != 0; ch = s.blocks.chunks[ch].next {
-				usedChunks++
-			}
+	s.blocks.heads.each(func(v uint32) {
+		for ch := s.blocks.vecs[v].head; ch != 0; ch = s.blocks.chunks[ch].next {
+			usedChunks++
 		}
-	}
+	})
 	freeChunks := 0
 	for ch := s.blocks.free; ch != 0; ch = s.blocks.chunks[ch].next {
 		if freeChunks++; freeChunks > len(s.blocks.chunks) {
@@ -109,8 +114,17 @@ func (s *Scheduler) CheckInvariants() error {
 	if usedChunks+freeChunks != len(s.blocks.chunks)-1 {
 		return fmt.Errorf("holder chunks: %d used + %d free != %d", usedChunks, freeChunks, len(s.blocks.chunks)-1)
 	}
-	if len(vecsUsed)+len(s.blocks.freeVecs) != len(s.blocks.vecs)-1 {
-		return fmt.Errorf("block vectors: %d used + %d free != %d", len(vecsUsed), len(s.blocks.freeVecs), len(s.blocks.vecs)-1)
+	freeVecs := 0
+	for v := s.blocks.freeVecs; v != 0; v = s.blocks.vecs[v].child {
+		if vecsUsed[v] || s.blocks.vecs[v].n != 0 {
+			return fmt.Errorf("block vector %d is free and in use", v)
+		}
+		if freeVecs++; freeVecs > len(s.blocks.vecs) {
+			return fmt.Errorf("block vector free list cycles")
+		}
+	}
+	if freeVecs != s.blocks.nfree || len(vecsUsed)+freeVecs != len(s.blocks.vecs)-1 {
+		return fmt.Errorf("block vectors: %d used + %d free (%d counted) != %d", len(vecsUsed), freeVecs, s.blocks.nfree, len(s.blocks.vecs)-1)
 	}
 
 	// Requests.
@@ -158,7 +172,7 @@ func (s *Scheduler) CheckInvariants() error {
 		return fmt.Errorf("%d live requests, active %d, indexed %d", live, s.active, s.byID.len())
 	}
 	for k, n := range rc {
-		v := s.blocks.heads.get(k.hash)
+		v := s.blocks.heads.get(k.hash, s.blocks.vecs)
 		var got uint32
 		if v != 0 {
 			for _, p := range s.blocks.appendHolders(nil, v) {

@@ -99,6 +99,24 @@ func plainCost(mode costMode, w, invBS float64, pf, active, isl, nb int64) float
 	return 0
 }
 
+// heldCost is Scheduler.cost for a plain rank the request touches only by
+// held blocks (no overlap): the same arithmetic, in the same order, as cost
+// and terms take for it, from the mirror's loads, so the heap path costs such
+// ranks without reading slotHot (TestHeapMatchesScan compares it with the
+// scan, which calls cost).
+func heldCost(mode costMode, w, invBS float64, pf, active, isl, nb, held int64) float64 {
+	switch mode {
+	case costDefault:
+		return w*(float64(pf+max(0, isl))*invBS) + float64(active+nb-held)
+	case costCredit:
+		prefill := float64(pf+isl) * invBS
+		return w*max(0, prefill-0) + float64(active+nb-held)
+	case costLeast:
+		return float64(active) + float64(pf)*invBS
+	}
+	return 0
+}
+
 const (
 	costDefault costMode = iota
 	costCredit
@@ -280,7 +298,7 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 	hint := PrefillLoadHint{InitialEffectiveTokens: uint32(eff), ExpectedDuration: r.ExpectedPrefill}
 	held, deep := int(s.heldOf(int(i), gen)), uint32(0)
 	if held > 0 && s.nested {
-		deep = s.deep[i]
+		deep = s.held[i].deep
 	}
 	s.book(r.ID, i, r.Blocks, r.ISL, overlap, hint, now, cached, held, deep)
 	s.slots[i].decisions++
@@ -378,7 +396,7 @@ func (s *Scheduler) costParams(r *Request) (costMode, float64) {
 func (s *Scheduler) terms(i int, pf int64, in *costInput, credit bool) (prefill, decode float64) {
 	h := &s.hot[i]
 	var held int64
-	if v := s.held[i]; uint32(v>>32) == in.gen {
+	if v := s.held[i].gc; uint32(v>>32) == in.gen {
 		held = int64(uint32(v))
 	}
 	decode = float64(h.active + in.nb - held)
@@ -431,11 +449,11 @@ func (s *Scheduler) breakTie(ties []uint32, main int, byTree bool, gen uint32) i
 	if len(ties) > 1 && byTree {
 		minTree := uint32(math.MaxUint32)
 		for _, i := range ties {
-			minTree = min(minTree, s.treeOf(i, gen))
+			minTree = min(minTree, s.tieTree(i))
 		}
 		n, m := 0, main
 		for k, i := range ties {
-			if s.treeOf(i, gen) == minTree {
+			if s.tieTree(i) == minTree {
 				ties[n] = i
 				n++
 			} else if k < main {
@@ -455,6 +473,16 @@ func (s *Scheduler) breakTie(ties []uint32, main int, byTree bool, gen uint32) i
 		return int(selectKth(ties[:main], k))
 	}
 	return int(selectKth(ties[main:], k-main))
+}
+
+// tieTree is treeOf during a decision: a rank with an overlap is marked
+// fOverlap in the mirror (exactly when its ovGen is the decision's), which
+// the tie's costing has just read, so slotHot is not read.
+func (s *Scheduler) tieTree(i uint32) uint32 {
+	if s.scan[i].flags&fOverlap == 0 {
+		return s.slots[i].treeSize
+	}
+	return s.slots[i].ovTree
 }
 
 // selectKth returns the k-th smallest of a (0-based), reordering a.

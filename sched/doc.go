@@ -316,6 +316,47 @@
 // targets (≥ 300k at 7,000, ≥ 1.5M at 8) are still not met. With every rank
 // in the overlaps the decision is O(W) by definition (every rank is touched).
 //
+// # Session 7 (issue 17 §3, third step)
+//
+// Measured with cachegrind as well as CPU time (the VM's CPU time moved by
+// ±10-80% between runs): instructions and simulated L1 misses per decision
+// are the difference of two BenchmarkDecide runs at different iteration
+// counts, GOMAXPROCS=1, divided by the decisions. At 8 ranks 72% of the
+// 16.6k instructions went to the blocks' lifecycle (about 22 vectors created
+// and destroyed per decision, each a table insert and delete); at 7,000
+// ranks to the ~136 holder visits, the heap path and booking 16 widely held
+// blocks. Exact changes:
+//
+//   - vecTable (vectable.go): the hash → vector table has 8-byte cells, a
+//     32-bit fingerprint and the vector id; the key is checked in the
+//     vector, the home cell is the fingerprint's top bits, so deleting finds
+//     the cell by vector id and shifts without rehashing (TestVecTable, with
+//     keys sharing fingerprints).
+//   - acquireHash creates a new block's vector with its first holder
+//     directly; vectors and records are set field by field, dead ones are
+//     not zeroed, free vectors are linked through child; booking runs three
+//     loops instead of a switch per block.
+//   - The heap path costs touched plain ranks from the mirror (heldCost, the
+//     arithmetic of cost), tie breaks tell overlap ranks by the mirror's
+//     flag instead of slotHot, held count and deepest record share a
+//     heldEnt, and the holder visits run on local slices. Mirroring the tree
+//     size in slotScan (12 → 16 bytes) was tried and dropped: the
+//     temperature scan at 7,000 ranks measured +17% and +40% (p = 0.38,
+//     0.09).
+//
+// A counting selection for the tie list was tried and dropped (a wash:
+// +1.7k instructions, -26 mispredicts per decision at 7,000).
+//
+// Measured per decision, base → now (cachegrind): 8 ranks 16,634 → 15,207
+// instructions (-8.6%), L1 misses 147 → 133; 256 ranks 16,241 → 16,427
+// (+1%); 7,000 ranks 35.3-36.2k → 36.1k instructions (no change within the
+// runs' spread), L1 misses 690 → 521 (-24%). CPU time: see docs/ARCHITECTURE.md (issue 17
+// §3, session 7). Issue 17's targets are still not met: at 8 ranks the
+// blocks' lifecycle alone costs more instructions than the target allows,
+// and an insert and a delete per new block remain while every active block
+// must be findable by its hash alone; at 7,000 ranks the next step is an
+// index whose unit is a run of blocks with the same holders.
+//
 // # API
 //
 //	New(cfg, seed) (*Scheduler, error); DefaultConfig(); Config.Validate()

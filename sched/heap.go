@@ -253,20 +253,31 @@ func (s *Scheduler) heapPlain(p *pass) {
 		cut = kmin + 1e-6*(math.Abs(kmin)+float64(p.in.nb)+p.in.w*float64(p.in.isl)*s.invBS+1)
 		prune = !math.IsNaN(cut) && !math.IsInf(cut, 0)
 	}
+	w, isl, nb, invBS, mode := p.in.w, p.in.isl, p.in.nb, s.invBS, p.in.mode
+	scan, heldBy, hw := s.scan, s.held, s.ph.w
+	pruned := uint64(0)
 	for _, i := range s.touched {
-		sc := s.scan[i]
+		sc := scan[i]
 		if sc.flags&^fMarks != fLive {
 			continue
 		}
-		if prune && sc.flags&fOverlap == 0 {
-			held := float64(s.heldOf(int(i), gen))
-			if s.heapKey(sc)-held > cut { // its heap key, from the mirror
-				s.heldPruned++
-				continue
-			}
+		if sc.flags&fOverlap != 0 {
+			s.consider(p, int(i))
+			continue
 		}
-		s.consider(p, int(i))
+		var held int64
+		if gc := heldBy[i].gc; uint32(gc>>32) == gen {
+			held = int64(uint32(gc))
+		}
+		// Its heap key (heapKey), from the mirror.
+		if prune && hw*float64(sc.pf)*invBS+float64(sc.active)-float64(held) > cut {
+			pruned++
+			continue
+		}
+		// Plain but for held blocks: Scheduler.cost from the mirror.
+		p.add(i, heldCost(mode, w, invBS, int64(sc.pf), int64(sc.active), isl, nb, held))
 	}
+	s.heldPruned += pruned
 	p.eligible = len(s.slotOf)
 	// The scan reconsiders busy ranks in rank order (route orders the ties
 	// when it breaks them).

@@ -219,13 +219,11 @@ func BenchmarkHeldCount(b *testing.B) {
 		for i := range sets {
 			sets[i] = map[wire.SeqHash]struct{}{}
 		}
-		for _, c := range f.s.blocks.heads.cells {
-			if c.val != 0 {
-				for _, p := range f.s.blocks.appendHolders(nil, c.val) {
-					sets[p.slot][wire.SeqHash(c.key)] = struct{}{}
-				}
+		f.s.blocks.heads.each(func(v uint32) {
+			for _, p := range f.s.blocks.appendHolders(nil, v) {
+				sets[p.slot][wire.SeqHash(f.s.blocks.vecs[v].hash)] = struct{}{}
 			}
-		}
+		})
 		held := make([]uint32, n)
 		b.Run(fmt.Sprintf("workers=%d/per-worker-sets", n), func(b *testing.B) {
 			b.ReportAllocs()

@@ -33,9 +33,8 @@ type Scheduler struct {
 	// per-decision count of a request's blocks active there, slots the rest.
 	scan      []slotScan
 	hot       []slotHot
-	held      []uint64 // gen<<32 | count
-	deep      []uint32 // with held: the rank's record of its deepest held block (countHeld)
-	touched   []uint32 // ranks marked fTouched in the current decision
+	held      []heldEnt // per rank: the current request's held blocks (countHeld)
+	touched   []uint32  // ranks marked fTouched in the current decision
 	slots     []slotState
 	freeSlots []uint32
 	slotOf    map[wire.WorkerKey]uint32
@@ -80,6 +79,9 @@ type Scheduler struct {
 
 // slotScan mirrors the little of a dp rank that the common decision reads
 // for every rank: 12 bytes, so 7,000 ranks stay within a core's L2 cache.
+// (Mirroring the tree size here too, 16 bytes, was tried in session 7 and
+// dropped: the temperature scan at 7,000 ranks measured +17% and +40%, not
+// significant, against a few slotState reads per tie break.)
 // A rank is "plain" when flags == fLive: live, not busy, not decaying, the
 // only rank of its worker, loads below 2^32 and not touched by the current
 // request (no overlap, none of its blocks active there). The cost of a plain
@@ -100,6 +102,15 @@ const (
 
 	fMarks = fTouched | fOverlap // per-decision marks
 )
+
+// heldEnt is a rank's count of the current request's blocks it holds, valid
+// when gc>>32 is the decision's generation (gen<<32 | count), and its record
+// of the deepest of them. One entry per rank, so countHeld's visit to a
+// holder writes one line (the two were separate arrays).
+type heldEnt struct {
+	gc   uint64
+	deep uint32
+}
 
 // slotHot is the authoritative load of a dp rank and the per-decision
 // fields the general path reads. Pointer-free.
@@ -237,13 +248,12 @@ func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 	} else {
 		s.scan = append(s.scan, slotScan{})
 		s.hot = append(s.hot, slotHot{})
-		s.held = append(s.held, 0)
-		s.deep = append(s.deep, 0)
+		s.held = append(s.held, heldEnt{})
 		s.slots = append(s.slots, slotState{})
 		i = uint32(len(s.slots) - 1)
 	}
 	s.hot[i] = slotHot{worker: w, live: true}
-	s.held[i] = 0
+	s.held[i] = heldEnt{}
 	s.slots[i] = slotState{key: key, capacity: c}
 	s.setLimits(i)
 	s.slotOf[key] = i
@@ -564,7 +574,7 @@ func (s *Scheduler) AppendLoads(dst []WorkerLoad, blocks []wire.SeqHash, now int
 }
 
 func (s *Scheduler) heldOf(i int, gen uint32) uint32 {
-	if v := s.held[i]; uint32(v>>32) == gen {
+	if v := s.held[i].gc; uint32(v>>32) == gen {
 		return uint32(v)
 	}
 	return 0
@@ -575,7 +585,7 @@ func (s *Scheduler) nextGen() uint32 {
 	if s.gen == 0 {
 		for i := range s.hot {
 			s.hot[i].ovGen, s.hot[i].allowGen = 0, 0
-			s.held[i] = 0
+			s.held[i] = heldEnt{}
 		}
 		for i := range s.workers {
 			s.workers[i].okGen = 0
@@ -616,7 +626,7 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 		if c := bv[prev].child; c != 0 && bv[c].hash == uint64(h) && bv[c].n > 0 {
 			v = c
 		} else {
-			v = s.blocks.heads.get(uint64(h))
+			v = s.blocks.heads.get(uint64(h), bv)
 		}
 		if v == 0 {
 			break
@@ -643,31 +653,40 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 }
 
 // holdRun adds k held blocks to every holder of vector v and notes its
-// record as the holder's deepest.
+// record as the holder's deepest. The slices are held in locals: with the
+// fields of s, every store in the loop made Go reload them (cachegrind).
 func (s *Scheduler) holdRun(v uint32, g uint64, k uint32) {
+	held, scan, touched := s.held, s.scan, s.touched
+	chunks := s.blocks.chunks
 	vec := &s.blocks.vecs[v]
-	s.holdOne(vec.first.slot, g, k)
-	s.deep[vec.first.slot] = vec.first.id
+	touched = holdOne(held, scan, touched, vec.first, g, k)
 	left := vec.n - 1
-	for c := vec.head; left > 0; c = s.blocks.chunks[c].next {
-		hs := &s.blocks.chunks[c].hs
+	for c := vec.head; left > 0; c = chunks[c].next {
 		n := min(left, chunkHolders)
-		for _, p := range hs[:n] {
-			s.holdOne(p.slot, g, k)
-			s.deep[p.slot] = p.id
+		for _, p := range chunks[c].hs[:n] {
+			touched = holdOne(held, scan, touched, p, g, k)
 		}
 		left -= n
 	}
+	s.touched = touched
 }
 
-// holdOne counts k more held blocks on slot under the generation g<<32.
-func (s *Scheduler) holdOne(slot uint32, g uint64, k uint32) {
-	if c := s.held[slot]; c&^0xffffffff == g {
-		s.held[slot] = c + uint64(k)
+// holdOne counts k more held blocks on holder p's slot under the generation
+// g<<32, notes p's record as its deepest and marks the slot touched
+// (Scheduler.touch), returning touched.
+func holdOne(held []heldEnt, scan []slotScan, touched []uint32, p hentry, g uint64, k uint32) []uint32 {
+	he := &held[p.slot]
+	if gc := he.gc; gc&^0xffffffff == g {
+		he.gc = gc + uint64(k)
 	} else {
-		s.held[slot] = g | uint64(k)
-		s.touch(slot)
+		he.gc = g | uint64(k)
+		if sc := &scan[p.slot]; sc.flags&fTouched == 0 {
+			sc.flags |= fTouched
+			touched = append(touched, p.slot)
+		}
 	}
+	he.deep = p.id
+	return touched
 }
 
 func durNanos(d time.Duration) int64 {

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"math/bits"
+	"slices"
 
 	"github.com/kvroute/kvroute/wire"
 )
@@ -65,31 +66,46 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 			pred, prev = s.vecCache[held-1], holds[held-1]
 		}
 	}
-	for j := start; j < len(blocks); j++ {
-		var v uint32
-		switch {
-		case !reuse:
-			v = s.blocks.vec(s.rng.Uint64())
-		case j < cached:
-			v = s.vecCache[j]
-			if fresh {
-				id, became := s.blocks.acquireNew(v, i, pred, prev)
-				if became {
-					h.active++
-				}
-				pred, prev = v, id
-				holds = append(holds, id)
-				continue
+	// Three loops rather than one with a switch per block (cachegrind: the
+	// switch and append cost more than the common blocks' bookkeeping).
+	j := start
+	if !reuse {
+		for ; j < len(blocks); j++ {
+			id, became := s.blocks.acquire(s.blocks.vec(s.rng.Uint64()), i, pred, prev)
+			if became {
+				h.active++
 			}
-		default:
-			v = s.blocks.vec(uint64(blocks[j]))
+			pred, prev = s.blocks.recs[id].vec, id
+			holds = append(holds, id)
 		}
-		id, became := s.blocks.acquire(v, i, pred, prev)
+	}
+	for ; j < cached; j++ {
+		v := s.vecCache[j]
+		var id uint32
+		var became bool
+		if fresh {
+			id, became = s.blocks.acquireNew(v, i, pred, prev)
+		} else {
+			id, became = s.blocks.acquire(v, i, pred, prev)
+		}
 		if became {
 			h.active++
 		}
 		pred, prev = v, id
 		holds = append(holds, id)
+	}
+	if j < len(blocks) {
+		holds = slices.Grow(holds, len(blocks)-j)
+		added := int64(0)
+		for _, hash := range blocks[j:] {
+			v, id, became := s.blocks.acquireHash(uint64(hash), i, pred, prev)
+			if became {
+				added++
+			}
+			pred, prev = v, id
+			holds = append(holds, id)
+		}
+		h.active += added
 	}
 	rq.holds = holds
 	s.byID.set(id, r)

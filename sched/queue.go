@@ -157,7 +157,11 @@ func (s *Scheduler) drain(now int64) {
 		}
 		pick := k
 		if affinity {
-			pick = s.pickAffinity(k, now)
+			if pick = s.pickAffinity(k, now); pick < 0 {
+				blocked = true // held: every candidate's cache is on a busy rank
+				k++
+				continue
+			}
 		}
 		if s.admit(s.q.order[pick], now) == stBusy {
 			blocked = true
@@ -228,6 +232,9 @@ func (s *Scheduler) pickAffinity(k int, now int64) int {
 		if n++; n == s.cfg.QueueAffinity {
 			break
 		}
+	}
+	if best < 0 && s.cfg.QueueAffinityHold {
+		return -1
 	}
 	return pick
 }
@@ -343,4 +350,32 @@ func (s *Scheduler) advantage(qe *qentry) float64 {
 		s.untouch()
 	}
 	return in - out
+}
+
+// holdForCache reports whether a new request should wait in the queue for
+// the busy rank that holds most of its prompt (Config.QueueAffinityHold,
+// under PolicyKV with cache-aware dispatch): it is unrestricted, and a busy
+// rank has more of it cached (the index's overlaps, tiers weighed as in the
+// cost) than any rank that is not busy. Routed now, it would recompute on
+// a free rank what its busy rank holds.
+func (s *Scheduler) holdForCache(r *Request, ov []Overlap, now int64) bool {
+	if !s.cfg.QueueAffinityHold || s.cfg.Policy != PolicyKV || s.cfg.QueueAffinity <= 1 ||
+		r.Override.PinnedSet || len(r.Override.Allowed) > 0 || s.q.len() >= s.cfg.QueueDepth {
+		return false
+	}
+	free, busy := 0.0, 0.0
+	for j := range ov {
+		o := &ov[j]
+		i, ok := s.lookup(o.Worker)
+		if !ok || !s.hot[i].live {
+			continue
+		}
+		c := float64(o.Device) + s.cfg.HostHitWeight*float64(o.Host) + s.cfg.DiskHitWeight*float64(o.Disk)
+		if s.hot[i].busy(s.prefillAt(int(i), now)) {
+			busy = max(busy, c)
+		} else {
+			free = max(free, c)
+		}
+	}
+	return busy > free
 }

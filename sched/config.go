@@ -103,8 +103,8 @@ type Config struct {
 	// (CacheAffinity − 1) × cached. A hit saves more than its own prefill
 	// (the cache stays on one rank, the fleet computes less later), so a
 	// request leaves its cache only for a rank whose prefill load is lower
-	// by CacheAffinity × its cached blocks. Default 1 (Dynamo's cost); ≤ 1
-	// is 1.
+	// by CacheAffinity × its cached blocks. Default 4 (doc.go, "Cache
+	// affinity"); 1, or less, is Dynamo's cost.
 	CacheAffinity float64
 	// Temperature > 0 samples a softmax over range-normalized costs instead
 	// of taking the argmin (--router-temperature). Default 0.
@@ -171,7 +171,8 @@ type Config struct {
 	// QueueAffinityHold leaves an available rank idle rather than admit to
 	// it a request with more cached on a busy rank (every candidate's
 	// advantage negative): the request waits for its rank, or until it has
-	// waited QueueAffinityMaxWait. Default false (work-conserving).
+	// waited QueueAffinityMaxWait. Default true (doc.go, "Cache
+	// affinity"); false: work-conserving dispatch.
 	QueueAffinityHold bool
 	// RejectionWindow is how long Throttled reports true after an
 	// AllWorkersBusy event (--all-workers-busy-rejection-window). Default 5 s.
@@ -193,7 +194,7 @@ func DefaultConfig() Config {
 		BlockSize:            16,
 		Policy:               PolicyKV,
 		Weight:               8,
-		CacheAffinity:        1,
+		CacheAffinity:        4,
 		Temperature:          0,
 		PrefillLoadScale:     1,
 		OverlapCredit:        1,
@@ -206,6 +207,7 @@ func DefaultConfig() Config {
 		QueueDepth:           1024,
 		QueueAffinity:        32,
 		QueueAffinityMaxWait: 10 * time.Second,
+		QueueAffinityHold:    true,
 		RejectionWindow:      5 * time.Second,
 	}
 }

@@ -363,6 +363,9 @@ func (s *Scheduler) holdForCache(r *Request, ov []Overlap, now int64) bool {
 		r.Override.PinnedSet || len(r.Override.Allowed) > 0 || s.q.len() >= s.cfg.QueueDepth {
 		return false
 	}
+	if s.ph.on && len(s.ph.ents) == len(s.slotOf) {
+		return false // every rank is in the plain-rank heap: none is busy
+	}
 	free, busy := 0.0, 0.0
 	for j := range ov {
 		o := &ov[j]

@@ -48,8 +48,10 @@ func TestCacheAffinityKeepsRequestOnItsCache(t *testing.T) {
 func TestQueueAffinityHold(t *testing.T) {
 	for _, hold := range []bool{false, true} {
 		cfg := testConfig()
-		cfg.QueueAffinityHold = hold
-		cfg.QueueAffinityMaxWait = time.Second
+		if hold {
+			cfg.QueueAffinityHold = time.Second
+		}
+		cfg.QueueAffinityMaxWait = 10 * time.Second
 		s, err := New(cfg, 1)
 		if err != nil {
 			t.Fatal(err)

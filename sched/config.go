@@ -170,10 +170,12 @@ type Config struct {
 	QueueAffinityMaxWait time.Duration
 	// QueueAffinityHold leaves an available rank idle rather than admit to
 	// it a request with more cached on a busy rank (every candidate's
-	// advantage negative): the request waits for its rank, or until it has
-	// waited QueueAffinityMaxWait. Default true (doc.go, "Cache
-	// affinity"); false: work-conserving dispatch.
-	QueueAffinityHold bool
+	// advantage negative), for as long as the oldest such request has
+	// waited less than QueueAffinityHold: the requests wait for their
+	// ranks. A new request with more cached on a busy rank than on any
+	// other queues for it. Default 2 s (doc.go, "Cache affinity"); 0:
+	// work-conserving dispatch.
+	QueueAffinityHold time.Duration
 	// RejectionWindow is how long Throttled reports true after an
 	// AllWorkersBusy event (--all-workers-busy-rejection-window). Default 5 s.
 	RejectionWindow time.Duration
@@ -207,7 +209,7 @@ func DefaultConfig() Config {
 		QueueDepth:           1024,
 		QueueAffinity:        32,
 		QueueAffinityMaxWait: 10 * time.Second,
-		QueueAffinityHold:    true,
+		QueueAffinityHold:    2 * time.Second,
 		RejectionWindow:      5 * time.Second,
 	}
 }
@@ -244,6 +246,8 @@ func (c *Config) Validate() error {
 		return bad("queue depth %d must be ≥ 0", c.QueueDepth)
 	case c.QueueAffinity < 0:
 		return bad("queue affinity %d must be ≥ 0", c.QueueAffinity)
+	case c.QueueAffinityHold < 0:
+		return bad("queue affinity hold %v must be ≥ 0", c.QueueAffinityHold)
 	case c.QueueAffinityMaxWait < 0:
 		return bad("queue affinity max wait %v must be ≥ 0", c.QueueAffinityMaxWait)
 	case c.RejectionWindow < 0:

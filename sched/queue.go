@@ -233,7 +233,7 @@ func (s *Scheduler) pickAffinity(k int, now int64) int {
 			break
 		}
 	}
-	if best < 0 && s.cfg.QueueAffinityHold {
+	if best < 0 && now-s.q.ents[s.q.order[k]].at < durNanos(s.cfg.QueueAffinityHold) {
 		return -1
 	}
 	return pick
@@ -359,7 +359,7 @@ func (s *Scheduler) advantage(qe *qentry) float64 {
 // cost) than any rank that is not busy. Routed now, it would recompute on
 // a free rank what its busy rank holds.
 func (s *Scheduler) holdForCache(r *Request, ov []Overlap, now int64) bool {
-	if !s.cfg.QueueAffinityHold || s.cfg.Policy != PolicyKV || s.cfg.QueueAffinity <= 1 ||
+	if s.cfg.QueueAffinityHold <= 0 || s.cfg.Policy != PolicyKV || s.cfg.QueueAffinity <= 1 ||
 		r.Override.PinnedSet || len(r.Override.Allowed) > 0 || s.q.len() >= s.cfg.QueueDepth {
 		return false
 	}

@@ -107,11 +107,11 @@ func (b *byteSize) Set(v string) error {
 type schedFlags struct {
 	weight, temp, prefScale, ovCredit, hostW, diskW, busyDecode, busyPFrac *float64
 	cacheAff                                                               *float64
-	reuse, credit, qHold                                                   *bool
+	reuse, credit                                                          *bool
 	busyPTok                                                               *int64
 	qPolicy                                                                *string
 	qDepth, qAffinity                                                      *int
-	rejWindow, expiry, qAgeBound                                           *time.Duration
+	rejWindow, expiry, qAgeBound, qHold                                    *time.Duration
 	seed                                                                   *uint64
 }
 
@@ -134,7 +134,7 @@ func addSchedFlags(fs *flag.FlagSet) *schedFlags {
 		qDepth:     fs.Int("queue-depth", def.QueueDepth, "requests that may wait while all workers are busy; beyond it: rejected (429) and all-workers-busy"),
 		qAffinity:  fs.Int("queue-affinity", def.QueueAffinity, "kv: when a worker frees, the first N waiting requests compete for it and the one whose cache favours it most goes first (0 or 1: strict --queue-policy order)"),
 		qAgeBound:  fs.Duration("queue-affinity-max-wait", def.QueueAffinityMaxWait, "with --queue-affinity: a request waiting this long goes before any later one"),
-		qHold:      fs.Bool("queue-affinity-hold", def.QueueAffinityHold, "with --queue-affinity: leave a free worker idle rather than give it a waiting request whose cache is on a busy worker (it waits for that worker, at most --queue-affinity-max-wait)"),
+		qHold:      fs.Duration("queue-affinity-hold", def.QueueAffinityHold, "with --queue-affinity: a request with more cached on a busy worker than on any free one waits up to this long for it, and a free worker idles meanwhile, instead of recomputing the prefix elsewhere (0: off)"),
 		rejWindow:  fs.Duration("rejection-window", def.RejectionWindow, "how long new requests are throttled (429) after an all-workers-busy event"),
 		expiry:     fs.Duration("request-expiry", def.Expiry, "force-free requests booked longer than this (0: never)"),
 		seed:       fs.Uint64("seed", 0, "seed of the scheduler's random choices"),
@@ -161,6 +161,9 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	}
 	if *f.qAffinity < 0 {
 		return fmt.Errorf("--queue-affinity must be >= 0 (got %d)", *f.qAffinity)
+	}
+	if *f.qHold < 0 {
+		return fmt.Errorf("--queue-affinity-hold must be >= 0 (got %v)", *f.qHold)
 	}
 	if *f.qAgeBound < 0 {
 		return fmt.Errorf("--queue-affinity-max-wait must be >= 0 (got %v)", *f.qAgeBound)

@@ -366,19 +366,32 @@ func (s *Scheduler) holdForCache(r *Request, ov []Overlap, now int64) bool {
 	if s.ph.on && len(s.ph.ents) == len(s.slotOf) {
 		return false // every rank is in the plain-rank heap: none is busy
 	}
-	free, busy := 0.0, 0.0
+	// A busy rank has more cached than every free one exactly when every
+	// live rank with the most cached is busy: only those are looked up.
+	cachedOf := func(o *Overlap) float64 {
+		return float64(o.Device) + s.cfg.HostHitWeight*float64(o.Host) + s.cfg.DiskHitWeight*float64(o.Disk)
+	}
+	most := 0.0
+	for j := range ov {
+		most = max(most, cachedOf(&ov[j]))
+	}
+	if most == 0 {
+		return false
+	}
+	held := false
 	for j := range ov {
 		o := &ov[j]
+		if cachedOf(o) != most {
+			continue
+		}
 		i, ok := s.lookup(o.Worker)
 		if !ok || !s.hot[i].live {
 			continue
 		}
-		c := float64(o.Device) + s.cfg.HostHitWeight*float64(o.Host) + s.cfg.DiskHitWeight*float64(o.Disk)
-		if s.hot[i].busy(s.prefillAt(int(i), now)) {
-			busy = max(busy, c)
-		} else {
-			free = max(free, c)
+		if !s.hot[i].busy(s.prefillAt(int(i), now)) {
+			return false
 		}
+		held = true
 	}
-	return busy > free
+	return held
 }

@@ -129,63 +129,70 @@ func TestQueueAndTickAllocs(t *testing.T) {
 // state: unrestricted requests with overlaps queue on a busy fleet of
 // workers with one and two ranks, and frees admit them by advantage.
 func TestAffinityDispatchAllocs(t *testing.T) {
-	cfg := testConfig()
-	cfg.QueueDepth = 64
-	cfg.QueueAffinity = 8
-	s, err := New(cfg, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := []wire.WorkerKey{{Worker: 1}, {Worker: 2}, {Worker: 3}, {Worker: 3, Dp: 1}}
-	for _, k := range keys {
-		s.AddWorker(k, Capacity{TotalBlocks: 4})
-	}
-	fams := make([][]wire.SeqHash, 4)
-	for f := range fams {
-		for j := 0; j < 5; j++ {
-			fams[f] = append(fams[f], wire.SeqHash(uint64(f+1)<<32|uint64(j)))
+	for _, c := range []struct {
+		hold     time.Duration
+		affinity float64
+	}{{0, 1}, {50 * time.Millisecond, 4}} {
+		hold, affinity := c.hold, c.affinity
+		cfg := testConfig()
+		cfg.QueueDepth = 64
+		cfg.QueueAffinity = 8
+		cfg.QueueAffinityHold, cfg.CacheAffinity = hold, affinity
+		s, err := New(cfg, 1)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	id, now := uint64(0), int64(0)
-	batch := make([]Request, 4)
-	ovs := make([][]Overlap, 4)
-	dec := make([]Decision, 0, 4)
-	effs := make([]Effect, 0, 16)
-	active := make([]uint64, 0, 64)
-	step := func() {
-		now += int64(10 * time.Millisecond)
-		for i := range batch {
-			id++
-			f := int(id % 4)
-			batch[i] = Request{ID: id, ISL: 80, Blocks: fams[f]}
-			ovs[i] = append(ovs[i][:0], Overlap{Worker: keys[f], Device: uint32(1 + id%5)}, Overlap{Worker: keys[(f+1)%4], Device: 2, Host: 1})
+		keys := []wire.WorkerKey{{Worker: 1}, {Worker: 2}, {Worker: 3}, {Worker: 3, Dp: 1}}
+		for _, k := range keys {
+			s.AddWorker(k, Capacity{TotalBlocks: 4})
 		}
-		dec = s.Decide(dec[:0], batch, ovs, now)
-		for _, d := range dec {
-			if d.Outcome == Routed {
-				active = append(active, d.ID)
+		fams := make([][]wire.SeqHash, 4)
+		for f := range fams {
+			for j := 0; j < 5; j++ {
+				fams[f] = append(fams[f], wire.SeqHash(uint64(f+1)<<32|uint64(j)))
 			}
 		}
-		// Free the oldest active requests: ranks free one at a time.
-		for k := 0; k < 3 && len(active) > 0; k++ {
-			s.Free(active[0], now)
-			active = append(active[:0], active[1:]...)
-			effs = s.Drain(effs[:0])
-			for _, e := range effs {
-				if e.Kind == EffectAdmitted {
-					active = append(active, e.ID)
+		id, now := uint64(0), int64(0)
+		batch := make([]Request, 4)
+		ovs := make([][]Overlap, 4)
+		dec := make([]Decision, 0, 4)
+		effs := make([]Effect, 0, 16)
+		active := make([]uint64, 0, 64)
+		step := func() {
+			now += int64(10 * time.Millisecond)
+			for i := range batch {
+				id++
+				f := int(id % 4)
+				batch[i] = Request{ID: id, ISL: 80, Blocks: fams[f]}
+				ovs[i] = append(ovs[i][:0], Overlap{Worker: keys[f], Device: uint32(1 + id%5)}, Overlap{Worker: keys[(f+1)%4], Device: 2, Host: 1})
+			}
+			dec = s.Decide(dec[:0], batch, ovs, now)
+			for _, d := range dec {
+				if d.Outcome == Routed {
+					active = append(active, d.ID)
 				}
 			}
+			// Free the oldest active requests: ranks free one at a time.
+			for k := 0; k < 3 && len(active) > 0; k++ {
+				s.Free(active[0], now)
+				active = append(active[:0], active[1:]...)
+				effs = s.Drain(effs[:0])
+				for _, e := range effs {
+					if e.Kind == EffectAdmitted {
+						active = append(active, e.ID)
+					}
+				}
+			}
+			effs = s.Drain(effs[:0])
 		}
-		effs = s.Drain(effs[:0])
-	}
-	for i := 0; i < 200; i++ {
-		step()
-	}
-	if st := s.Stats(); st.Admitted == 0 || st.AdmittedAhead == 0 || st.Queued == 0 {
-		t.Fatalf("the loop does not exercise cache-aware dispatch: %+v", st)
-	}
-	if a := testing.AllocsPerRun(100, step); a != 0 {
-		t.Errorf("%v allocs per step", a)
+		for i := 0; i < 200; i++ {
+			step()
+		}
+		if st := s.Stats(); st.Admitted == 0 || st.AdmittedAhead == 0 || st.Queued == 0 {
+			t.Fatalf("the loop does not exercise cache-aware dispatch: %+v", st)
+		}
+		if a := testing.AllocsPerRun(100, step); a != 0 {
+			t.Errorf("%v allocs per step", a)
+		}
 	}
 }

@@ -96,6 +96,16 @@ type Config struct {
 	// (--kv-overlap-score-weight). Default 8 (Dynamo's is 1, in the same
 	// units; see doc.go, "Defaults"). 0 ignores prefill load.
 	Weight float64
+	// CacheAffinity (≥ 1) credits each cached block of the default form
+	// (device + HostHitWeight × host + DiskHitWeight × disk) this many
+	// blocks of prefill instead of 1: the prefill term becomes
+	// (active prefill tokens + uncached tokens) / BlockSize −
+	// (CacheAffinity − 1) × cached. A hit saves more than its own prefill
+	// (the cache stays on one rank, the fleet computes less later), so a
+	// request leaves its cache only for a rank whose prefill load is lower
+	// by CacheAffinity × its cached blocks. Default 4 (doc.go, "Cache
+	// affinity"); 1, or less, is Dynamo's cost.
+	CacheAffinity float64
 	// Temperature > 0 samples a softmax over range-normalized costs instead
 	// of taking the argmin (--router-temperature). Default 0.
 	Temperature float64
@@ -158,6 +168,14 @@ type Config struct {
 	// admitted before any later one (strict queue order among such aged
 	// requests). Default 10 s (doc.go, "Cache-aware dispatch").
 	QueueAffinityMaxWait time.Duration
+	// QueueAffinityHold leaves an available rank idle rather than admit to
+	// it a request with more cached on a busy rank (every candidate's
+	// advantage negative), for as long as the oldest such request has
+	// waited less than QueueAffinityHold: the requests wait for their
+	// ranks. A new request with more cached on a busy rank than on any
+	// other queues for it. Default 2 s (doc.go, "Cache affinity"); 0:
+	// work-conserving dispatch.
+	QueueAffinityHold time.Duration
 	// RejectionWindow is how long Throttled reports true after an
 	// AllWorkersBusy event (--all-workers-busy-rejection-window). Default 5 s.
 	RejectionWindow time.Duration
@@ -178,6 +196,7 @@ func DefaultConfig() Config {
 		BlockSize:            16,
 		Policy:               PolicyKV,
 		Weight:               8,
+		CacheAffinity:        4,
 		Temperature:          0,
 		PrefillLoadScale:     1,
 		OverlapCredit:        1,
@@ -190,6 +209,7 @@ func DefaultConfig() Config {
 		QueueDepth:           1024,
 		QueueAffinity:        32,
 		QueueAffinityMaxWait: 10 * time.Second,
+		QueueAffinityHold:    2 * time.Second,
 		RejectionWindow:      5 * time.Second,
 	}
 }
@@ -212,6 +232,8 @@ func (c *Config) Validate() error {
 		return bad("queue policy %d", c.QueuePolicy)
 	case !finite(c.Weight) || c.Weight < 0:
 		return bad("weight %v must be finite and ≥ 0", c.Weight)
+	case !finite(c.CacheAffinity) || c.CacheAffinity < 0:
+		return bad("cache affinity %v must be finite and ≥ 0", c.CacheAffinity)
 	case !finite(c.Temperature) || c.Temperature < 0:
 		return bad("temperature %v must be finite and ≥ 0", c.Temperature)
 	case !finite(c.PrefillLoadScale) || !finite(c.OverlapCredit) || !finite(c.HostHitWeight) || !finite(c.DiskHitWeight):
@@ -224,6 +246,8 @@ func (c *Config) Validate() error {
 		return bad("queue depth %d must be ≥ 0", c.QueueDepth)
 	case c.QueueAffinity < 0:
 		return bad("queue affinity %d must be ≥ 0", c.QueueAffinity)
+	case c.QueueAffinityHold < 0:
+		return bad("queue affinity hold %v must be ≥ 0", c.QueueAffinityHold)
 	case c.QueueAffinityMaxWait < 0:
 		return bad("queue affinity max wait %v must be ≥ 0", c.QueueAffinityMaxWait)
 	case c.RejectionWindow < 0:

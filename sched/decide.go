@@ -53,7 +53,11 @@ func (s *Scheduler) decideNew(r *Request, ov []Overlap, now int64, exp *[]Candid
 		s.stats.RejectedDuplicate++
 		return Decision{ID: r.ID, Outcome: Rejected, Reason: ReasonDuplicate}
 	}
-	d, st := s.route(r, ov, now, exp)
+	st := stBusy
+	var d Decision
+	if !s.holdForCache(r, ov, now) {
+		d, st = s.route(r, ov, now, exp)
+	}
 	switch st {
 	case stRouted:
 		return d
@@ -407,10 +411,19 @@ func (s *Scheduler) terms(i int, pf int64, in *costInput, credit bool) (prefill,
 	if h.ovGen == in.gen {
 		ov = int64(h.ovDev)
 		if sl := &s.slots[i]; sl.ovHost != 0 || sl.ovDisk != 0 {
-			return (float64(pf) + max(0, float64(in.isl)-s.tieredBlocks(ov, sl)*float64(s.bs))) * s.invBS, decode
+			cached := s.tieredBlocks(ov, sl)
+			prefill = (float64(pf) + max(0, float64(in.isl)-cached*float64(s.bs))) * s.invBS
+			if s.cfg.CacheAffinity > 1 {
+				prefill -= (s.cfg.CacheAffinity - 1) * cached
+			}
+			return prefill, decode
 		}
 	}
-	return float64(pf+max(0, in.isl-ov*s.bs)) * s.invBS, decode
+	prefill = float64(pf+max(0, in.isl-ov*s.bs)) * s.invBS
+	if s.cfg.CacheAffinity > 1 && ov > 0 {
+		prefill -= (s.cfg.CacheAffinity - 1) * float64(ov)
+	}
+	return prefill, decode
 }
 
 // tieredBlocks is the default cost's cached blocks of a rank whose prefix

@@ -34,6 +34,7 @@
 //
 //	cached         = device + HostHitWeight × host + DiskHitWeight × disk
 //	prefill_blocks = (active prefill tokens + max(0, ISL − cached × B)) / B
+//	                 − (CacheAffinity − 1) × cached
 //	decode_blocks  = active blocks + blocks of the request not active there
 //	cost           = w × prefill_blocks + decode_blocks
 //
@@ -209,6 +210,30 @@
 // waited for may be evicted meanwhile), still far below least-loaded
 // (1415) and round-robin (1617); at 5x GPU-only everything saturates, kv at
 // 3157 ms against 8218 with strict order.
+//
+// # Cache affinity (issue 13, session 7)
+//
+// Config.CacheAffinity (4) credits a cached block as that many blocks of
+// prefill (the cost's last line above): a request leaves the rank holding
+// c of its blocks only for one whose prefill load is lower by
+// CacheAffinity × c. Only ranks with an overlap change cost, so the
+// plain-rank heap is as before. Config.QueueAffinityHold (2 s) keeps a
+// request with its cache when that cache's ranks are busy: a new request
+// whose most-cached ranks are all busy queues (holdForCache; O(1) while the
+// heap holds every rank, i.e. none is busy), and cache-aware dispatch
+// leaves an available rank idle while every candidate of its window has
+// more cached on a busy rank, until the oldest of them has waited the hold;
+// then it is work-conserving as before. Measured with bench/replay (docs/
+// ARCHITECTURE.md, "Issue 13 (targets a and c, session 7)"): on the
+// Mooncake trace with a host tier, hit / fleet-size LRU went from 0.93,
+// 0.88, 0.83, 0.77, 0.58, 0.75 at 1x–6x to 0.95, 0.94, 0.93, 0.93, 0.89,
+// 0.89, and mean TTFT at 5x from 720 to 311 ms, at 6x from 2499 to 1669 ms;
+// GPU-only at 4x 554 → 390 ms. Eight partitioned LRUs with an offline
+// placement that keeps every prefix on one rank reach 1.00 of the pooled
+// LRU, so the gap was placement (leaving a cache for less queued
+// prefill), not the partition. A 10 s hold helped 6x more (1429 ms) but
+// raised the conversation trace's p99 (4x: 4829 against 2620 ms); 1 s kept
+// little (6x 2103 ms). testConfig pins 1 and 0 (off), as before.
 //
 // # Cost of a decision
 //

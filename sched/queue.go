@@ -157,7 +157,11 @@ func (s *Scheduler) drain(now int64) {
 		}
 		pick := k
 		if affinity {
-			pick = s.pickAffinity(k, now)
+			if pick = s.pickAffinity(k, now); pick < 0 {
+				blocked = true // held: every candidate's cache is on a busy rank
+				k++
+				continue
+			}
 		}
 		if s.admit(s.q.order[pick], now) == stBusy {
 			blocked = true
@@ -228,6 +232,9 @@ func (s *Scheduler) pickAffinity(k int, now int64) int {
 		if n++; n == s.cfg.QueueAffinity {
 			break
 		}
+	}
+	if best < 0 && now-s.q.ents[s.q.order[k]].at < durNanos(s.cfg.QueueAffinityHold) {
+		return -1
 	}
 	return pick
 }
@@ -343,4 +350,48 @@ func (s *Scheduler) advantage(qe *qentry) float64 {
 		s.untouch()
 	}
 	return in - out
+}
+
+// holdForCache reports whether a new request should wait in the queue for
+// the busy rank that holds most of its prompt (Config.QueueAffinityHold,
+// under PolicyKV with cache-aware dispatch): it is unrestricted, and a busy
+// rank has more of it cached (the index's overlaps, tiers weighed as in the
+// cost) than any rank that is not busy. Routed now, it would recompute on
+// a free rank what its busy rank holds.
+func (s *Scheduler) holdForCache(r *Request, ov []Overlap, now int64) bool {
+	if s.cfg.QueueAffinityHold <= 0 || s.cfg.Policy != PolicyKV || s.cfg.QueueAffinity <= 1 ||
+		r.Override.PinnedSet || len(r.Override.Allowed) > 0 || s.q.len() >= s.cfg.QueueDepth {
+		return false
+	}
+	if s.ph.on && len(s.ph.ents) == len(s.slotOf) {
+		return false // every rank is in the plain-rank heap: none is busy
+	}
+	// A busy rank has more cached than every free one exactly when every
+	// live rank with the most cached is busy: only those are looked up.
+	cachedOf := func(o *Overlap) float64 {
+		return float64(o.Device) + s.cfg.HostHitWeight*float64(o.Host) + s.cfg.DiskHitWeight*float64(o.Disk)
+	}
+	most := 0.0
+	for j := range ov {
+		most = max(most, cachedOf(&ov[j]))
+	}
+	if most == 0 {
+		return false
+	}
+	held := false
+	for j := range ov {
+		o := &ov[j]
+		if cachedOf(o) != most {
+			continue
+		}
+		i, ok := s.lookup(o.Worker)
+		if !ok || !s.hot[i].live {
+			continue
+		}
+		if !s.hot[i].busy(s.prefillAt(int(i), now)) {
+			return false
+		}
+		held = true
+	}
+	return held
 }

@@ -18,8 +18,8 @@ var ErrConfig = errors.New("replay: invalid config")
 
 // Policy is one routing policy a replay compares. A plain value.
 type Policy struct {
-	// Name is how reports label it: "kv", "kv-approx", "round-robin",
-	// "random" or "least-loaded".
+	// Name is how reports label it: "kv", "kv-approx", "kv-sticky",
+	// "round-robin", "random" or "least-loaded".
 	Name string
 	// Sched is the scheduler's selection policy.
 	Sched sched.Policy
@@ -27,19 +27,29 @@ type Policy struct {
 	// router's own decisions (shard approximate mode, TTL and size cap from
 	// Config.Approx) instead of the engines' events.
 	Approx bool
+	// Sticky is a reference, not a router: a request goes to the rank the
+	// index says holds the longest prefix of its prompt (device + host
+	// blocks), whatever that rank's load or busy state (pinned, so it waits
+	// in the router queue if the rank is busy); a request cached nowhere is
+	// routed by kv's cost. Its hit ratio is what cache affinity alone gets
+	// from the fleet's partitioned caches when load is ignored.
+	Sticky bool
 }
 
 // UsesIndex reports whether the policy looks requests up in an index.
 func (p Policy) UsesIndex() bool { return p.Sched == sched.PolicyKV }
 
 // PolicyNames lists the names ParsePolicy accepts.
-var PolicyNames = []string{"kv", "kv-approx", "round-robin", "random", "least-loaded"}
+var PolicyNames = []string{"kv", "kv-approx", "kv-sticky", "round-robin", "random", "least-loaded"}
 
 // ParsePolicy parses one policy name (see PolicyNames).
 func ParsePolicy(s string) (Policy, error) {
 	s = strings.TrimSpace(s)
-	if s == "kv-approx" {
+	switch s {
+	case "kv-approx":
 		return Policy{Name: s, Sched: sched.PolicyKV, Approx: true}, nil
+	case "kv-sticky":
+		return Policy{Name: s, Sched: sched.PolicyKV, Sticky: true}, nil
 	}
 	p, err := sched.ParsePolicy(s)
 	if err != nil {

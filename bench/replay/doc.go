@@ -115,6 +115,21 @@
 // load must be spread over, not the load itself; no measurement here shows
 // 0.9 infeasible for eight partitions, nor a cost that reaches it.
 //
+// # Placement diagnostics and references (issue 13, session 7)
+//
+// For kv, Result.BestHitRatio and RoutedHitRatio give, at each dispatch,
+// the longest cached prefix on any rank and on the rank chosen: best −
+// routed is what placement lost, routed − hit what changed before the
+// engine scheduled the request. The policy kv-sticky (a reference, not a
+// router) pins each request to the rank with its longest prefix, load
+// ignored. Workload.PartitionedLRU splits the fleet-size LRU into one per
+// rank under an offline placement with a balance bound
+// (TestPartitionedLRUReport with KVROUTE_PARTREF_TRACE): on the Mooncake
+// trace it reaches 1.00 of the pooled LRU, so the hit-ratio gap the
+// section above describes was placement, which sched's CacheAffinity and
+// QueueAffinityHold defaults closed to 0.93 at 4x and 0.89 at 5x–6x
+// (docs/ARCHITECTURE.md).
+//
 // # Cost
 //
 // On the 2-vCPU development VM the shared Mooncake trace (3,993 requests,

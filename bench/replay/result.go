@@ -53,6 +53,16 @@ type Result struct {
 	HitOfFleetCache float64 `json:"hit_of_fleet_cache,omitempty"`
 	// HitOfAchievable is HitRatio / Report.AchievableHitRatio.
 	HitOfAchievable float64 `json:"hit_of_achievable"`
+	// BestHitRatio and RoutedHitRatio (offline, policies with an exact
+	// index) split the hit ratio's losses: at each request's dispatch (its
+	// routing, or its admission from the router queue) the index's longest
+	// cached prefix (device + host, capped as the engine caps a hit) on any
+	// rank, and on the rank chosen, over the prompt tokens. Best − routed is
+	// lost to placement (the request went elsewhere); routed − hit to what
+	// happened between dispatch and the engine's scheduling (evictions while
+	// it waited, or gains from requests computing the same blocks).
+	BestHitRatio   float64 `json:"best_hit_ratio,omitempty"`
+	RoutedHitRatio float64 `json:"routed_hit_ratio,omitempty"`
 
 	// MaxWorkerShare is the max over workers of (requests routed there /
 	// mean requests per worker); 1 is perfect balance. MaxWorkerTokenShare
@@ -116,6 +126,7 @@ type record struct {
 	queued                bool
 	queueWait             time.Duration
 	prompt, cached, host  int
+	best, routed          int // tokens: longest cached prefix on any rank, and on the chosen one, at dispatch (-1: unknown)
 	output                int
 	worker                int // index into the worker labels, -1 if none
 	bucket                int
@@ -138,6 +149,7 @@ func summarize(recs []record, workers []string, span time.Duration, achievable f
 	firstSet := false
 	var tokens, outTokens int64
 	var qwait time.Duration
+	var best, routed, diagPrompt int64
 	buckets := make([]bucket, Buckets)
 	wreq := make([]int, len(workers))
 	wtok := make([]int64, len(workers))
@@ -167,6 +179,11 @@ func summarize(recs []record, workers []string, span time.Duration, achievable f
 			r.PromptTokens += int64(c.prompt)
 			r.CachedTokens += int64(c.cached)
 			r.HostCachedTokens += int64(c.host)
+			if c.best >= 0 {
+				best += int64(c.best)
+				routed += int64(c.routed)
+				diagPrompt += int64(c.prompt)
+			}
 			b := &buckets[c.bucket]
 			b.prompt += int64(c.prompt)
 			b.cached += int64(c.cached)
@@ -187,6 +204,10 @@ func summarize(recs []record, workers []string, span time.Duration, achievable f
 	if r.PromptTokens > 0 {
 		r.HitRatio = float64(r.CachedTokens) / float64(r.PromptTokens)
 		r.HostHitRatio = float64(r.HostCachedTokens) / float64(r.PromptTokens)
+	}
+	if diagPrompt > 0 {
+		r.BestHitRatio = float64(best) / float64(diagPrompt)
+		r.RoutedHitRatio = float64(routed) / float64(diagPrompt)
 	}
 	if achievable > 0 {
 		r.HitOfAchievable = r.HitRatio / achievable

@@ -216,3 +216,85 @@ func (w *Workload) PooledLRU(capacity int) (float64, []float64) {
 	}
 	return float64(hit) / float64(w.promptTokens), ratios(buckets)
 }
+
+// PartitionedLRU is PooledLRU split into ranks caches of capacity blocks
+// each, with an offline placement that knows every cache's content: in
+// arrival order, a request goes to the cache holding the longest prefix of
+// its prompt among those whose share of the recomputed (uncached) prompt
+// tokens of the last window requests is at most (1 + slack) × the mean,
+// the least loaded of them when none holds any (and among equals). No
+// timing, no concurrency: it is what cache affinity under a balance bound
+// gets from partitioned caches, for comparison with the pooled reference
+// (slack +Inf: load ignored, only new prefixes balanced). It returns the
+// hit ratio and the largest cache's share of the uncached tokens over the
+// mean.
+func (w *Workload) PartitionedLRU(ranks, capacity int, slack float64, window int) (hit, maxShare float64) {
+	if ranks <= 0 || capacity <= 0 {
+		return 0, 0
+	}
+	caches := make([]*kvcache.Manager, ranks)
+	for i := range caches {
+		caches[i] = kvcache.New(kvcache.Config{Capacity: capacity, BlockSize: w.BlockSize})
+	}
+	type placed struct {
+		rank int
+		work int64
+	}
+	recent := make([]placed, 0, window)
+	load := make([]int64, ranks)
+	total := make([]int64, ranks)
+	var recentSum, hitTok int64
+	for _, i := range arrivalOrder(w.arrival) {
+		r := &w.Trace.Requests[i]
+		local := w.Local(int(i))
+		limit := min((r.InputLength-1)/w.BlockSize, len(local))
+		bound := (1 + slack) * float64(recentSum) / float64(ranks)
+		best, bestN := -1, -1
+		for k, c := range caches {
+			if len(recent) > 0 && float64(load[k]) > bound {
+				continue
+			}
+			n := c.Match(local[:limit])
+			if n > bestN || (n == bestN && load[k] < load[best]) {
+				best, bestN = k, n
+			}
+		}
+		if best < 0 { // every cache above the bound: the least loaded
+			best = 0
+			for k := range load {
+				if load[k] < load[best] {
+					best = k
+				}
+			}
+			bestN = caches[best].Match(local[:limit])
+		}
+		c := caches[best]
+		work := int64(r.InputLength - bestN*w.BlockSize)
+		if _, err := c.Allocate(uint64(i)+1, local, r.InputLength); err == nil {
+			hitTok += int64(bestN * w.BlockSize)
+			c.Free(uint64(i) + 1)
+		}
+		c.Reset()
+		if window > 0 {
+			if len(recent) == window {
+				old := recent[0]
+				recent = append(recent[:0], recent[1:]...)
+				load[old.rank] -= old.work
+				recentSum -= old.work
+			}
+			recent = append(recent, placed{best, work})
+			load[best] += work
+			recentSum += work
+		}
+		total[best] += work
+	}
+	var sum, top int64
+	for _, t := range total {
+		sum += t
+		top = max(top, t)
+	}
+	if sum > 0 {
+		maxShare = float64(top) * float64(ranks) / float64(sum)
+	}
+	return float64(hitTok) / float64(w.promptTokens), maxShare
+}

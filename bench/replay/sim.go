@@ -171,6 +171,8 @@ type sim struct {
 	finish   []time.Duration
 	cached   []int32
 	hostTok  []int32 // of cached, onloaded from the host tier
+	best     []int32 // tokens: longest cached prefix on any rank at dispatch (-1: no exact index)
+	routed   []int32 // and on the rank chosen
 	output   []int32
 	rank     []int32
 	queued   []bool
@@ -212,6 +214,8 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 		finish:   make([]time.Duration, n),
 		cached:   make([]int32, n),
 		hostTok:  make([]int32, n),
+		best:     make([]int32, n),
+		routed:   make([]int32, n),
 		output:   make([]int32, n),
 		rank:     make([]int32, n),
 		queued:   make([]bool, n),
@@ -247,6 +251,7 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 	for i := range s.rank {
 		s.rank[i] = -1
 		s.next[i] = -1
+		s.best[i] = -1
 	}
 	// Static arrivals go on the heap now; a session turn without a
 	// timestamp waits for its previous turn to end.
@@ -342,8 +347,13 @@ func (s *sim) arrival(i int32) error {
 	if s.core != nil {
 		s.radixOv = s.core.Match(s.radixOv[:0], w.Local(int(i)))
 		o := s.ovBatch[0][:0]
+		var most uint32
 		for _, r := range s.radixOv {
 			o = append(o, sched.Overlap{Worker: r.Worker, Device: r.Blocks, Host: r.Host, Disk: r.Disk, TreeSize: r.TreeSize})
+			if s.pol.Sticky && r.Blocks+r.Host > most {
+				most = r.Blocks + r.Host
+				s.batch[0].Override = sched.Override{Pinned: r.Worker, PinnedSet: true}
+			}
 		}
 		s.ovBatch[0] = o
 		ov = s.ovBatch[:]
@@ -459,6 +469,9 @@ func (s *sim) route(i int32, d sched.Decision) error {
 		}
 	}
 	s.rank[i] = r
+	if s.events {
+		s.dispatchOverlap(i, k)
+	}
 	err := s.engines[r].Submit(engine.Request{
 		ID: uint64(i) + 1, Prompt: w.Local(int(i)), PromptTokens: req.InputLength, MaxTokens: max(req.OutputLength, 1),
 	}, s.now)
@@ -477,6 +490,25 @@ func (s *sim) route(i int32, d sched.Decision) error {
 		return s.startStep(r)
 	}
 	return nil
+}
+
+// dispatchOverlap records, for Result.BestHitRatio and RoutedHitRatio, the
+// longest cached prefix of request i's prompt (device + host, capped as the
+// engine caps a hit) on any rank and on k, the rank chosen.
+func (s *sim) dispatchOverlap(i int32, k wire.WorkerKey) {
+	local := s.w.Local(int(i))
+	limit := uint32((s.w.Trace.Requests[i].InputLength - 1) / s.w.BlockSize)
+	s.radixOv = s.core.Match(s.radixOv[:0], local)
+	var best, got uint32
+	for _, o := range s.radixOv {
+		n := min(o.Blocks+o.Host, limit)
+		best = max(best, n)
+		if o.Worker == k {
+			got = n
+		}
+	}
+	bs := uint32(s.w.BlockSize)
+	s.best[i], s.routed[i] = int32(best*bs), int32(got*bs)
 }
 
 func (s *sim) reject(i int32) {
@@ -616,6 +648,7 @@ func (s *sim) result() Result {
 		c.arrive = s.arrive[i]
 		c.prompt = req.InputLength
 		c.worker = -1
+		c.best, c.routed = int(s.best[i]), int(s.routed[i])
 		c.bucket = w.bucketOf(w.arrival[i])
 		if r := s.rank[i]; r >= 0 {
 			c.worker = int(s.keys[r].Worker - 1)

@@ -106,11 +106,12 @@ func (b *byteSize) Set(v string) error {
 // replay runs the scheduler exactly as a router configured the same way.
 type schedFlags struct {
 	weight, temp, prefScale, ovCredit, hostW, diskW, busyDecode, busyPFrac *float64
+	cacheAff                                                               *float64
 	reuse, credit                                                          *bool
 	busyPTok                                                               *int64
 	qPolicy                                                                *string
 	qDepth, qAffinity                                                      *int
-	rejWindow, expiry, qAgeBound                                           *time.Duration
+	rejWindow, expiry, qAgeBound, qHold                                    *time.Duration
 	seed                                                                   *uint64
 }
 
@@ -118,6 +119,7 @@ func addSchedFlags(fs *flag.FlagSet) *schedFlags {
 	def := sched.DefaultConfig()
 	return &schedFlags{
 		weight:     fs.Float64("kv-overlap-score-weight", def.Weight, "w in cost = w × prefill_blocks + decode_blocks (0 ignores prefill load)"),
+		cacheAff:   fs.Float64("cache-affinity", def.CacheAffinity, "kv: credit each cached block as this many blocks of prefill in the cost (1: Dynamo's cost; larger: a request leaves its cache only for a rank with that much less prefill load)"),
 		temp:       fs.Float64("router-temperature", def.Temperature, "0 picks the lowest cost; > 0 samples a softmax over normalized costs"),
 		reuse:      fs.Bool("router-assume-kv-reuse", def.AssumeKVReuse, "count blocks shared by active requests on a worker once"),
 		credit:     fs.Bool("router-credit-cost", false, "use the credit form of the cost (overlap credited against raw prefill)"),
@@ -132,6 +134,7 @@ func addSchedFlags(fs *flag.FlagSet) *schedFlags {
 		qDepth:     fs.Int("queue-depth", def.QueueDepth, "requests that may wait while all workers are busy; beyond it: rejected (429) and all-workers-busy"),
 		qAffinity:  fs.Int("queue-affinity", def.QueueAffinity, "kv: when a worker frees, the first N waiting requests compete for it and the one whose cache favours it most goes first (0 or 1: strict --queue-policy order)"),
 		qAgeBound:  fs.Duration("queue-affinity-max-wait", def.QueueAffinityMaxWait, "with --queue-affinity: a request waiting this long goes before any later one"),
+		qHold:      fs.Duration("queue-affinity-hold", def.QueueAffinityHold, "with --queue-affinity: a request with more cached on a busy worker than on any free one waits up to this long for it, and a free worker idles meanwhile, instead of recomputing the prefix elsewhere (0: off)"),
 		rejWindow:  fs.Duration("rejection-window", def.RejectionWindow, "how long new requests are throttled (429) after an all-workers-busy event"),
 		expiry:     fs.Duration("request-expiry", def.Expiry, "force-free requests booked longer than this (0: never)"),
 		seed:       fs.Uint64("seed", 0, "seed of the scheduler's random choices"),
@@ -145,6 +148,9 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	if err != nil {
 		return fmt.Errorf("--queue-policy: %w", err)
 	}
+	if *f.cacheAff < 1 || *f.cacheAff != *f.cacheAff {
+		return fmt.Errorf("--cache-affinity must be >= 1 (got %g)", *f.cacheAff)
+	}
 	for name, v := range map[string]float64{"kv-overlap-score-weight": *f.weight, "router-temperature": *f.temp} {
 		if v < 0 || v != v {
 			return fmt.Errorf("--%s must be >= 0 (got %g)", name, v)
@@ -156,6 +162,9 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	if *f.qAffinity < 0 {
 		return fmt.Errorf("--queue-affinity must be >= 0 (got %d)", *f.qAffinity)
 	}
+	if *f.qHold < 0 {
+		return fmt.Errorf("--queue-affinity-hold must be >= 0 (got %v)", *f.qHold)
+	}
 	if *f.qAgeBound < 0 {
 		return fmt.Errorf("--queue-affinity-max-wait must be >= 0 (got %v)", *f.qAgeBound)
 	}
@@ -165,10 +174,10 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	if !*f.credit && (*f.prefScale != def.PrefillLoadScale || *f.ovCredit != def.OverlapCredit) {
 		return errors.New("--prefill-load-scale and --overlap-credit need --router-credit-cost")
 	}
-	sc.Weight, sc.Temperature, sc.AssumeKVReuse = *f.weight, *f.temp, *f.reuse
+	sc.Weight, sc.CacheAffinity, sc.Temperature, sc.AssumeKVReuse = *f.weight, *f.cacheAff, *f.temp, *f.reuse
 	sc.CreditCost, sc.PrefillLoadScale, sc.OverlapCredit, sc.HostHitWeight, sc.DiskHitWeight = *f.credit, *f.prefScale, *f.ovCredit, *f.hostW, *f.diskW
 	sc.BusyDecodeFrac, sc.BusyPrefillTokens, sc.BusyPrefillFrac = *f.busyDecode, *f.busyPTok, *f.busyPFrac
 	sc.QueuePolicy, sc.QueueDepth, sc.RejectionWindow, sc.Expiry = qp, *f.qDepth, *f.rejWindow, *f.expiry
-	sc.QueueAffinity, sc.QueueAffinityMaxWait = *f.qAffinity, *f.qAgeBound
+	sc.QueueAffinity, sc.QueueAffinityMaxWait, sc.QueueAffinityHold = *f.qAffinity, *f.qAgeBound, *f.qHold
 	return sc.Validate()
 }

@@ -1,0 +1,107 @@
+package sched
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/wire"
+)
+
+// Config.CacheAffinity: a request cached on a rank whose prefill load
+// exceeds an empty rank's by more than its cached blocks, but by less than
+// CacheAffinity times them, leaves its cache at 1 and stays at 4.
+func TestCacheAffinityKeepsRequestOnItsCache(t *testing.T) {
+	for _, tc := range []struct {
+		affinity float64
+		want     uint64
+	}{{1, 2}, {4, 1}} {
+		cfg := testConfig()
+		cfg.Weight = 1000 // the decode term out of the way
+		cfg.CacheAffinity = tc.affinity
+		s, err := New(cfg, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 2}
+		s.AddWorker(a, Capacity{TotalBlocks: 1 << 20})
+		s.AddWorker(b, Capacity{TotalBlocks: 1 << 20})
+		// a has 20 blocks of prefill booked (320 tokens); the request has 10
+		// of its 30 blocks cached on a, with host blocks weighed 0.75 (8 + 0.75 × 2 = 9.5).
+		if err := s.AddRequest(100, a, []wire.SeqHash{1}, 320, 0, PrefillLoadHint{InitialEffectiveTokens: 320}, 0); err != nil {
+			t.Fatal(err)
+		}
+		blocks := make([]wire.SeqHash, 30)
+		for i := range blocks {
+			blocks[i] = wire.SeqHash(1000 + i)
+		}
+		d := s.Decide(nil, []Request{{ID: 1, ISL: 480, Blocks: blocks}}, [][]Overlap{{{Worker: a, Device: 8, Host: 2}}}, 0)
+		if d[0].Outcome != Routed || d[0].Worker.Worker != tc.want {
+			t.Errorf("cache affinity %v: %+v, want worker %d", tc.affinity, d[0], tc.want)
+		}
+	}
+}
+
+// Config.QueueAffinityHold: a request whose cache is on a busy rank waits
+// for it rather than take a free rank, at arrival and in the queue; it goes
+// to its rank when that frees, or anywhere once it has waited
+// QueueAffinityMaxWait. A request cached nowhere takes the free rank.
+func TestQueueAffinityHold(t *testing.T) {
+	for _, hold := range []bool{false, true} {
+		cfg := testConfig()
+		if hold {
+			cfg.QueueAffinityHold = time.Second
+		}
+		cfg.QueueAffinityMaxWait = 10 * time.Second
+		s, err := New(cfg, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 2}
+		s.AddWorker(a, Capacity{TotalBlocks: 4})
+		s.AddWorker(b, Capacity{TotalBlocks: 4})
+		blocks := func(id uint64) []wire.SeqHash {
+			return []wire.SeqHash{wire.SeqHash(id<<8 | 1), wire.SeqHash(id<<8 | 2), wire.SeqHash(id<<8 | 3), wire.SeqHash(id<<8 | 4), wire.SeqHash(id<<8 | 5)}
+		}
+		// Five blocks make a rank busy: a is.
+		if err := s.AddRequest(1000, a, blocks(1000), 80, 0, PrefillLoadHint{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		d := s.Decide(nil, []Request{{ID: 1, ISL: 80, Blocks: blocks(1)}}, [][]Overlap{{{Worker: a, Device: 3}}}, 0)
+		if !hold {
+			if d[0].Outcome != Routed || d[0].Worker != b {
+				t.Fatalf("without hold: %+v, want routed to b", d[0])
+			}
+			continue
+		}
+		if d[0].Outcome != Queued {
+			t.Fatalf("hold: %+v, want queued for a", d[0])
+		}
+		// One cached nowhere takes b; one cached on a waits behind request 1.
+		d = s.Decide(d[:0], []Request{{ID: 2, ISL: 80, Blocks: blocks(2)}, {ID: 3, ISL: 80, Blocks: blocks(3)}},
+			[][]Overlap{nil, {{Worker: a, Device: 2}, {Worker: b, Device: 1}}}, int64(100*time.Millisecond))
+		if d[0].Outcome != Routed || d[0].Worker != b || d[1].Outcome != Queued {
+			t.Fatalf("hold: %+v", d)
+		}
+		// b frees: nothing waiting is cached there more than on a, so b idles.
+		s.Free(2, int64(200*time.Millisecond))
+		if effs := s.Drain(nil); len(effs) != 0 {
+			t.Fatalf("hold: b freed, effects %+v, want none", effs)
+		}
+		// a frees: request 1 goes there (request 3 would be next).
+		s.Free(1000, int64(300*time.Millisecond))
+		effs := s.Drain(nil)
+		if len(effs) != 1 || effs[0].ID != 1 || effs[0].Decision.Worker != a {
+			t.Fatalf("hold: a freed, effects %+v, want request 1 on a", effs)
+		}
+		// a is busy again; request 3 waits its bound, then takes b.
+		s.Tick(int64(900 * time.Millisecond))
+		if effs := s.Drain(effs[:0]); len(effs) != 0 {
+			t.Fatalf("hold: before the bound, effects %+v", effs)
+		}
+		s.Tick(int64(1100 * time.Millisecond))
+		effs = s.Drain(effs[:0])
+		if len(effs) != 1 || effs[0].ID != 3 || effs[0].Decision.Worker != b {
+			t.Fatalf("hold: after the bound, effects %+v, want request 3 on b", effs)
+		}
+	}
+}

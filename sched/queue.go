@@ -233,7 +233,7 @@ func (s *Scheduler) pickAffinity(k int, now int64) int {
 			break
 		}
 	}
-	if best < 0 && now-s.q.ents[s.q.order[k]].at < durNanos(s.cfg.QueueAffinityHold) {
+	if hold := durNanos(s.cfg.QueueAffinityHold); hold > 0 && best < 0 && now-s.q.ents[s.q.order[k]].at < hold {
 		return -1
 	}
 	return pick

@@ -285,6 +285,67 @@ func TestCaptureConsistent(t *testing.T) {
 	}
 }
 
+// history applies random operations to a live Core (events with tiers,
+// approximate-mode decisions, expiring ticks) and logs them, so that a twin
+// fed the log is the live Core frozen at that point.
+type history struct {
+	t    *testing.T
+	live *Core
+	log  []func(*Core) // every operation applied to live, in order
+	g    *eventGen
+	r    *rand.Rand
+	now  time.Duration
+	evs  []wire.Event
+}
+
+func newHistory(t *testing.T, seed, stream uint64) *history {
+	var keys []wire.WorkerKey
+	for w := uint64(1); w <= 5; w++ {
+		keys = append(keys, wire.WorkerKey{Worker: w}, wire.WorkerKey{Worker: w, Dp: 1})
+	}
+	h := &history{t: t, live: NewCore(CoreConfig{}), g: newEventGen(seed, keys), r: rand.New(rand.NewPCG(seed, stream))}
+	h.g.tierPct = 20
+	return h
+}
+
+// op applies one random operation to the live Core and logs it.
+func (h *history) op() {
+	var f func(*Core)
+	switch p := h.r.IntN(10); {
+	case p < 6:
+		ev := slices.Clone(h.g.event(h.evs[:0]))
+		f = func(c *Core) { c.Apply(ev) }
+	case p < 9:
+		local := make([]wire.BlockHash, 1+h.r.IntN(8))
+		for j := range local {
+			local[j] = wire.BlockHash(h.r.IntN(4)*100 + j + 1)
+		}
+		k := wire.WorkerKey{Worker: 100 + uint64(h.r.IntN(3))}
+		h.now += time.Duration(h.r.IntN(3)) * time.Second
+		at := h.now
+		f = func(c *Core) {
+			if err := c.RecordDecision(k, local, wire.SequenceHashes(nil, local), at); err != nil {
+				h.t.Fatal(err)
+			}
+		}
+	default:
+		h.now += 10 * time.Second
+		at := h.now
+		f = func(c *Core) { c.Tick(at) }
+	}
+	h.log = append(h.log, f)
+	f(h.live)
+}
+
+// twin returns a new Core fed every logged operation.
+func (h *history) twin() *Core {
+	twin := NewCore(CoreConfig{})
+	for _, f := range h.log {
+		f(twin)
+	}
+	return twin
+}
+
 // TestCaptureCopyOnWrite: a Core captured while events, decisions and
 // expiries keep being applied between its copy steps (one approximate-mode
 // entry per page, so every entry write meets the barrier) writes the very
@@ -296,54 +357,15 @@ func TestCaptureCopyOnWrite(t *testing.T) {
 	defer func(p int) { entryPageBytes = p }(entryPageBytes)
 	entryPageBytes = 1
 	for seed := range uint64(6) {
-		live := NewCore(CoreConfig{})
-		var log []func(*Core) // every operation applied to live, in order
-		var keys []wire.WorkerKey
-		for w := uint64(1); w <= 5; w++ {
-			keys = append(keys, wire.WorkerKey{Worker: w}, wire.WorkerKey{Worker: w, Dp: 1})
-		}
-		g := newEventGen(seed, keys)
-		g.tierPct = 20
-		r := rand.New(rand.NewPCG(seed, 5))
-		now := time.Duration(0)
-		var evs []wire.Event
-		op := func() {
-			var f func(*Core)
-			switch p := r.IntN(10); {
-			case p < 6:
-				ev := slices.Clone(g.event(evs[:0]))
-				f = func(c *Core) { c.Apply(ev) }
-			case p < 9:
-				local := make([]wire.BlockHash, 1+r.IntN(8))
-				for j := range local {
-					local[j] = wire.BlockHash(r.IntN(4)*100 + j + 1)
-				}
-				k := wire.WorkerKey{Worker: 100 + uint64(r.IntN(3))}
-				now += time.Duration(r.IntN(3)) * time.Second
-				at := now
-				f = func(c *Core) {
-					if err := c.RecordDecision(k, local, wire.SequenceHashes(nil, local), at); err != nil {
-						t.Fatal(err)
-					}
-				}
-			default:
-				now += 10 * time.Second
-				at := now
-				f = func(c *Core) { c.Tick(at) }
-			}
-			log = append(log, f)
-			f(live)
-		}
+		h := newHistory(t, seed, 5)
+		live, r, op := h.live, h.r, h.op
 		barrier := 0
 		for round := range 4 {
 			for range 150 {
 				op()
 			}
 			cc := live.startCapture(1 + r.IntN(4096))
-			twin := NewCore(CoreConfig{})
-			for _, f := range log {
-				f(twin)
-			}
+			twin := h.twin()
 			want := snapBytes(t, twin.freeze())
 			steps := 0
 			for !cc.step(live) {
@@ -385,52 +407,13 @@ func TestCaptureReader(t *testing.T) {
 	entryPageBytes = 1
 	barrier := 0
 	for seed := range uint64(6) {
-		live := NewCore(CoreConfig{})
-		var log []func(*Core) // every operation applied to live, in order
-		var keys []wire.WorkerKey
-		for w := uint64(1); w <= 5; w++ {
-			keys = append(keys, wire.WorkerKey{Worker: w}, wire.WorkerKey{Worker: w, Dp: 1})
-		}
-		g := newEventGen(seed, keys)
-		g.tierPct = 20
-		r := rand.New(rand.NewPCG(seed, 6))
-		now := time.Duration(0)
-		var evs []wire.Event
-		op := func() {
-			var f func(*Core)
-			switch p := r.IntN(10); {
-			case p < 6:
-				ev := slices.Clone(g.event(evs[:0]))
-				f = func(c *Core) { c.Apply(ev) }
-			case p < 9:
-				local := make([]wire.BlockHash, 1+r.IntN(8))
-				for j := range local {
-					local[j] = wire.BlockHash(r.IntN(4)*100 + j + 1)
-				}
-				k := wire.WorkerKey{Worker: 100 + uint64(r.IntN(3))}
-				now += time.Duration(r.IntN(3)) * time.Second
-				at := now
-				f = func(c *Core) {
-					if err := c.RecordDecision(k, local, wire.SequenceHashes(nil, local), at); err != nil {
-						t.Fatal(err)
-					}
-				}
-			default:
-				now += 10 * time.Second
-				at := now
-				f = func(c *Core) { c.Tick(at) }
-			}
-			log = append(log, f)
-			f(live)
-		}
+		h := newHistory(t, seed, 6)
+		live, op := h.live, h.op
 		for round := range 4 {
 			for range 300 {
 				op()
 			}
-			twin := NewCore(CoreConfig{})
-			for _, f := range log {
-				f(twin)
-			}
+			twin := h.twin()
 			want := snapBytes(t, twin.freeze())
 			cc := live.startCapture(DefaultCaptureStepBytes)
 			cc.reader = true

@@ -562,6 +562,17 @@ func TestDumpRebuild(t *testing.T) {
 // TestManyWorkers runs the differential test with 150 worker keys, so worker
 // sets widen from one 64-bit word to four while the tree is live.
 func TestManyWorkers(t *testing.T) {
+	tr, m, _ := manyWorkers(t, false)
+	if tr.w < 2 {
+		t.Fatalf("worker sets never widened (%d words, %d workers)", tr.w, len(m.held))
+	}
+	t.Logf("final %+v, %d words per set", tr.Stats(), tr.w)
+}
+
+// manyWorkers applies a random history of 150 worker keys to a tree and the
+// model, comparing them every 50 events (and, with invariants set, checking
+// the tree's invariants), and returns both with the generator.
+func manyWorkers(t *testing.T, invariants bool) (*Tree, *model, *gen) {
 	seed := testSeed(t)
 	tr, m := New(), newModel()
 	g := newGen(seed, m)
@@ -579,10 +590,13 @@ func TestManyWorkers(t *testing.T) {
 		applyBoth(t, tr, m, &ev)
 		if step%50 == 0 || step == steps-1 {
 			compareTree(t, tr, m, g.probes())
+			if !invariants {
+				continue
+			}
+			if err := tr.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	if tr.w < 2 {
-		t.Fatalf("worker sets never widened (%d words, %d workers)", tr.w, len(m.held))
-	}
-	t.Logf("final %+v, %d words per set", tr.Stats(), tr.w)
+	return tr, m, g
 }

@@ -5,8 +5,6 @@ import (
 	"os"
 	"sync"
 	"testing"
-
-	"github.com/kvroute/kvroute/wire"
 )
 
 // -radix.sparse runs every test of the package on trees whose worker sets
@@ -27,28 +25,7 @@ func TestMain(m *testing.M) {
 func TestManyWorkersSparse(t *testing.T) {
 	defer func(d int) { denseMax = d }(denseMax)
 	denseMax = 1
-	seed := testSeed(t)
-	tr, m := New(), newModel()
-	g := newGen(seed, m)
-	g.keys = g.keys[:0]
-	for w := uint64(1); w <= 75; w++ {
-		g.keys = append(g.keys, wire.WorkerKey{Worker: w}, wire.WorkerKey{Worker: w, Dp: 1})
-	}
-	g.remove, g.leafPct = 20, 80
-	steps := 1500
-	if testing.Short() {
-		steps = 500
-	}
-	for step := range steps {
-		ev := g.next()
-		applyBoth(t, tr, m, &ev)
-		if step%50 == 0 || step == steps-1 {
-			compareTree(t, tr, m, g.probes())
-			if err := tr.CheckInvariants(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	tr, m, g := manyWorkers(t, true)
 	if !tr.sparse || tr.w < 2 {
 		t.Fatalf("sets never went sparse (%d words, sparse %v)", tr.w, tr.sparse)
 	}

@@ -140,17 +140,10 @@ func (m *u64map) reserve(n int) {
 }
 
 func (m *u64map) grow() {
-	size := 2 * len(m.cells)
-	if size < u64mapMinCells {
-		size = u64mapMinCells
-	}
+	size, bits := grownSize(len(m.cells), u64mapMinCells)
 	old := m.cells
 	m.cells = make([]u64cell, size)
 	m.mask = uint64(size - 1)
-	bits := uint8(0)
-	for 1<<bits < size {
-		bits++
-	}
 	m.shift = 64 - bits
 	m.n = 0
 	for _, c := range old {
@@ -158,4 +151,15 @@ func (m *u64map) grow() {
 			m.set(c.key, c.val)
 		}
 	}
+}
+
+// grownSize is the size of a power-of-two table grown from cur cells (twice
+// cur, at least min) and its base-2 logarithm.
+func grownSize(cur, min int) (int, uint8) {
+	size := max(2*cur, min)
+	bits := uint8(0)
+	for 1<<bits < size {
+		bits++
+	}
+	return size, bits
 }

@@ -130,17 +130,10 @@ func (t *vecTable) indexedAs(k uint64, v uint32, vecs []blockVec) bool {
 }
 
 func (t *vecTable) grow() {
-	size := 2 * len(t.cells)
-	if size < vecTableMinCells {
-		size = vecTableMinCells
-	}
+	size, bits := grownSize(len(t.cells), vecTableMinCells)
 	old := t.cells
 	t.cells = make([]uint64, size)
 	t.mask = uint64(size - 1)
-	bits := uint8(0)
-	for 1<<bits < size {
-		bits++
-	}
 	t.shift = 32 - bits
 	for _, c := range old {
 		if c == 0 {

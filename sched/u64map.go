@@ -154,9 +154,9 @@ func (m *u64map) grow() {
 }
 
 // grownSize is the size of a power-of-two table grown from cur cells (twice
-// cur, at least min) and its base-2 logarithm.
-func grownSize(cur, min int) (int, uint8) {
-	size := max(2*cur, min)
+// cur, at least least) and its base-2 logarithm.
+func grownSize(cur, least int) (int, uint8) {
+	size := max(2*cur, least)
 	bits := uint8(0)
 	for 1<<bits < size {
 		bits++

@@ -178,16 +178,8 @@ func TestAffinityAgingBound(t *testing.T) {
 	cfg := testConfig()
 	cfg.QueueAffinity = 32
 	cfg.QueueAffinityMaxWait = time.Second
-	s, err := New(cfg, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 2}
-	s.AddWorker(a, Capacity{TotalBlocks: 4})
-	s.AddWorker(b, Capacity{TotalBlocks: 4})
-	blocks := func(id uint64) []wire.SeqHash {
-		return []wire.SeqHash{wire.SeqHash(id<<8 | 1), wire.SeqHash(id<<8 | 2), wire.SeqHash(id<<8 | 3), wire.SeqHash(id<<8 | 4), wire.SeqHash(id<<8 | 5)}
-	}
+	s, a, b := twoRanks(t, cfg)
+	blocks := fiveBlocks
 	// Five blocks make a rank busy: a hog on a that never ends, one on b.
 	if err := s.AddRequest(1000, a, blocks(1000), 80, 0, PrefillLoadHint{}, 0); err != nil {
 		t.Fatal(err)
@@ -367,4 +359,23 @@ func TestAffinityNeverPassesAged(t *testing.T) {
 		t.Fatalf("the history does not exercise dispatch: %d admitted, %d ahead (stats %d), %d aged with others waiting", st.Admitted, ahead, st.AdmittedAhead, aged)
 	}
 	t.Logf("%d admitted from the queue, %d of them ahead of an earlier request, %d aged with others waiting", st.Admitted, ahead, aged)
+}
+
+// twoRanks is a scheduler of cfg with two workers a and b of 4 blocks each.
+func twoRanks(t *testing.T, cfg Config) (s *Scheduler, a, b wire.WorkerKey) {
+	t.Helper()
+	s, err := New(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b = wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 2}
+	s.AddWorker(a, Capacity{TotalBlocks: 4})
+	s.AddWorker(b, Capacity{TotalBlocks: 4})
+	return s, a, b
+}
+
+// fiveBlocks is request id's prompt: five blocks of its own, which make a
+// rank of twoRanks busy.
+func fiveBlocks(id uint64) []wire.SeqHash {
+	return []wire.SeqHash{wire.SeqHash(id<<8 | 1), wire.SeqHash(id<<8 | 2), wire.SeqHash(id<<8 | 3), wire.SeqHash(id<<8 | 4), wire.SeqHash(id<<8 | 5)}
 }

@@ -52,16 +52,8 @@ func TestQueueAffinityHold(t *testing.T) {
 			cfg.QueueAffinityHold = time.Second
 		}
 		cfg.QueueAffinityMaxWait = 10 * time.Second
-		s, err := New(cfg, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, b := wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 2}
-		s.AddWorker(a, Capacity{TotalBlocks: 4})
-		s.AddWorker(b, Capacity{TotalBlocks: 4})
-		blocks := func(id uint64) []wire.SeqHash {
-			return []wire.SeqHash{wire.SeqHash(id<<8 | 1), wire.SeqHash(id<<8 | 2), wire.SeqHash(id<<8 | 3), wire.SeqHash(id<<8 | 4), wire.SeqHash(id<<8 | 5)}
-		}
+		s, a, b := twoRanks(t, cfg)
+		blocks := fiveBlocks
 		// Five blocks make a rank busy: a is.
 		if err := s.AddRequest(1000, a, blocks(1000), 80, 0, PrefillLoadHint{}, 0); err != nil {
 			t.Fatal(err)

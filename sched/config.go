@@ -173,7 +173,7 @@ type Config struct {
 	// advantage negative), for as long as the oldest such request has
 	// waited less than QueueAffinityHold: the requests wait for their
 	// ranks. A new request with more cached on a busy rank than on any
-	// other queues for it. Default 4 s (doc.go, "Cache affinity"); 0:
+	// other queues for it. Default 3 s (doc.go, "Cache affinity"); 0:
 	// work-conserving dispatch.
 	QueueAffinityHold time.Duration
 	// QueueAffinityTail shortens the aging bound of cache-aware dispatch
@@ -216,7 +216,7 @@ func DefaultConfig() Config {
 		QueueDepth:           1024,
 		QueueAffinity:        32,
 		QueueAffinityMaxWait: 10 * time.Second,
-		QueueAffinityHold:    4 * time.Second,
+		QueueAffinityHold:    3 * time.Second,
 		QueueAffinityTail:    2,
 		RejectionWindow:      5 * time.Second,
 	}

@@ -132,12 +132,13 @@ func TestAffinityDispatchAllocs(t *testing.T) {
 	for _, c := range []struct {
 		hold     time.Duration
 		affinity float64
-	}{{0, 1}, {50 * time.Millisecond, 4}} {
+		tail     float64
+	}{{0, 1, 0}, {50 * time.Millisecond, 4, 0}, {50 * time.Millisecond, 4, 2}} {
 		hold, affinity := c.hold, c.affinity
 		cfg := testConfig()
 		cfg.QueueDepth = 64
 		cfg.QueueAffinity = 8
-		cfg.QueueAffinityHold, cfg.CacheAffinity = hold, affinity
+		cfg.QueueAffinityHold, cfg.CacheAffinity, cfg.QueueAffinityTail = hold, affinity, c.tail
 		s, err := New(cfg, 1)
 		if err != nil {
 			t.Fatal(err)

@@ -97,3 +97,51 @@ func TestQueueAffinityHold(t *testing.T) {
 		}
 	}
 }
+
+// Config.QueueAffinityTail: the aging bound of cache-aware dispatch is
+// QueueAffinityTail × the recent mean queue wait when that is shorter than
+// QueueAffinityMaxWait (and not below QueueAffinityHold). Request 1, cached
+// on busy a, is passed by request 2, cached on free b, while it has waited
+// less than the bound; past it, it goes first and takes b. The mean wait
+// follows the admissions from the queue.
+func TestQueueAffinityTail(t *testing.T) {
+	for _, tc := range []struct {
+		tail      float64
+		waited    time.Duration
+		wantFirst uint64
+	}{
+		{0, 2500 * time.Millisecond, 2},  // off: the bound is 10 s
+		{2, 1500 * time.Millisecond, 2},  // under 2 × 1 s
+		{2, 2500 * time.Millisecond, 1},  // past it
+		{0.1, 200 * time.Millisecond, 2}, // 0.1 × 1 s is under the hold's 300 ms floor, not reached
+		{0.1, 400 * time.Millisecond, 1}, // past the floor
+	} {
+		cfg := testConfig()
+		cfg.QueueAffinityMaxWait = 10 * time.Second
+		cfg.QueueAffinityHold = 300 * time.Millisecond
+		cfg.QueueAffinityTail = tc.tail
+		s, a, b := twoRanks(t, cfg)
+		// Both ranks busy; requests 1 (cached on a) and 2 (cached on b) queue.
+		if err := s.AddRequest(1000, a, fiveBlocks(1000), 80, 0, PrefillLoadHint{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddRequest(1001, b, fiveBlocks(1001), 80, 0, PrefillLoadHint{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		d := s.Decide(nil, []Request{{ID: 1, ISL: 80, Blocks: fiveBlocks(1)}, {ID: 2, ISL: 80, Blocks: fiveBlocks(2)}},
+			[][]Overlap{{{Worker: a, Device: 3}}, {{Worker: b, Device: 3}}}, 0)
+		if d[0].Outcome != Queued || d[1].Outcome != Queued {
+			t.Fatalf("tail %v: %+v, want both queued", tc.tail, d)
+		}
+		s.q.waitAvg = float64(time.Second)
+		s.Free(1001, int64(tc.waited))
+		effs := s.Drain(nil)
+		if len(effs) != 1 || effs[0].ID != tc.wantFirst || effs[0].Decision.Worker != b {
+			t.Fatalf("tail %v, waited %v: effects %+v, want request %d on b", tc.tail, tc.waited, effs, tc.wantFirst)
+		}
+		// The admission moved the mean wait 1/64 of the way to its wait.
+		if want := float64(time.Second) + (float64(tc.waited)-float64(time.Second))/waitAvgN; s.q.waitAvg != want {
+			t.Fatalf("tail %v: mean wait %v, want %v", tc.tail, s.q.waitAvg, want)
+		}
+	}
+}

@@ -173,9 +173,16 @@ type Config struct {
 	// advantage negative), for as long as the oldest such request has
 	// waited less than QueueAffinityHold: the requests wait for their
 	// ranks. A new request with more cached on a busy rank than on any
-	// other queues for it. Default 2 s (doc.go, "Cache affinity"); 0:
+	// other queues for it. Default 3 s (doc.go, "Cache affinity"); 0:
 	// work-conserving dispatch.
 	QueueAffinityHold time.Duration
+	// QueueAffinityTail shortens the aging bound of cache-aware dispatch
+	// under overload: a request that has waited QueueAffinityTail times the
+	// mean wait of the recent admissions from the queue (about the last 64),
+	// and at least QueueAffinityHold, goes before any later one, as at
+	// QueueAffinityMaxWait. Default 2 (doc.go, "Cache affinity"); 0: off
+	// (the bound is QueueAffinityMaxWait).
+	QueueAffinityTail float64
 	// RejectionWindow is how long Throttled reports true after an
 	// AllWorkersBusy event (--all-workers-busy-rejection-window). Default 5 s.
 	RejectionWindow time.Duration
@@ -209,7 +216,8 @@ func DefaultConfig() Config {
 		QueueDepth:           1024,
 		QueueAffinity:        32,
 		QueueAffinityMaxWait: 10 * time.Second,
-		QueueAffinityHold:    2 * time.Second,
+		QueueAffinityHold:    3 * time.Second,
+		QueueAffinityTail:    2,
 		RejectionWindow:      5 * time.Second,
 	}
 }
@@ -248,6 +256,8 @@ func (c *Config) Validate() error {
 		return bad("queue affinity %d must be ≥ 0", c.QueueAffinity)
 	case c.QueueAffinityHold < 0:
 		return bad("queue affinity hold %v must be ≥ 0", c.QueueAffinityHold)
+	case !finite(c.QueueAffinityTail) || c.QueueAffinityTail < 0:
+		return bad("queue affinity tail %v must be finite and ≥ 0", c.QueueAffinityTail)
 	case c.QueueAffinityMaxWait < 0:
 		return bad("queue affinity max wait %v must be ≥ 0", c.QueueAffinityMaxWait)
 	case c.RejectionWindow < 0:

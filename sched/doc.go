@@ -217,7 +217,7 @@
 // prefill (the cost's last line above): a request leaves the rank holding
 // c of its blocks only for one whose prefill load is lower by
 // CacheAffinity × c. Only ranks with an overlap change cost, so the
-// plain-rank heap is as before. Config.QueueAffinityHold (2 s) keeps a
+// plain-rank heap is as before. Config.QueueAffinityHold (2 s, now 3 s) keeps a
 // request with its cache when that cache's ranks are busy: a new request
 // whose most-cached ranks are all busy queues (holdForCache; O(1) while the
 // heap holds every rank, i.e. none is busy), and cache-aware dispatch
@@ -234,6 +234,18 @@
 // prefill), not the partition. A 10 s hold helped 6x more (1429 ms) but
 // raised the conversation trace's p99 (4x: 4829 against 2620 ms); 1 s kept
 // little (6x 2103 ms). testConfig pins 1 and 0 (off), as before.
+//
+// Config.QueueAffinityTail (2) bounds what the hold and the window cost the
+// tail under overload: a request that has waited twice the mean wait of the
+// recent admissions from the queue (an average over about the last 64,
+// queue.waitAvg, updated by admit) goes first, as at QueueAffinityMaxWait,
+// but never before it has waited QueueAffinityHold, now 3 s (agingBound).
+// On the conversation trace, where every policy queues, kv's p99 at 5x and
+// 6x went from 7060 and 8461 ms (above least-loaded's 5754 and 7190) to
+// 5317 and 7110; the longer hold took Mooncake's hit / LRU at 5x from 0.89
+// to 0.91 (docs/ARCHITECTURE.md, the session-7 tail note). A fixed shorter
+// QueueAffinityMaxWait (3–5 s) did the same for the conversations but
+// saturated Mooncake at 6x: the bound must follow the queue's own waits.
 //
 // # Cost of a decision
 //

@@ -24,7 +24,15 @@ type queue struct {
 	avail []uint32
 	wok   []uint32
 	agen  uint32
+
+	// waitAvg is the mean wait, in ns, of the requests admitted from the
+	// queue, weighted over about the last waitAvgN of them (an exponential
+	// moving average; Config.QueueAffinityTail).
+	waitAvg float64
 }
+
+// waitAvgN is the span, in admissions, of queue.waitAvg.
+const waitAvgN = 64
 
 type qentry struct {
 	req          Request
@@ -184,6 +192,7 @@ func (s *Scheduler) admit(e uint32, now int64) status {
 	d, st := s.route(&qe.req, qe.overlaps, now, nil)
 	switch st {
 	case stRouted:
+		s.q.waitAvg += (float64(now-qe.at) - s.q.waitAvg) / waitAvgN
 		s.stats.Admitted++
 		s.shed.admitted(1)
 		s.emit(Effect{Kind: EffectAdmitted, ID: d.ID, Decision: d, At: now})
@@ -215,7 +224,7 @@ func (s *Scheduler) pickAffinity(k int, now int64) int {
 	if !s.markAvailable(now) {
 		return k
 	}
-	aging := durNanos(s.cfg.QueueAffinityMaxWait)
+	aging := s.agingBound()
 	pick, n := k, 0
 	best := math.Inf(-1)
 	for j := k; j < len(s.q.order); j++ {
@@ -237,6 +246,20 @@ func (s *Scheduler) pickAffinity(k int, now int64) int {
 		return -1
 	}
 	return pick
+}
+
+// agingBound is the wait, in ns, past which a request goes before any later
+// one in cache-aware dispatch: Config.QueueAffinityMaxWait, or, with
+// Config.QueueAffinityTail > 0, QueueAffinityTail × the queue's recent mean
+// wait if that is shorter, but not below QueueAffinityHold (a request is not
+// aged while it may still be held for its rank).
+func (s *Scheduler) agingBound() int64 {
+	aging := durNanos(s.cfg.QueueAffinityMaxWait)
+	if s.cfg.QueueAffinityTail > 0 {
+		tail := max(int64(s.cfg.QueueAffinityTail*s.q.waitAvg), durNanos(s.cfg.QueueAffinityHold))
+		aging = min(aging, tail)
+	}
+	return aging
 }
 
 // markAvailable stamps (under a new q.agen) every rank a request without

@@ -128,7 +128,8 @@
 // trace it reaches 1.00 of the pooled LRU, so the hit-ratio gap the
 // section above describes was placement, which sched's CacheAffinity and
 // QueueAffinityHold defaults closed to 0.93 at 4x and 0.89 at 5x–6x
-// (docs/ARCHITECTURE.md).
+// (docs/ARCHITECTURE.md); with QueueAffinityTail and the 3 s hold, 0.91 at
+// 5x and 0.87 at 6x.
 //
 // # Cost
 //

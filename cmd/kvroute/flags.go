@@ -106,7 +106,7 @@ func (b *byteSize) Set(v string) error {
 // replay runs the scheduler exactly as a router configured the same way.
 type schedFlags struct {
 	weight, temp, prefScale, ovCredit, hostW, diskW, busyDecode, busyPFrac *float64
-	cacheAff                                                               *float64
+	cacheAff, qTail                                                        *float64
 	reuse, credit                                                          *bool
 	busyPTok                                                               *int64
 	qPolicy                                                                *string
@@ -135,6 +135,7 @@ func addSchedFlags(fs *flag.FlagSet) *schedFlags {
 		qAffinity:  fs.Int("queue-affinity", def.QueueAffinity, "kv: when a worker frees, the first N waiting requests compete for it and the one whose cache favours it most goes first (0 or 1: strict --queue-policy order)"),
 		qAgeBound:  fs.Duration("queue-affinity-max-wait", def.QueueAffinityMaxWait, "with --queue-affinity: a request waiting this long goes before any later one"),
 		qHold:      fs.Duration("queue-affinity-hold", def.QueueAffinityHold, "with --queue-affinity: a request with more cached on a busy worker than on any free one waits up to this long for it, and a free worker idles meanwhile, instead of recomputing the prefix elsewhere (0: off)"),
+		qTail:      fs.Float64("queue-affinity-tail", def.QueueAffinityTail, "with --queue-affinity: a request that has waited this many times the recent mean queue wait (and at least --queue-affinity-hold) goes before any later one, as at --queue-affinity-max-wait (0: off)"),
 		rejWindow:  fs.Duration("rejection-window", def.RejectionWindow, "how long new requests are throttled (429) after an all-workers-busy event"),
 		expiry:     fs.Duration("request-expiry", def.Expiry, "force-free requests booked longer than this (0: never)"),
 		seed:       fs.Uint64("seed", 0, "seed of the scheduler's random choices"),
@@ -165,6 +166,9 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	if *f.qHold < 0 {
 		return fmt.Errorf("--queue-affinity-hold must be >= 0 (got %v)", *f.qHold)
 	}
+	if *f.qTail < 0 || *f.qTail != *f.qTail {
+		return fmt.Errorf("--queue-affinity-tail must be >= 0 (got %g)", *f.qTail)
+	}
 	if *f.qAgeBound < 0 {
 		return fmt.Errorf("--queue-affinity-max-wait must be >= 0 (got %v)", *f.qAgeBound)
 	}
@@ -178,6 +182,6 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	sc.CreditCost, sc.PrefillLoadScale, sc.OverlapCredit, sc.HostHitWeight, sc.DiskHitWeight = *f.credit, *f.prefScale, *f.ovCredit, *f.hostW, *f.diskW
 	sc.BusyDecodeFrac, sc.BusyPrefillTokens, sc.BusyPrefillFrac = *f.busyDecode, *f.busyPTok, *f.busyPFrac
 	sc.QueuePolicy, sc.QueueDepth, sc.RejectionWindow, sc.Expiry = qp, *f.qDepth, *f.rejWindow, *f.expiry
-	sc.QueueAffinity, sc.QueueAffinityMaxWait, sc.QueueAffinityHold = *f.qAffinity, *f.qAgeBound, *f.qHold
+	sc.QueueAffinity, sc.QueueAffinityMaxWait, sc.QueueAffinityHold, sc.QueueAffinityTail = *f.qAffinity, *f.qAgeBound, *f.qHold, *f.qTail
 	return sc.Validate()
 }

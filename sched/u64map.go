@@ -116,13 +116,7 @@ func (m *u64map) del(k uint64) bool {
 			break
 		}
 		h := m.home(c.key)
-		var stays bool
-		if i <= j {
-			stays = i < h && h <= j
-		} else {
-			stays = i < h || h <= j
-		}
-		if !stays {
+		if !homeIn(h, i, j) {
 			m.cells[i] = c
 			i = j
 		}
@@ -162,4 +156,13 @@ func grownSize(cur, least int) (int, uint8) {
 		bits++
 	}
 	return size, bits
+}
+
+// homeIn reports whether home h lies cyclically in (i, j]: in a backward-shift
+// deletion the cell at j, whose home is h, stays when the hole is at i.
+func homeIn(h, i, j uint64) bool {
+	if i <= j {
+		return i < h && h <= j
+	}
+	return i < h || h <= j
 }

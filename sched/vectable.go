@@ -99,13 +99,7 @@ func (t *vecTable) del(k uint64, v uint32) {
 			break
 		}
 		h := t.home(uint32(c >> 32))
-		var stays bool
-		if i <= j {
-			stays = i < h && h <= j
-		} else {
-			stays = i < h || h <= j
-		}
-		if !stays {
+		if !homeIn(h, i, j) {
 			t.cells[i] = c
 			i = j
 		}

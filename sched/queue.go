@@ -352,7 +352,7 @@ func (s *Scheduler) advantage(qe *qentry) float64 {
 		if !ok || !s.hot[i].live {
 			continue
 		}
-		c := dw*float64(o.Device) + s.cfg.HostHitWeight*float64(o.Host) + s.cfg.DiskHitWeight*float64(o.Disk)
+		c := s.cachedOf(o, dw)
 		if s.q.avail[i] == g {
 			in = max(in, c)
 		} else {
@@ -391,12 +391,9 @@ func (s *Scheduler) holdForCache(r *Request, ov []Overlap, now int64) bool {
 	}
 	// A busy rank has more cached than every free one exactly when every
 	// live rank with the most cached is busy: only those are looked up.
-	cachedOf := func(o *Overlap) float64 {
-		return float64(o.Device) + s.cfg.HostHitWeight*float64(o.Host) + s.cfg.DiskHitWeight*float64(o.Disk)
-	}
 	most := 0.0
 	for j := range ov {
-		most = max(most, cachedOf(&ov[j]))
+		most = max(most, s.cachedOf(&ov[j], 1))
 	}
 	if most == 0 {
 		return false
@@ -404,7 +401,7 @@ func (s *Scheduler) holdForCache(r *Request, ov []Overlap, now int64) bool {
 	held := false
 	for j := range ov {
 		o := &ov[j]
-		if cachedOf(o) != most {
+		if s.cachedOf(o, 1) != most {
 			continue
 		}
 		i, ok := s.lookup(o.Worker)
@@ -417,4 +414,10 @@ func (s *Scheduler) holdForCache(r *Request, ov []Overlap, now int64) bool {
 		held = true
 	}
 	return held
+}
+
+// cachedOf is an overlap's cached blocks with its tiers weighed as in the
+// cost, device blocks counted dw times.
+func (s *Scheduler) cachedOf(o *Overlap, dw float64) float64 {
+	return dw*float64(o.Device) + s.cfg.HostHitWeight*float64(o.Host) + s.cfg.DiskHitWeight*float64(o.Disk)
 }

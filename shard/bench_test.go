@@ -361,6 +361,79 @@ func BenchmarkLookupUnderIngest(b *testing.B) {
 	}
 }
 
+// makeLongLoad is makeLoad with long events: every worker stores chains
+// of chainLen blocks (the first 8 shared by every worker, the rest its
+// own), one Stored event each, and removes its oldest chain's private part
+// once it holds live chains: the shape of long prompts, where an event takes
+// tens of µs to apply and a lookup may wait for it.
+func makeLongLoad(workers, batches, batchSize, chainLen int) *benchLoad {
+	const live = 8
+	l := &benchLoad{}
+	fifo := make([][]wire.BlockHash, workers)
+	uniq := uint64(0)
+	w := 0
+	for range batches {
+		var b []wire.Event
+		for range batchSize {
+			k := wire.WorkerKey{Worker: uint64(w + 1)}
+			if len(fifo[w]) >= live {
+				first := fifo[w][0]
+				fifo[w] = fifo[w][1:]
+				b = append(b, wire.Event{Worker: k, Kind: wire.KindRemoved,
+					Blocks: []wire.Block{{Engine: engineOf(k, first)}}})
+				l.blocks++
+			} else {
+				uniq++
+				ev := wire.Event{Worker: k, Kind: wire.KindStored}
+				var h wire.BlockHash
+				var probe []wire.BlockHash
+				for i := range chainLen {
+					salt := uint64(i)
+					if i >= 8 {
+						salt = uniq<<16 | uint64(i)
+					}
+					h = childHash(h, salt)
+					ev.Blocks = append(ev.Blocks, wire.Block{Engine: engineOf(k, h), Local: h})
+					if i == 8 {
+						fifo[w] = append(fifo[w], h)
+					}
+					if len(l.probes) < 1024 && i < 16 {
+						probe = append(probe, h)
+					}
+				}
+				if probe != nil {
+					l.probes = append(l.probes, probe)
+				}
+				b = append(b, ev)
+				l.blocks += chainLen
+			}
+			l.events++
+			w = (w + 1) % workers
+		}
+		l.batches = append(l.batches, b)
+	}
+	return l
+}
+
+// BenchmarkLookupUnderLongIngest is BenchmarkLookupUnderIngest with
+// 256-block Stored events (makeLongLoad): what a lookup waits for when the
+// event the runner is applying is long (issue 17, session 8).
+func BenchmarkLookupUnderLongIngest(b *testing.B) {
+	load := makeLongLoad(32, 64, 16, 256)
+	ix := newTestIndex(b, Config{Shards: 1})
+	runUnderIngest(b, load, time.Millisecond, func(evs []wire.Event) {
+		if err := ix.Apply(evs); err != nil {
+			panic(err)
+		}
+	}, func(dst []radix.Overlap, h []wire.BlockHash) []radix.Overlap {
+		dst, err := ix.Match(dst, h)
+		if err != nil {
+			panic(err)
+		}
+		return dst
+	})
+}
+
 // BenchmarkRecordDecision measures approximate-mode recording on one Core:
 // a 16-block request, its blocks already recorded (refresh) or new.
 func BenchmarkRecordDecision(b *testing.B) {

@@ -4,4 +4,23 @@
 // Apply calls, in the stream's timestamp order. It reports achieved ops/s,
 // block ops/s, Match latency percentiles, and the index's size at the end,
 // as JSON and as Go benchmark-format lines for benchstat.
+//
+// Every pass replays the stream from an empty index (the stream assumes
+// it starts from nothing), so a pass measures a cold start: every worker's
+// engine table grows from empty and the tree's arenas grow from nothing.
+// Alongside the throughput a Result carries the process's resources over
+// the timed passes (getrusage): user and system CPU seconds, block ops per
+// CPU second (block ops per core, however many threads ran them), minor
+// page faults and context switches. On the 2-vCPU Firecracker VM a minor
+// fault costs ≈3–8 µs of system time, and at 7,000 workers the faults
+// were ≈40% of the process's CPU (issue 17, session 8: the Go runtime
+// returns the heap that the emptied index and the tables' growth left
+// behind, and the next pass faults it back in).
+//
+// Config.Direct (kvroute bench index --direct) replays into one
+// shard.Core on the replaying goroutine: no Runner, queue, lock or
+// hand-off. It is the floor under the sharded replay, the index's own work
+// per op, and its Match latencies contain no wait for a write in progress.
+// See docs/ARCHITECTURE.md (issue 17, session 8, index) for the split of a
+// run's CPU between Apply, Match, the shard's hand-offs and the harness.
 package indexbench

@@ -30,6 +30,11 @@ type Config struct {
 	// timed) until the passes together last at least this long, so a short
 	// trace still gives enough lookups for a stable p99. Zero: one pass.
 	MinSeconds float64
+	// Direct replays into one shard.Core on the replaying goroutine: no
+	// Runner, queue, lock or hand-off, so a run measures the index's own
+	// work per op, the floor under the sharded replay (Shards, CPUs and
+	// LockOSThread are ignored).
+	Direct bool
 }
 
 // Result is one replay's outcome. JSON field names are part of the
@@ -62,6 +67,20 @@ type Result struct {
 	// (Config.MinSeconds); Ops, BlockOps, Seconds and the latencies cover
 	// all of them, the index figures the last.
 	Passes int `json:"passes"`
+	// The process's resources over the timed passes (getrusage; zero where
+	// unsupported): CPU seconds of every thread (the shards', the
+	// replaying goroutine's, the runtime's), minor page faults (fresh
+	// pages the index or the runtime touched first), and context
+	// switches (voluntary: a thread parked or woke another; involuntary:
+	// the OS preempted it).
+	CPUUserSeconds float64 `json:"cpu_user_seconds"`
+	CPUSysSeconds  float64 `json:"cpu_sys_seconds"`
+	PageFaults     int64   `json:"page_faults"`
+	VolSwitches    int64   `json:"vol_ctx_switches"`
+	InvolSwitches  int64   `json:"invol_ctx_switches"`
+	// BlockOpsPerCPUSec is BlockOps over the process's CPU seconds: block
+	// ops per core, whatever number of threads ran them.
+	BlockOpsPerCPUSec float64 `json:"block_ops_per_cpu_sec"`
 }
 
 // Run replays s into a new shard.Index per repeat and returns the best run.
@@ -88,16 +107,71 @@ func Run(s *tracestream.Stream, cfg Config) (Result, error) {
 	return best, nil
 }
 
-func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
+// target is what a replay drives: a shard.Index, or one shard.Core on the
+// replaying goroutine (Config.Direct).
+type target interface {
+	apply(events []wire.Event) error
+	match(dst []radix.Overlap, hashes []wire.BlockHash) ([]radix.Overlap, error)
+	flush() error
+	removeWorker(worker uint64) error
+	stats() (shard.ShardStats, error)
+	close()
+}
+
+type indexTarget struct{ ix *shard.Index }
+
+func (t indexTarget) apply(events []wire.Event) error { return t.ix.Apply(events) }
+func (t indexTarget) match(dst []radix.Overlap, hashes []wire.BlockHash) ([]radix.Overlap, error) {
+	return t.ix.Match(dst, hashes)
+}
+func (t indexTarget) flush() error { return t.ix.Flush() }
+func (t indexTarget) removeWorker(w uint64) error {
+	_, err := t.ix.RemoveWorker(w)
+	return err
+}
+func (t indexTarget) stats() (shard.ShardStats, error) {
+	st, err := t.ix.Stats(nil)
+	return shard.Sum(st), err
+}
+func (t indexTarget) close() { t.ix.Close() }
+
+type coreTarget struct{ c *shard.Core }
+
+func (t coreTarget) apply(events []wire.Event) error { t.c.Apply(events); return nil }
+func (t coreTarget) match(dst []radix.Overlap, hashes []wire.BlockHash) ([]radix.Overlap, error) {
+	return t.c.Match(dst, hashes), nil
+}
+func (t coreTarget) flush() error                { return nil }
+func (t coreTarget) removeWorker(w uint64) error { t.c.RemoveWorker(w); return nil }
+func (t coreTarget) stats() (shard.ShardStats, error) {
+	return shard.ShardStats{Tree: t.c.TreeStats(), Counters: t.c.Counters()}, nil
+}
+func (t coreTarget) close() {}
+
+func newTarget(cfg Config) (target, error) {
+	if cfg.Direct {
+		return coreTarget{shard.NewCore(shard.CoreConfig{})}, nil
+	}
 	ix, err := shard.NewIndex(shard.Config{Shards: cfg.Shards, CPUs: cfg.CPUs, TickInterval: -1, LockOSThread: cfg.LockOSThread})
+	if err != nil {
+		return nil, err
+	}
+	return indexTarget{ix}, nil
+}
+
+func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
+	ix, err := newTarget(cfg)
 	if err != nil {
 		return Result{}, err
 	}
-	defer ix.Close()
+	defer ix.close()
 	sc := s.Config()
 	res := Result{
 		Workers: sc.Workers, Shards: cfg.Shards, BlockSize: sc.BlockSize,
 		Requests: s.Counts.Requests, Events: s.Counts.Events, Ops: len(s.Ops), BlockOps: s.Counts.BlockOps(),
+	}
+	if cfg.Direct {
+		res.Shards = 0
 	}
 	lat := make([]int64, 0, s.Counts.Requests)
 	events := make([]wire.Event, 0, cfg.MaxEventBatch)
@@ -106,12 +180,14 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 		if len(events) == 0 {
 			return nil
 		}
-		err := ix.Apply(events)
+		err := ix.apply(events)
 		events = events[:0]
 		return err
 	}
 	var elapsed time.Duration
+	var used usage
 	for {
+		u0 := readUsage()
 		start := time.Now()
 		for i := range s.Ops {
 			op := &s.Ops[i]
@@ -128,7 +204,7 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 				return res, err
 			}
 			t0 := time.Now()
-			overlaps, err = ix.Match(overlaps[:0], s.Hashes(op))
+			overlaps, err = ix.match(overlaps[:0], s.Hashes(op))
 			lat = append(lat, int64(time.Since(t0)))
 			if err != nil {
 				return res, err
@@ -140,10 +216,16 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 		if err := flush(); err != nil {
 			return res, err
 		}
-		if err := ix.Flush(); err != nil {
+		if err := ix.flush(); err != nil {
 			return res, err
 		}
 		elapsed += time.Since(start)
+		u1 := readUsage()
+		used.userNs += u1.userNs - u0.userNs
+		used.sysNs += u1.sysNs - u0.sysNs
+		used.minFlt += u1.minFlt - u0.minFlt
+		used.nvcsw += u1.nvcsw - u0.nvcsw
+		used.nivcsw += u1.nivcsw - u0.nivcsw
 		res.Passes++
 		if elapsed.Seconds() >= cfg.MinSeconds {
 			break
@@ -151,11 +233,11 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 		// Empty the index for the next pass (not timed): the stream
 		// assumes it starts from nothing.
 		for w := range sc.Workers {
-			if _, err := ix.RemoveWorker(s.WorkerKey(uint32(w)).Worker); err != nil {
+			if err := ix.removeWorker(s.WorkerKey(uint32(w)).Worker); err != nil {
 				return res, err
 			}
 		}
-		if err := ix.Flush(); err != nil {
+		if err := ix.flush(); err != nil {
 			return res, err
 		}
 	}
@@ -163,16 +245,20 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 	res.Seconds = elapsed.Seconds()
 	res.OpsPerSec = float64(res.Ops) / res.Seconds
 	res.BlockOpsPerSec = float64(res.BlockOps) / res.Seconds
+	res.CPUUserSeconds, res.CPUSysSeconds = float64(used.userNs)/1e9, float64(used.sysNs)/1e9
+	res.PageFaults, res.VolSwitches, res.InvolSwitches = used.minFlt, used.nvcsw, used.nivcsw
+	if cpu := res.CPUUserSeconds + res.CPUSysSeconds; cpu > 0 {
+		res.BlockOpsPerCPUSec = float64(res.BlockOps) / cpu
+	}
 	slices.Sort(lat)
 	res.MatchP50ns, res.MatchP99ns = percentile(lat, 0.50), percentile(lat, 0.99)
 	if len(lat) > 0 {
 		res.MatchMaxns = lat[len(lat)-1]
 	}
-	stats, err := ix.Stats(nil)
+	total, err := ix.stats()
 	if err != nil {
 		return res, err
 	}
-	total := shard.Sum(stats)
 	res.IndexBytes, res.Entries, res.Nodes = total.Tree.Bytes, total.Tree.Entries, total.Tree.Nodes
 	if res.Entries > 0 {
 		res.BytesPerEntry = float64(res.IndexBytes) / float64(res.Entries)

@@ -2,6 +2,7 @@ package indexbench
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -116,5 +117,26 @@ func BenchmarkTraceReplay(b *testing.B) {
 			b.ReportMetric(float64(last.MatchP50ns), "match-p50-ns")
 			b.ReportMetric(float64(last.MatchP99ns), "match-p99-ns")
 		})
+	}
+}
+
+// Direct replays into a Core on the calling goroutine: the same index at
+// the end, every lookup exact (nothing overtakes a queued write), and the
+// run's resources reported.
+func TestReplayDirect(t *testing.T) {
+	s := build(t, 16, 64, 1)
+	res, err := Run(s, Config{Direct: true, MinSeconds: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := s.Counts.StoredBlocks - s.Counts.RemovedBlocks
+	if res.Entries != held || res.ParentMissing != 0 || res.OverlapErrors != 0 {
+		t.Fatalf("direct: entries %d (managers %d), parent missing %d, overlap errors %d", res.Entries, held, res.ParentMissing, res.OverlapErrors)
+	}
+	if res.Shards != 0 || res.Passes < 1 || res.Ops != res.Passes*len(s.Ops) {
+		t.Fatalf("direct: implausible result %+v", res)
+	}
+	if runtime.GOOS == "linux" && (res.CPUUserSeconds+res.CPUSysSeconds <= 0 || res.BlockOpsPerCPUSec <= 0) {
+		t.Fatalf("direct: no CPU time measured: %+v", res)
 	}
 }

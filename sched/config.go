@@ -172,9 +172,9 @@ type Config struct {
 	// it a request with more cached on a busy rank (every candidate's
 	// advantage negative), for as long as the oldest such request has
 	// waited less than QueueAffinityHold: the requests wait for their
-	// ranks. A new request with more cached on a busy rank than on any
-	// other queues for it. Default 3 s (doc.go, "Cache affinity"); 0:
-	// work-conserving dispatch.
+	// ranks (extended by QueueAffinityHoldPerBlock). A new request with more
+	// cached on a busy rank than on any other queues for it. Default 3 s
+	// (doc.go, "Cache affinity"); 0: work-conserving dispatch.
 	QueueAffinityHold time.Duration
 	// QueueAffinityTail shortens the aging bound of cache-aware dispatch
 	// under overload: a request that has waited QueueAffinityTail times the
@@ -190,7 +190,8 @@ type Config struct {
 	// one (tiers weighed as in the cost). A request that would recompute a
 	// long prefix elsewhere waits longer for it than one that would lose a
 	// few blocks; never beyond QueueAffinityMaxWait. The same extension
-	// applies to QueueAffinityHold, counted on the oldest candidate. Default
+	// applies to QueueAffinityHold, counted on the window's first (oldest)
+	// candidate. Default
 	// 4 ms (doc.go, "Cache affinity"; a 500-block saving waits 2 s more);
 	// 0: off.
 	QueueAffinityHoldPerBlock time.Duration

@@ -23,7 +23,7 @@ func TestAffinityMatchesModel(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
-	for iter := 0; iter < 300; iter++ {
+	for iter := 0; iter < 1000; iter++ {
 		cfg := testConfig()
 		cfg.QueueAffinity = []int{2, 3, 8, 32}[rng.IntN(4)]
 		cfg.QueueAffinityMaxWait = time.Second
@@ -31,6 +31,10 @@ func TestAffinityMatchesModel(t *testing.T) {
 		cfg.CreditCost = rng.IntN(4) == 0
 		cfg.OverlapCredit = 1.5
 		cfg.QueueDepth = 256
+		// The hold, the tail bound and their extension by the saving.
+		cfg.QueueAffinityHold = []time.Duration{0, 300 * time.Millisecond, 800 * time.Millisecond}[rng.IntN(3)]
+		cfg.QueueAffinityTail = []float64{0, 0.5, 2}[rng.IntN(3)]
+		cfg.QueueAffinityHoldPerBlock = []time.Duration{0, 40 * time.Millisecond, 100 * time.Millisecond}[rng.IntN(3)]
 		if rng.IntN(2) == 0 {
 			cfg.BusyPrefillTokens = 40 // decaying prefills free ranks as time passes
 		}
@@ -110,6 +114,7 @@ func TestAffinityMatchesModel(t *testing.T) {
 			}
 		}
 		s.forceScan = rng.IntN(2) == 0
+		s.q.waitAvg = float64(rng.IntN(1000)) * float64(time.Millisecond)
 		k0 := -1
 		for i, e := range q {
 			if e.unr {
@@ -132,16 +137,22 @@ func TestAffinityMatchesModel(t *testing.T) {
 			anyFree = anyFree || !l.WorkerBusy
 		}
 		if anyFree {
-			best, n := math.Inf(-1), 0
+			// Aged past min(max wait, max(tail × mean wait, hold)), or
+			// past max wait, or past that bound by more than the saving
+			// times the per-block extension.
+			maxWait := int64(cfg.QueueAffinityMaxWait)
+			aging := maxWait
+			if cfg.QueueAffinityTail > 0 {
+				aging = min(aging, max(int64(cfg.QueueAffinityTail*s.q.waitAvg), int64(cfg.QueueAffinityHold)))
+			}
+			perBlock := float64(cfg.QueueAffinityHoldPerBlock)
+			best, n, aged, first := math.Inf(-1), 0, false, 0.0
 			for i := k0; i < len(q); i++ {
 				e := q[i]
 				if !e.unr {
 					continue
 				}
-				if now-e.at >= int64(cfg.QueueAffinityMaxWait) {
-					want = i
-					break
-				}
+				waited := now - e.at
 				in, out := 0.0, 0.0
 				for _, l := range s.AppendLoads(nil, e.r.Blocks, now) {
 					c := float64(l.HeldBlocks)
@@ -156,12 +167,28 @@ func TestAffinityMatchesModel(t *testing.T) {
 						in = max(in, c)
 					}
 				}
+				saving := max(0, out-in)
+				if waited >= aging && (waited >= maxWait || float64(waited-aging) >= saving*perBlock) {
+					want, aged = i, true
+					break
+				}
+				if i == k0 {
+					first = saving
+				}
 				if in-out > best {
 					best, want = in-out, i
 				}
 				if n++; n == cfg.QueueAffinity {
 					break
 				}
+			}
+			// Held: every candidate has more cached on a busy rank, and the
+			// first has waited less than the hold (extended by its saving,
+			// up to max wait).
+			hold := int64(cfg.QueueAffinityHold)
+			w0 := now - q[k0].at
+			if !aged && hold > 0 && best < 0 && (w0 < hold || w0 < maxWait && float64(w0-hold) < first*perBlock) {
+				want = -1
 			}
 		}
 		if got := s.pickAffinity(k0, now); got != want {

@@ -133,12 +133,14 @@ func TestAffinityDispatchAllocs(t *testing.T) {
 		hold     time.Duration
 		affinity float64
 		tail     float64
-	}{{0, 1, 0}, {50 * time.Millisecond, 4, 0}, {50 * time.Millisecond, 4, 2}} {
+		perBlock time.Duration
+	}{{0, 1, 0, 0}, {50 * time.Millisecond, 4, 0, 0}, {50 * time.Millisecond, 4, 2, 0}, {50 * time.Millisecond, 4, 2, 10 * time.Millisecond}} {
 		hold, affinity := c.hold, c.affinity
 		cfg := testConfig()
 		cfg.QueueDepth = 64
 		cfg.QueueAffinity = 8
 		cfg.QueueAffinityHold, cfg.CacheAffinity, cfg.QueueAffinityTail = hold, affinity, c.tail
+		cfg.QueueAffinityHoldPerBlock = c.perBlock
 		s, err := New(cfg, 1)
 		if err != nil {
 			t.Fatal(err)

@@ -145,3 +145,81 @@ func TestQueueAffinityTail(t *testing.T) {
 		}
 	}
 }
+
+// Config.QueueAffinityHoldPerBlock: a request whose cache is on a busy rank
+// is held, and is not aged, for longer by this much per block of its saving
+// (the blocks the busy rank holds beyond the free one). Request 1 has 5
+// blocks cached on busy a, none on free b: with a 300 ms hold and 100 ms a
+// block it waits 800 ms before it takes b; without the extension, 300 ms.
+func TestQueueAffinityHoldPerBlock(t *testing.T) {
+	for _, tc := range []struct {
+		perBlock   time.Duration
+		still, due time.Duration // held at still, admitted to b by due
+	}{
+		{0, 250 * time.Millisecond, 350 * time.Millisecond},
+		{100 * time.Millisecond, 750 * time.Millisecond, 850 * time.Millisecond},
+		{time.Second, 1900 * time.Millisecond, 2100 * time.Millisecond}, // capped at the 2 s max wait
+	} {
+		cfg := testConfig()
+		cfg.QueueAffinityMaxWait = 2 * time.Second
+		cfg.QueueAffinityHold = 300 * time.Millisecond
+		cfg.QueueAffinityHoldPerBlock = tc.perBlock
+		s, a, b := twoRanks(t, cfg)
+		if err := s.AddRequest(1000, a, fiveBlocks(1000), 80, 0, PrefillLoadHint{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		d := s.Decide(nil, []Request{{ID: 1, ISL: 80, Blocks: fiveBlocks(1)}}, [][]Overlap{{{Worker: a, Device: 5}}}, 0)
+		if d[0].Outcome != Queued {
+			t.Fatalf("per block %v: %+v, want queued for a", tc.perBlock, d[0])
+		}
+		s.Tick(int64(tc.still))
+		if effs := s.Drain(nil); len(effs) != 0 {
+			t.Fatalf("per block %v: at %v effects %+v, want still held", tc.perBlock, tc.still, effs)
+		}
+		s.Tick(int64(tc.due))
+		if effs := s.Drain(nil); len(effs) != 1 || effs[0].ID != 1 || effs[0].Decision.Worker != b {
+			t.Fatalf("per block %v: at %v effects %+v, want request 1 on b", tc.perBlock, tc.due, effs)
+		}
+	}
+}
+
+// The aging bound extends the same way: with the tail bound at 2 × 1 s,
+// request 1 (3 blocks cached on busy a) goes before request 2 (cached on
+// free b) once it has waited 2 s plus 3 × the per-block extension.
+func TestQueueAffinityAgingPerBlock(t *testing.T) {
+	for _, tc := range []struct {
+		perBlock  time.Duration
+		waited    time.Duration
+		wantFirst uint64
+	}{
+		{0, 2100 * time.Millisecond, 1},
+		{100 * time.Millisecond, 2100 * time.Millisecond, 2},
+		{100 * time.Millisecond, 2400 * time.Millisecond, 1},
+		{time.Second, 4900 * time.Millisecond, 2},
+		{time.Second, 5000 * time.Millisecond, 1}, // 2 s + 3 s, under the 10 s max wait
+	} {
+		cfg := testConfig()
+		cfg.QueueAffinityMaxWait = 10 * time.Second
+		cfg.QueueAffinityHold = 300 * time.Millisecond
+		cfg.QueueAffinityTail = 2
+		cfg.QueueAffinityHoldPerBlock = tc.perBlock
+		s, a, b := twoRanks(t, cfg)
+		if err := s.AddRequest(1000, a, fiveBlocks(1000), 80, 0, PrefillLoadHint{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddRequest(1001, b, fiveBlocks(1001), 80, 0, PrefillLoadHint{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		d := s.Decide(nil, []Request{{ID: 1, ISL: 80, Blocks: fiveBlocks(1)}, {ID: 2, ISL: 80, Blocks: fiveBlocks(2)}},
+			[][]Overlap{{{Worker: a, Device: 3}}, {{Worker: b, Device: 3}}}, 0)
+		if d[0].Outcome != Queued || d[1].Outcome != Queued {
+			t.Fatalf("per block %v: %+v, want both queued", tc.perBlock, d)
+		}
+		s.q.waitAvg = float64(time.Second)
+		s.Free(1001, int64(tc.waited))
+		effs := s.Drain(nil)
+		if len(effs) != 1 || effs[0].ID != tc.wantFirst || effs[0].Decision.Worker != b {
+			t.Fatalf("per block %v, waited %v: effects %+v, want request %d on b", tc.perBlock, tc.waited, effs, tc.wantFirst)
+		}
+	}
+}

@@ -172,9 +172,9 @@ type Config struct {
 	// it a request with more cached on a busy rank (every candidate's
 	// advantage negative), for as long as the oldest such request has
 	// waited less than QueueAffinityHold: the requests wait for their
-	// ranks. A new request with more cached on a busy rank than on any
-	// other queues for it. Default 3 s (doc.go, "Cache affinity"); 0:
-	// work-conserving dispatch.
+	// ranks (extended by QueueAffinityHoldPerBlock). A new request with more
+	// cached on a busy rank than on any other queues for it. Default 3 s
+	// (doc.go, "Cache affinity"); 0: work-conserving dispatch.
 	QueueAffinityHold time.Duration
 	// QueueAffinityTail shortens the aging bound of cache-aware dispatch
 	// under overload: a request that has waited QueueAffinityTail times the
@@ -183,6 +183,18 @@ type Config struct {
 	// QueueAffinityMaxWait. Default 2 (doc.go, "Cache affinity"); 0: off
 	// (the bound is QueueAffinityMaxWait).
 	QueueAffinityTail float64
+	// QueueAffinityHoldPerBlock extends the aging bound of cache-aware
+	// dispatch (QueueAffinityTail's, or QueueAffinityMaxWait) for a request
+	// whose cache is on a busy rank by this much per block of the saving:
+	// how many more of its blocks a busy rank holds than the best available
+	// one (tiers weighed as in the cost). A request that would recompute a
+	// long prefix elsewhere waits longer for it than one that would lose a
+	// few blocks; never beyond QueueAffinityMaxWait. The same extension
+	// applies to QueueAffinityHold, counted on the window's first (oldest)
+	// candidate. Default
+	// 4 ms (doc.go, "Cache affinity"; a 500-block saving waits 2 s more);
+	// 0: off.
+	QueueAffinityHoldPerBlock time.Duration
 	// RejectionWindow is how long Throttled reports true after an
 	// AllWorkersBusy event (--all-workers-busy-rejection-window). Default 5 s.
 	RejectionWindow time.Duration
@@ -200,25 +212,26 @@ type Config struct {
 // BlockSize 16.
 func DefaultConfig() Config {
 	return Config{
-		BlockSize:            16,
-		Policy:               PolicyKV,
-		Weight:               8,
-		CacheAffinity:        4,
-		Temperature:          0,
-		PrefillLoadScale:     1,
-		OverlapCredit:        1,
-		HostHitWeight:        0.75,
-		DiskHitWeight:        0.25,
-		AssumeKVReuse:        true,
-		Expiry:               300 * time.Second,
-		BusyDecodeFrac:       1.0,
-		QueuePolicy:          QueueFCFS,
-		QueueDepth:           1024,
-		QueueAffinity:        32,
-		QueueAffinityMaxWait: 10 * time.Second,
-		QueueAffinityHold:    3 * time.Second,
-		QueueAffinityTail:    2,
-		RejectionWindow:      5 * time.Second,
+		BlockSize:                 16,
+		Policy:                    PolicyKV,
+		Weight:                    8,
+		CacheAffinity:             4,
+		Temperature:               0,
+		PrefillLoadScale:          1,
+		OverlapCredit:             1,
+		HostHitWeight:             0.75,
+		DiskHitWeight:             0.25,
+		AssumeKVReuse:             true,
+		Expiry:                    300 * time.Second,
+		BusyDecodeFrac:            1.0,
+		QueuePolicy:               QueueFCFS,
+		QueueDepth:                1024,
+		QueueAffinity:             32,
+		QueueAffinityMaxWait:      10 * time.Second,
+		QueueAffinityHold:         3 * time.Second,
+		QueueAffinityTail:         2,
+		QueueAffinityHoldPerBlock: 4 * time.Millisecond,
+		RejectionWindow:           5 * time.Second,
 	}
 }
 
@@ -258,6 +271,8 @@ func (c *Config) Validate() error {
 		return bad("queue affinity hold %v must be ≥ 0", c.QueueAffinityHold)
 	case !finite(c.QueueAffinityTail) || c.QueueAffinityTail < 0:
 		return bad("queue affinity tail %v must be finite and ≥ 0", c.QueueAffinityTail)
+	case c.QueueAffinityHoldPerBlock < 0:
+		return bad("queue affinity hold per block %v must be ≥ 0", c.QueueAffinityHoldPerBlock)
 	case c.QueueAffinityMaxWait < 0:
 		return bad("queue affinity max wait %v must be ≥ 0", c.QueueAffinityMaxWait)
 	case c.RejectionWindow < 0:

@@ -247,6 +247,24 @@
 // QueueAffinityMaxWait (3–5 s) did the same for the conversations but
 // saturated Mooncake at 6x: the bound must follow the queue's own waits.
 //
+// Config.QueueAffinityHoldPerBlock (4 ms, session 8) scales both by what is
+// at stake: a candidate whose busy rank holds s more blocks of it than the
+// best available rank (−advantage, tiers weighed) is aged only after the
+// aging bound plus s × 4 ms, and the hold (counted on the window's first
+// candidate) lasts 3 s plus its s × 4 ms, neither past QueueAffinityMaxWait
+// (patience). With it fixed, Mooncake's 6x lost its hits to 71 aged
+// requests that left ~700 blocks each behind (conversations: 310 aged,
+// ~190 each); with the extension those wait for their ranks. Measured
+// (docs/ARCHITECTURE.md, the issue-13 session-8 note): Mooncake with a host
+// tier at 6x, hit / fleet-size LRU 0.87 → 0.91 and mean TTFT 2181 → 1354
+// ms; the conversation trace's p99 stays below every other policy's (4x–6x
+// 3828, 5312, 7130 ms). 2–7 ms all reach 0.90 at 6x; 10 ms raises the
+// conversation p99 at 6x above least-loaded's. A hold bounded by the busy
+// rank's expected free time (from its admission intervals) was tried
+// instead and lost on both traces. The dispatch path's cost is
+// BenchmarkQueueDispatch (each drain that holds recomputes the window's
+// advantages).
+//
 // # Cost of a decision
 //
 // A decision allocates nothing once the tables have grown to the working set

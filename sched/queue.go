@@ -29,6 +29,8 @@ type queue struct {
 	// queue, weighted over about the last waitAvgN of them (an exponential
 	// moving average; Config.QueueAffinityTail).
 	waitAvg float64
+
+	holds uint64 // drains that left an available rank idle (tests, benchmarks)
 }
 
 // waitAvgN is the span, in admissions, of queue.waitAvg.
@@ -209,43 +211,73 @@ func (s *Scheduler) admit(e uint32, now int64) status {
 // pickAffinity is cache-aware dispatch (doc.go, "Cache-aware dispatch"):
 // the position, from k on (k holds an unrestricted request), of the waiting
 // request to admit next. Of the first Config.QueueAffinity unrestricted
-// requests from k in queue order it is the first that has waited
-// Config.QueueAffinityMaxWait (aged), else the one whose cached prefix
-// favours the ranks available now most: the largest
+// requests from k in queue order it is the first that has waited its aging
+// bound (aged; agingBound, extended by its saving: patience), else the one
+// whose cached prefix favours the ranks available now most: the largest
 //
 //	advantage = max cached on an available rank − max cached on any other
 //
 // (see advantage), the earliest in queue order among equals. With no rank
 // available it is k, which finds out (busy, or no rank left at all). The
 // request is then routed as any other: the cost picks among the available
-// ranks. It is work-conserving: while a rank is available and requests
-// wait, one is admitted.
+// ranks. With Config.QueueAffinityHold it is −1 (hold: the available ranks
+// idle) while every candidate's advantage is negative and the request at k
+// has waited less than the hold, extended by its saving; otherwise it is
+// work-conserving: while a rank is available and requests wait, one is
+// admitted.
 func (s *Scheduler) pickAffinity(k int, now int64) int {
 	if !s.markAvailable(now) {
 		return k
 	}
 	aging := s.agingBound()
+	maxWait := durNanos(s.cfg.QueueAffinityMaxWait)
+	perBlock := float64(durNanos(s.cfg.QueueAffinityHoldPerBlock))
 	pick, n := k, 0
-	best := math.Inf(-1)
+	best, first := math.Inf(-1), 0.0
 	for j := k; j < len(s.q.order); j++ {
 		qe := &s.q.ents[s.q.order[j]]
 		if !qe.unrestricted {
 			continue
 		}
-		if now-qe.at >= aging {
+		waited := now - qe.at
+		if waited >= aging && (perBlock == 0 || waited >= maxWait) {
+			return j // aged, whatever its saving
+		}
+		a := s.advantage(qe)
+		if waited >= aging && waited >= patience(aging, maxWait, a, perBlock) {
 			return j
 		}
-		if a := s.advantage(qe); a > best {
+		if j == k {
+			first = a
+		}
+		if a > best {
 			best, pick = a, j
 		}
 		if n++; n == s.cfg.QueueAffinity {
 			break
 		}
 	}
-	if hold := durNanos(s.cfg.QueueAffinityHold); hold > 0 && best < 0 && now-s.q.ents[s.q.order[k]].at < hold {
+	if hold := durNanos(s.cfg.QueueAffinityHold); hold > 0 && best < 0 && now-s.q.ents[s.q.order[k]].at < patience(hold, maxWait, first, perBlock) {
+		s.q.holds++
 		return -1
 	}
 	return pick
+}
+
+// patience is a wait bound (the aging bound or the hold, in ns) for a
+// request whose advantage is a: extended, when a < 0, by perBlock ns
+// (Config.QueueAffinityHoldPerBlock) per block of its saving −a (the blocks
+// a busy rank holds beyond the best available one), but not past maxWait
+// (nor shortened below bound).
+func patience(bound, maxWait int64, a, perBlock float64) int64 {
+	if a >= 0 || perBlock == 0 {
+		return bound
+	}
+	ext := -a * perBlock
+	if ext >= float64(maxWait-bound) {
+		return max(bound, maxWait)
+	}
+	return bound + int64(ext)
 }
 
 // agingBound is the wait, in ns, past which a request goes before any later

@@ -160,7 +160,7 @@ func TestHugeLoads(t *testing.T) {
 func testConfig() Config {
 	c := DefaultConfig()
 	c.Weight, c.BusyDecodeFrac = 1, 1
-	c.CacheAffinity, c.QueueAffinityHold, c.QueueAffinityTail = 1, 0, 0
+	c.CacheAffinity, c.QueueAffinityHold, c.QueueAffinityTail, c.QueueAffinityHoldPerBlock = 1, 0, 0, 0
 	return c
 }
 
@@ -170,7 +170,7 @@ func TestDefaults(t *testing.T) {
 	if c.Weight != 8 || c.BusyDecodeFrac != 1 || c.HostHitWeight != 0.75 || c.DiskHitWeight != 0.25 {
 		t.Fatalf("defaults: weight %v, busy decode frac %v, host %v, disk %v", c.Weight, c.BusyDecodeFrac, c.HostHitWeight, c.DiskHitWeight)
 	}
-	if c.QueueAffinity != 32 || c.QueueAffinityMaxWait != 10*time.Second || c.QueueAffinityHold != 3*time.Second || c.QueueAffinityTail != 2 || c.CacheAffinity != 4 {
+	if c.QueueAffinity != 32 || c.QueueAffinityMaxWait != 10*time.Second || c.QueueAffinityHold != 3*time.Second || c.QueueAffinityTail != 2 || c.CacheAffinity != 4 || c.QueueAffinityHoldPerBlock != 4*time.Millisecond {
 		t.Fatalf("defaults: queue affinity %d, max wait %v, hold %v, tail %v, cache affinity %v", c.QueueAffinity, c.QueueAffinityMaxWait, c.QueueAffinityHold, c.QueueAffinityTail, c.CacheAffinity)
 	}
 	if err := c.Validate(); err != nil {

@@ -111,7 +111,7 @@ type schedFlags struct {
 	busyPTok                                                               *int64
 	qPolicy                                                                *string
 	qDepth, qAffinity                                                      *int
-	rejWindow, expiry, qAgeBound, qHold                                    *time.Duration
+	rejWindow, expiry, qAgeBound, qHold, qHoldBlock                        *time.Duration
 	seed                                                                   *uint64
 }
 
@@ -136,6 +136,7 @@ func addSchedFlags(fs *flag.FlagSet) *schedFlags {
 		qAgeBound:  fs.Duration("queue-affinity-max-wait", def.QueueAffinityMaxWait, "with --queue-affinity: a request waiting this long goes before any later one"),
 		qHold:      fs.Duration("queue-affinity-hold", def.QueueAffinityHold, "with --queue-affinity: a request with more cached on a busy worker than on any free one waits up to this long for it, and a free worker idles meanwhile, instead of recomputing the prefix elsewhere (0: off)"),
 		qTail:      fs.Float64("queue-affinity-tail", def.QueueAffinityTail, "with --queue-affinity: a request that has waited this many times the recent mean queue wait (and at least --queue-affinity-hold) goes before any later one, as at --queue-affinity-max-wait (0: off)"),
+		qHoldBlock: fs.Duration("queue-affinity-hold-per-block", def.QueueAffinityHoldPerBlock, "with --queue-affinity: a request whose cache is on a busy worker waits this much longer, per block more cached there than on any free worker, before it goes first anywhere (at most --queue-affinity-max-wait; 0: off)"),
 		rejWindow:  fs.Duration("rejection-window", def.RejectionWindow, "how long new requests are throttled (429) after an all-workers-busy event"),
 		expiry:     fs.Duration("request-expiry", def.Expiry, "force-free requests booked longer than this (0: never)"),
 		seed:       fs.Uint64("seed", 0, "seed of the scheduler's random choices"),
@@ -169,6 +170,9 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	if *f.qTail < 0 || *f.qTail != *f.qTail {
 		return fmt.Errorf("--queue-affinity-tail must be >= 0 (got %g)", *f.qTail)
 	}
+	if *f.qHoldBlock < 0 {
+		return fmt.Errorf("--queue-affinity-hold-per-block must be >= 0 (got %v)", *f.qHoldBlock)
+	}
 	if *f.qAgeBound < 0 {
 		return fmt.Errorf("--queue-affinity-max-wait must be >= 0 (got %v)", *f.qAgeBound)
 	}
@@ -183,5 +187,6 @@ func (f *schedFlags) apply(sc *sched.Config) error {
 	sc.BusyDecodeFrac, sc.BusyPrefillTokens, sc.BusyPrefillFrac = *f.busyDecode, *f.busyPTok, *f.busyPFrac
 	sc.QueuePolicy, sc.QueueDepth, sc.RejectionWindow, sc.Expiry = qp, *f.qDepth, *f.rejWindow, *f.expiry
 	sc.QueueAffinity, sc.QueueAffinityMaxWait, sc.QueueAffinityHold, sc.QueueAffinityTail = *f.qAffinity, *f.qAgeBound, *f.qHold, *f.qTail
+	sc.QueueAffinityHoldPerBlock = *f.qHoldBlock
 	return sc.Validate()
 }

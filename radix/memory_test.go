@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/kvroute/kvroute/wire"
@@ -134,5 +135,48 @@ func TestZeroValue(t *testing.T) {
 	}
 	if err := tr.CheckInvariants(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRemovedOrder removes the same named blocks head first, tail first and
+// shuffled (sortByPosition's three paths, over two runs and a branch): the
+// trees and Results must be the same.
+func TestRemovedOrder(t *testing.T) {
+	a, b := wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 2}
+	chain := func(k wire.WorkerKey, n int) []wire.Block {
+		bl := make([]wire.Block, n)
+		for i := range bl {
+			bl[i] = wire.Block{Engine: wire.EngineHash(k.Worker<<32 | uint64(i+1)), Local: wire.BlockHash(i + 1)}
+		}
+		return bl
+	}
+	named := chain(a, 12)[3:]
+	orders := map[string][]wire.Block{"asc": named, "desc": slices.Clone(named), "shuffled": slices.Clone(named)}
+	slices.Reverse(orders["desc"])
+	sh := orders["shuffled"]
+	sh[0], sh[4], sh[2], sh[7] = sh[4], sh[0], sh[7], sh[2]
+	var want string
+	var wantRes Result
+	for _, name := range []string{"asc", "desc", "shuffled"} {
+		tr := New()
+		mustApply(t, tr, &wire.Event{Worker: a, Kind: wire.KindStored, Blocks: chain(a, 12)})
+		mustApply(t, tr, &wire.Event{Worker: b, Kind: wire.KindStored, Blocks: chain(b, 6)})
+		rm := make([]wire.Block, len(orders[name]))
+		for i, bl := range orders[name] {
+			rm[i].Engine = bl.Engine
+		}
+		res := mustApply(t, tr, &wire.Event{Worker: a, Kind: wire.KindRemoved, Blocks: rm})
+		if err := tr.CheckInvariants(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got := treeString(tr)
+		if res.Removed != 9 || res.Unknown != 0 || tr.TreeSize(a) != 3 {
+			t.Errorf("%s: %+v, tree size %d; want 9 removed and 3 left", name, res, tr.TreeSize(a))
+		}
+		if name == "asc" {
+			want, wantRes = got, res
+		} else if got != want || res != wantRes {
+			t.Errorf("%s: %+v\n%s\nasc: %+v\n%s", name, res, got, wantRes, want)
+		}
 	}
 }

@@ -519,10 +519,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 	// Shallowest offset first within a run: removing it takes the rest of the
 	// run with it, where the reverse order (engines evict tails first) would
 	// split the run once per block.
-	slices.SortFunc(ids, func(a, b uint32) int {
-		ba, bb := t.blocks[a], t.blocks[b]
-		return cmp.Or(cmp.Compare(ba.node, bb.node), cmp.Compare(ba.off, bb.off))
-	})
+	t.sortByPosition(ids)
 	for _, id := range ids {
 		b := t.blocks[id]
 		if b.off == freeOff || !t.has(b.node, s) {
@@ -537,6 +534,34 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 		t.releaseSlot(s)
 	}
 	return res
+}
+
+// sortByPosition orders block ids by (node, offset). Engines name a run's
+// blocks in order, head first or tail first, so the ids usually come sorted
+// or reversed: one pass finds that without the sort's comparator calls.
+func (t *Tree) sortByPosition(ids []uint32) {
+	asc, desc := true, true
+	for i := 1; i < len(ids) && (asc || desc); i++ {
+		a, b := t.blocks[ids[i-1]], t.blocks[ids[i]]
+		switch {
+		case a.node < b.node || a.node == b.node && a.off < b.off:
+			desc = false
+		case a.node > b.node || a.off > b.off:
+			asc = false
+		default: // equal: an id named twice was deleted once
+			asc, desc = false, false
+		}
+	}
+	switch {
+	case asc:
+	case desc:
+		slices.Reverse(ids)
+	default:
+		slices.SortFunc(ids, func(a, b uint32) int {
+			ba, bb := t.blocks[a], t.blocks[b]
+			return cmp.Or(cmp.Compare(ba.node, bb.node), cmp.Compare(ba.off, bb.off))
+		})
+	}
 }
 
 // applyRemovedTiered is applyRemoved in a tree with tier sets: each named

@@ -180,3 +180,55 @@ func TestRemovedOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineTableRandom runs inserts and deletes against a map, checking the
+// control bytes after every operation, with keys drawn from a small pool so
+// that tables fill to their 7/8 load, wrap around and hold entries displaced
+// far from their home slots (long backward shifts).
+func TestEngineTableRandom(t *testing.T) {
+	for seed := range uint64(20) {
+		var m engineTable
+		ref := map[wire.EngineHash]uint32{}
+		r := splitmix(seed + 1)
+		maxDisp := 0
+		for op := range 4000 {
+			r = splitmix(r)
+			k := wire.EngineHash(splitmix(r%300 + seed<<32))
+			if r>>40%3 == 0 {
+				got, want := m.del(k), ref[k]
+				if got != want {
+					t.Fatalf("seed %d op %d: del %x = %d, want %d", seed, op, k, got, want)
+				}
+				delete(ref, k)
+			} else {
+				_, had := ref[k]
+				if ok := m.insertNew(k, uint32(op+1)); ok == had {
+					t.Fatalf("seed %d op %d: insertNew %x = %v, held %v", seed, op, k, ok, had)
+				}
+				if !had {
+					ref[k] = uint32(op + 1)
+				}
+			}
+			if err := m.check(); err != nil && len(m.e) > 0 {
+				t.Fatalf("seed %d op %d: %v", seed, op, err)
+			}
+			if int(m.count) != len(ref) {
+				t.Fatalf("seed %d op %d: count %d, want %d", seed, op, m.count, len(ref))
+			}
+			for i, c := range m.ctrl[:len(m.e)] {
+				if c != 0 {
+					h, _ := probe(m.e[i].key(), len(m.e))
+					maxDisp = max(maxDisp, (i-h+len(m.e))%len(m.e))
+				}
+			}
+		}
+		for k, v := range ref {
+			if got := m.get(k); got != v {
+				t.Fatalf("seed %d: get %x = %d, want %d", seed, k, got, v)
+			}
+		}
+		if seed == 0 && maxDisp < 14 {
+			t.Errorf("largest displacement %d: no long clusters were exercised", maxDisp)
+		}
+	}
+}

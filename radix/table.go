@@ -223,6 +223,42 @@ func (m *engineTable) del(k wire.EngineHash) uint32 {
 
 // delAt empties slot i and shifts the rest of its cluster back.
 func (m *engineTable) delAt(i int) {
+	if m.cw != nil {
+		m.delAtCapturing(i)
+		return
+	}
+	// No capture: plain stores, so the loop makes no calls and keeps its
+	// state in registers.
+	e, ctrl := m.e, m.ctrl
+	n := len(e)
+	j := i
+	for {
+		if j++; j == n {
+			j = 0
+		}
+		c := ctrl[j]
+		if c == 0 {
+			break
+		}
+		if h, _ := probe(e[j].key(), n); movable(h, i, j) {
+			e[i] = e[j]
+			ctrl[i] = c
+			if i < groupLen {
+				ctrl[n+i] = c
+			}
+			i = j
+		}
+	}
+	e[i] = engEntry{}
+	ctrl[i] = 0
+	if i < groupLen {
+		ctrl[n+i] = 0
+	}
+	m.count--
+}
+
+// delAtCapturing is delAt through the write barriers.
+func (m *engineTable) delAtCapturing(i int) {
 	e, ctrl := m.e, m.ctrl[:len(m.e)]
 	n := len(e)
 	j := i

@@ -540,17 +540,23 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 // blocks in order, head first or tail first, so the ids usually come sorted
 // or reversed: one pass finds that without the sort's comparator calls.
 func (t *Tree) sortByPosition(ids []uint32) {
+	if len(ids) < 2 {
+		return
+	}
+	pos := func(id uint32) uint64 { b := t.blocks[id]; return uint64(b.node)<<32 | uint64(b.off) }
 	asc, desc := true, true
-	for i := 1; i < len(ids) && (asc || desc); i++ {
-		a, b := t.blocks[ids[i-1]], t.blocks[ids[i]]
-		switch {
-		case a.node < b.node || a.node == b.node && a.off < b.off:
+	prev := pos(ids[0])
+	for _, id := range ids[1:] {
+		cur := pos(id) // distinct: two live blocks never share a position
+		if cur > prev {
 			desc = false
-		case a.node > b.node || a.off > b.off:
+		} else {
 			asc = false
-		default: // equal: an id named twice was deleted once
-			asc, desc = false, false
 		}
+		if !asc && !desc {
+			break
+		}
+		prev = cur
 	}
 	switch {
 	case asc:

@@ -421,10 +421,34 @@ func ingestCycle() []wire.Event {
 }
 
 // BenchmarkApplyIngest applies BenchmarkNATSIngest's events to a tree (one
-// op = one event, ≈40 blocks): the tree's share of NATS ingest.
+// op = one event, ≈40 blocks): the tree's share of NATS ingest. flatmap is
+// the floor any index pays: one Go map insert or delete per block (engine
+// hash → block), nothing else.
 func BenchmarkApplyIngest(b *testing.B) {
 	evs := ingestCycle()
-	tr := New()
-	applyLoop(b, tr, evs)
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	b.Run("tree", func(b *testing.B) {
+		applyLoop(b, New(), evs)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("flatmap", func(b *testing.B) {
+		m := map[wire.EngineHash]uint32{}
+		b.ReportAllocs()
+		i := 0
+		cpu := cpuNanos()
+		for b.Loop() {
+			ev := &evs[i%len(evs)]
+			if ev.Kind == wire.KindStored {
+				for j, bl := range ev.Blocks {
+					m[bl.Engine] = uint32(j)
+				}
+			} else {
+				for _, bl := range ev.Blocks {
+					delete(m, bl.Engine)
+				}
+			}
+			i++
+		}
+		reportCPU(b, cpu)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
 }

@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/kvroute/kvroute/wire"
@@ -134,5 +135,100 @@ func TestZeroValue(t *testing.T) {
 	}
 	if err := tr.CheckInvariants(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRemovedOrder removes the same named blocks head first, tail first and
+// shuffled (sortByPosition's three paths, over two runs and a branch): the
+// trees and Results must be the same.
+func TestRemovedOrder(t *testing.T) {
+	a, b := wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 2}
+	chain := func(k wire.WorkerKey, n int) []wire.Block {
+		bl := make([]wire.Block, n)
+		for i := range bl {
+			bl[i] = wire.Block{Engine: wire.EngineHash(k.Worker<<32 | uint64(i+1)), Local: wire.BlockHash(i + 1)}
+		}
+		return bl
+	}
+	named := chain(a, 12)[3:]
+	orders := map[string][]wire.Block{"asc": named, "desc": slices.Clone(named), "shuffled": slices.Clone(named)}
+	slices.Reverse(orders["desc"])
+	sh := orders["shuffled"]
+	sh[0], sh[4], sh[2], sh[7] = sh[4], sh[0], sh[7], sh[2]
+	var want string
+	var wantRes Result
+	for _, name := range []string{"asc", "desc", "shuffled"} {
+		tr := New()
+		mustApply(t, tr, &wire.Event{Worker: a, Kind: wire.KindStored, Blocks: chain(a, 12)})
+		mustApply(t, tr, &wire.Event{Worker: b, Kind: wire.KindStored, Blocks: chain(b, 6)})
+		rm := make([]wire.Block, len(orders[name]))
+		for i, bl := range orders[name] {
+			rm[i].Engine = bl.Engine
+		}
+		res := mustApply(t, tr, &wire.Event{Worker: a, Kind: wire.KindRemoved, Blocks: rm})
+		if err := tr.CheckInvariants(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got := treeString(tr)
+		if res.Removed != 9 || res.Unknown != 0 || tr.TreeSize(a) != 3 {
+			t.Errorf("%s: %+v, tree size %d; want 9 removed and 3 left", name, res, tr.TreeSize(a))
+		}
+		if name == "asc" {
+			want, wantRes = got, res
+		} else if got != want || res != wantRes {
+			t.Errorf("%s: %+v\n%s\nasc: %+v\n%s", name, res, got, wantRes, want)
+		}
+	}
+}
+
+// TestEngineTableRandom runs inserts and deletes against a map, checking the
+// control bytes after every operation, with keys drawn from a small pool so
+// that tables fill to their 7/8 load, wrap around and hold entries displaced
+// far from their home slots (long backward shifts).
+func TestEngineTableRandom(t *testing.T) {
+	for seed := range uint64(20) {
+		var m engineTable
+		ref := map[wire.EngineHash]uint32{}
+		r := splitmix(seed + 1)
+		maxDisp := 0
+		for op := range 4000 {
+			r = splitmix(r)
+			k := wire.EngineHash(splitmix(r%300 + seed<<32))
+			if r>>40%3 == 0 {
+				got, want := m.del(k), ref[k]
+				if got != want {
+					t.Fatalf("seed %d op %d: del %x = %d, want %d", seed, op, k, got, want)
+				}
+				delete(ref, k)
+			} else {
+				_, had := ref[k]
+				if ok := m.insertNew(k, uint32(op+1)); ok == had {
+					t.Fatalf("seed %d op %d: insertNew %x = %v, held %v", seed, op, k, ok, had)
+				}
+				if !had {
+					ref[k] = uint32(op + 1)
+				}
+			}
+			if err := m.check(); err != nil && len(m.e) > 0 {
+				t.Fatalf("seed %d op %d: %v", seed, op, err)
+			}
+			if int(m.count) != len(ref) {
+				t.Fatalf("seed %d op %d: count %d, want %d", seed, op, m.count, len(ref))
+			}
+			for i, c := range m.ctrl[:len(m.e)] {
+				if c != 0 {
+					h, _ := probe(m.e[i].key(), len(m.e))
+					maxDisp = max(maxDisp, (i-h+len(m.e))%len(m.e))
+				}
+			}
+		}
+		for k, v := range ref {
+			if got := m.get(k); got != v {
+				t.Fatalf("seed %d: get %x = %d, want %d", seed, k, got, v)
+			}
+		}
+		if seed == 0 && maxDisp < 14 {
+			t.Errorf("largest displacement %d: no long clusters were exercised", maxDisp)
+		}
 	}
 }

@@ -88,7 +88,17 @@ func (m *engineTable) group(i int) uint64 {
 	return binary.LittleEndian.Uint64(m.ctrl[i : i+groupLen])
 }
 
+// setCtrl sets slot i's control byte. The common case (no capture, a slot
+// past the mirrored first group) is one store and inlines.
 func (m *engineTable) setCtrl(i int, c uint8) {
+	if m.cw == nil && i >= groupLen {
+		m.ctrl[i] = c
+		return
+	}
+	m.setCtrlSlow(i, c)
+}
+
+func (m *engineTable) setCtrlSlow(i int, c uint8) {
 	if m.cw != nil {
 		m.cw.ctrl.Touch(m.ctrl, i)
 	}
@@ -114,6 +124,13 @@ func (m *engineTable) wE(i int) *engEntry {
 func (m *engineTable) find(k wire.EngineHash) (int, int) {
 	n := len(m.e)
 	i, fp := probe(k, n)
+	// The home slot alone settles most probes (the load stays below 7/8).
+	switch c := m.ctrl[i]; {
+	case c == 0:
+		return -1, i
+	case c == fp && m.e[i].is(k):
+		return i, -1
+	}
 	pat := lsbs * uint64(fp)
 	for {
 		w := m.group(i)
@@ -181,9 +198,8 @@ func (m *engineTable) insertNew(k wire.EngineHash, v uint32) bool {
 	if j >= 0 {
 		return false
 	}
-	_, fp := probe(k, len(m.e))
 	*m.wE(free) = engEntry{lo: uint32(k), hi: uint32(k >> 32), val: v}
-	m.setCtrl(free, fp)
+	m.setCtrl(free, uint8(mix(uint64(k))>>24)|0x80) // probe's control byte
 	m.count++
 	return true
 }
@@ -199,24 +215,63 @@ func (m *engineTable) del(k wire.EngineHash) uint32 {
 	}
 	v := m.e[j].val
 	m.delAt(j)
-	m.maybeShrink()
+	if len(m.e) > shrinkFloor && int(m.count)*minLoadDen < len(m.e) {
+		m.maybeShrink()
+	}
 	return v
 }
 
 // delAt empties slot i and shifts the rest of its cluster back.
 func (m *engineTable) delAt(i int) {
-	n := len(m.e)
+	if m.cw != nil {
+		m.delAtCapturing(i)
+		return
+	}
+	// No capture: plain stores, so the loop makes no calls and keeps its
+	// state in registers.
+	e, ctrl := m.e, m.ctrl
+	n := len(e)
 	j := i
 	for {
 		if j++; j == n {
 			j = 0
 		}
-		c := m.ctrl[j]
+		c := ctrl[j]
 		if c == 0 {
 			break
 		}
-		if h, _ := probe(m.e[j].key(), n); movable(h, i, j) {
-			*m.wE(i) = m.e[j]
+		if h, _ := probe(e[j].key(), n); movable(h, i, j) {
+			e[i] = e[j]
+			ctrl[i] = c
+			if i < groupLen {
+				ctrl[n+i] = c
+			}
+			i = j
+		}
+	}
+	e[i] = engEntry{}
+	ctrl[i] = 0
+	if i < groupLen {
+		ctrl[n+i] = 0
+	}
+	m.count--
+}
+
+// delAtCapturing is delAt through the write barriers.
+func (m *engineTable) delAtCapturing(i int) {
+	e, ctrl := m.e, m.ctrl[:len(m.e)]
+	n := len(e)
+	j := i
+	for {
+		if j++; j == n {
+			j = 0
+		}
+		c := ctrl[j]
+		if c == 0 {
+			break
+		}
+		if h, _ := probe(e[j].key(), n); movable(h, i, j) {
+			*m.wE(i) = e[j]
 			m.setCtrl(i, c)
 			i = j
 		}

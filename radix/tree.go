@@ -519,10 +519,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 	// Shallowest offset first within a run: removing it takes the rest of the
 	// run with it, where the reverse order (engines evict tails first) would
 	// split the run once per block.
-	slices.SortFunc(ids, func(a, b uint32) int {
-		ba, bb := t.blocks[a], t.blocks[b]
-		return cmp.Or(cmp.Compare(ba.node, bb.node), cmp.Compare(ba.off, bb.off))
-	})
+	t.sortByPosition(ids)
 	for _, id := range ids {
 		b := t.blocks[id]
 		if b.off == freeOff || !t.has(b.node, s) {
@@ -537,6 +534,40 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 		t.releaseSlot(s)
 	}
 	return res
+}
+
+// sortByPosition orders block ids by (node, offset). Engines name a run's
+// blocks in order, head first or tail first, so the ids usually come sorted
+// or reversed: one pass finds that without the sort's comparator calls.
+func (t *Tree) sortByPosition(ids []uint32) {
+	if len(ids) < 2 {
+		return
+	}
+	pos := func(id uint32) uint64 { b := t.blocks[id]; return uint64(b.node)<<32 | uint64(b.off) }
+	asc, desc := true, true
+	prev := pos(ids[0])
+	for _, id := range ids[1:] {
+		cur := pos(id) // distinct: two live blocks never share a position
+		if cur > prev {
+			desc = false
+		} else {
+			asc = false
+		}
+		if !asc && !desc {
+			break
+		}
+		prev = cur
+	}
+	switch {
+	case asc:
+	case desc:
+		slices.Reverse(ids)
+	default:
+		slices.SortFunc(ids, func(a, b uint32) int {
+			ba, bb := t.blocks[a], t.blocks[b]
+			return cmp.Or(cmp.Compare(ba.node, bb.node), cmp.Compare(ba.off, bb.off))
+		})
+	}
 }
 
 // applyRemovedTiered is applyRemoved in a tree with tier sets: each named

@@ -405,3 +405,79 @@ func BenchmarkEngineTableFill(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n*workers*perWorker), "ns/insert")
 }
+
+// ingestCycle is BenchmarkNATSIngest's event cycle (wire/ingest): 16 workers,
+// each storing 32 prefixes of 16..64 fresh blocks from the root and removing
+// each, head first, four prefixes later, interleaved round robin; the tree is
+// empty again at the end of a cycle.
+func ingestCycle() []wire.Event {
+	const workers, prefixes, window = 16, 32, 4
+	per := make([][]wire.Event, workers)
+	for w := range workers {
+		k := wire.WorkerKey{Worker: uint64(w + 1)}
+		pre := make([][]wire.Block, prefixes)
+		rm := func(bl []wire.Block) wire.Event {
+			r := make([]wire.Block, len(bl))
+			for i := range bl {
+				r[i].Engine = bl[i].Engine
+			}
+			return wire.Event{Worker: k, Kind: wire.KindRemoved, Blocks: r}
+		}
+		for j := range prefixes {
+			n := 16 + j*17%49
+			bl := make([]wire.Block, n)
+			for i := range bl {
+				x := uint64(w+1)<<40 | uint64(j+1)<<20 | uint64(i+1)
+				bl[i] = wire.Block{Engine: wire.EngineHash(x * 0x9e3779b97f4a7c15), Local: wire.BlockHash(x * 0xbf58476d1ce4e5b9)}
+			}
+			pre[j] = bl
+			per[w] = append(per[w], wire.Event{Worker: k, Kind: wire.KindStored, Blocks: bl})
+			if j >= window {
+				per[w] = append(per[w], rm(pre[j-window]))
+			}
+		}
+		for j := prefixes - window; j < prefixes; j++ {
+			per[w] = append(per[w], rm(pre[j]))
+		}
+	}
+	var evs []wire.Event
+	for i := range per[0] {
+		for w := range workers {
+			evs = append(evs, per[w][i])
+		}
+	}
+	return evs
+}
+
+// BenchmarkApplyIngest applies BenchmarkNATSIngest's events to a tree (one
+// op = one event, ≈40 blocks): the tree's share of NATS ingest. flatmap is
+// the floor any index pays: one Go map insert or delete per block (engine
+// hash → block), nothing else.
+func BenchmarkApplyIngest(b *testing.B) {
+	evs := ingestCycle()
+	b.Run("tree", func(b *testing.B) {
+		applyLoop(b, New(), evs)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("flatmap", func(b *testing.B) {
+		m := map[wire.EngineHash]uint32{}
+		b.ReportAllocs()
+		i := 0
+		cpu := cpuNanos()
+		for b.Loop() {
+			ev := &evs[i%len(evs)]
+			if ev.Kind == wire.KindStored {
+				for j, bl := range ev.Blocks {
+					m[bl.Engine] = uint32(j)
+				}
+			} else {
+				for _, bl := range ev.Blocks {
+					delete(m, bl.Engine)
+				}
+			}
+			i++
+		}
+		reportCPU(b, cpu)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+}

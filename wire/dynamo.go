@@ -361,6 +361,11 @@ func decodeRemoved(b *Batch, o []byte, ev *Event) ([]byte, error) {
 		at := b.growBlocks(cnt)
 		blocks := b.blocks[at : at+cnt]
 		for i := range blocks {
+			if len(o) >= 9 && isInt64(o[0]) { // the common encoding, inline
+				blocks[i].Engine = EngineHash(binary.BigEndian.Uint64(o[1:]))
+				o = o[9:]
+				continue
+			}
 			var v uint64
 			if v, o, err = readIntBits(o); err != nil {
 				return o, malformed("block_hashes", err)
@@ -391,6 +396,9 @@ func readIntBitsSlow(b []byte) (uint64, []byte, error) {
 	return readHash(b)
 }
 
+// isInt64 reports whether c is the type byte of a uint64 or an int64.
+func isInt64(c byte) bool { return c == 0xcf || c == 0xd3 }
+
 // readIntFast reads the two integer encodings hashes come in, a positive
 // fixint and a full-width uint64 or int64; ok false for any other.
 func readIntFast(b []byte) (v uint64, rest []byte, ok bool) {
@@ -417,6 +425,13 @@ const (
 // general path then reads.
 func readBlockMapFast(o []byte) (e, l uint64, rest []byte, ok bool) {
 	const k1 = 1 + len(blockHashKey)
+	// Both values 64-bit (what Dynamo's publisher writes for hashes): a
+	// fixed layout, checked and read with no slicing in between.
+	const k2, end = k1 + 9, k1 + 9 + len(tokensHashKey) + 9
+	if len(o) >= end && o[0] == 0x82 && string(o[1:k1]) == blockHashKey && isInt64(o[k1]) &&
+		string(o[k2:k2+len(tokensHashKey)]) == tokensHashKey && isInt64(o[end-9]) {
+		return binary.BigEndian.Uint64(o[k1+1:]), binary.BigEndian.Uint64(o[end-8:]), o[end:], true
+	}
 	if len(o) < k1 || o[0] != 0x82 || string(o[1:k1]) != blockHashKey {
 		return 0, 0, o, false
 	}

@@ -224,6 +224,8 @@ func TestDecodeBlockFastPath(t *testing.T) {
 	}{
 		{"u64", enc([]string{bh, th}, []func([]byte) []byte{u(1 << 63), u(1<<62 + 5)}), true, 1 << 63, 1<<62 + 5},
 		{"fixint", enc([]string{bh, th}, []func([]byte) []byte{u(7), u(0)}), true, 7, 0},
+		{"u64 then fixint", enc([]string{bh, th}, []func([]byte) []byte{u(1 << 63), u(5)}), true, 1 << 63, 5},
+		{"fixint then u64", enc([]string{bh, th}, []func([]byte) []byte{u(5), u(1 << 63)}), true, 5, 1 << 63},
 		{"i64 full width", enc([]string{bh, th}, []func([]byte) []byte{full(0xd3, 1<<63|9), full(0xcf, 3)}), true, 1<<63 | 9, 3},
 		{"negative", enc([]string{bh, th}, []func([]byte) []byte{i64(-2), u(1 << 40)}), false, 1<<64 - 2, 1 << 40},
 		{"u32", enc([]string{bh, th}, []func([]byte) []byte{u(1 << 20), u(1 << 63)}), false, 1 << 20, 1 << 63},
@@ -253,4 +255,18 @@ func TestDecodeBlockFastPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDecodeRemovedEncodings: a Removed event's hashes in every width the
+// publisher's encoder picks (fixint, uint32, uint64) decode alike, the
+// 64-bit ones through decodeRemoved's inline path.
+func TestDecodeRemovedEncodings(t *testing.T) {
+	ev := Event{Worker: WorkerKey{Worker: 3}, ID: 9, Kind: KindRemoved, Blocks: []Block{
+		{Engine: 5}, {Engine: 1 << 63}, {Engine: 1 << 20}, {Engine: 1<<64 - 1}, {Engine: 0},
+	}}
+	var b Batch
+	if err := DecodeDynamoEvent(&b, AppendDynamoEvent(nil, &ev)); err != nil {
+		t.Fatal(err)
+	}
+	checkEvents(t, b.Events, []Event{ev})
 }

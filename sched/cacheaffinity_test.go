@@ -120,19 +120,7 @@ func TestQueueAffinityTail(t *testing.T) {
 		cfg.QueueAffinityMaxWait = 10 * time.Second
 		cfg.QueueAffinityHold = 300 * time.Millisecond
 		cfg.QueueAffinityTail = tc.tail
-		s, a, b := twoRanks(t, cfg)
-		// Both ranks busy; requests 1 (cached on a) and 2 (cached on b) queue.
-		if err := s.AddRequest(1000, a, fiveBlocks(1000), 80, 0, PrefillLoadHint{}, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.AddRequest(1001, b, fiveBlocks(1001), 80, 0, PrefillLoadHint{}, 0); err != nil {
-			t.Fatal(err)
-		}
-		d := s.Decide(nil, []Request{{ID: 1, ISL: 80, Blocks: fiveBlocks(1)}, {ID: 2, ISL: 80, Blocks: fiveBlocks(2)}},
-			[][]Overlap{{{Worker: a, Device: 3}}, {{Worker: b, Device: 3}}}, 0)
-		if d[0].Outcome != Queued || d[1].Outcome != Queued {
-			t.Fatalf("tail %v: %+v, want both queued", tc.tail, d)
-		}
+		s, b := bothQueued(t, cfg)
 		s.q.waitAvg = float64(time.Second)
 		s.Free(1001, int64(tc.waited))
 		effs := s.Drain(nil)
@@ -203,18 +191,7 @@ func TestQueueAffinityAgingPerBlock(t *testing.T) {
 		cfg.QueueAffinityHold = 300 * time.Millisecond
 		cfg.QueueAffinityTail = 2
 		cfg.QueueAffinityHoldPerBlock = tc.perBlock
-		s, a, b := twoRanks(t, cfg)
-		if err := s.AddRequest(1000, a, fiveBlocks(1000), 80, 0, PrefillLoadHint{}, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.AddRequest(1001, b, fiveBlocks(1001), 80, 0, PrefillLoadHint{}, 0); err != nil {
-			t.Fatal(err)
-		}
-		d := s.Decide(nil, []Request{{ID: 1, ISL: 80, Blocks: fiveBlocks(1)}, {ID: 2, ISL: 80, Blocks: fiveBlocks(2)}},
-			[][]Overlap{{{Worker: a, Device: 3}}, {{Worker: b, Device: 3}}}, 0)
-		if d[0].Outcome != Queued || d[1].Outcome != Queued {
-			t.Fatalf("per block %v: %+v, want both queued", tc.perBlock, d)
-		}
+		s, b := bothQueued(t, cfg)
 		s.q.waitAvg = float64(time.Second)
 		s.Free(1001, int64(tc.waited))
 		effs := s.Drain(nil)
@@ -222,4 +199,23 @@ func TestQueueAffinityAgingPerBlock(t *testing.T) {
 			t.Fatalf("per block %v, waited %v: effects %+v, want request %d on b", tc.perBlock, tc.waited, effs, tc.wantFirst)
 		}
 	}
+}
+
+// bothQueued makes both of twoRanks' ranks busy (request 1000 on a, 1001 on
+// b) and queues request 1 (3 blocks cached on a) and request 2 (3 on b).
+func bothQueued(t *testing.T, cfg Config) (*Scheduler, wire.WorkerKey) {
+	t.Helper()
+	s, a, b := twoRanks(t, cfg)
+	if err := s.AddRequest(1000, a, fiveBlocks(1000), 80, 0, PrefillLoadHint{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddRequest(1001, b, fiveBlocks(1001), 80, 0, PrefillLoadHint{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	d := s.Decide(nil, []Request{{ID: 1, ISL: 80, Blocks: fiveBlocks(1)}, {ID: 2, ISL: 80, Blocks: fiveBlocks(2)}},
+		[][]Overlap{{{Worker: a, Device: 3}}, {{Worker: b, Device: 3}}}, 0)
+	if d[0].Outcome != Queued || d[1].Outcome != Queued {
+		t.Fatalf("%+v, want both queued", d)
+	}
+	return s, b
 }

@@ -25,9 +25,31 @@ type benchLoad struct {
 
 func makeLoad(workers, batches, batchSize int) *benchLoad {
 	const prefixes, live = 64, 32
+	return genLoad(workers, batches, batchSize, live, func(l *benchLoad, k wire.WorkerKey, uniq uint64) (wire.Event, wire.BlockHash) {
+		// Worker w's k-th chain uses prefix k mod 64: every prefix is shared
+		// by every worker.
+		l1 := childHash(0, (uniq/uint64(workers))%prefixes)
+		l2 := childHash(l1, 0)
+		l3 := childHash(l2, uniq)
+		l4 := childHash(l3, 0)
+		ev := wire.Event{Worker: k, Kind: wire.KindStored}
+		for _, h := range []wire.BlockHash{l1, l2, l3, l4} {
+			ev.Blocks = append(ev.Blocks, wire.Block{Engine: engineOf(k, h), Local: h})
+		}
+		if len(l.probes) < 1024 {
+			l.probes = append(l.probes, []wire.BlockHash{l1, l2, l3, l4, childHash(l4, 1)})
+		}
+		return ev, l3
+	})
+}
+
+// genLoad is the event stream's skeleton: workers take turns, each storing
+// the event store builds (the uniq-th chain) until it holds live chains,
+// then removing, one block, the private head (store's second result) of its
+// oldest chain, which drops the chain's private part.
+func genLoad(workers, batches, batchSize, live int, store func(l *benchLoad, k wire.WorkerKey, uniq uint64) (wire.Event, wire.BlockHash)) *benchLoad {
 	l := &benchLoad{}
-	type chain struct{ third wire.BlockHash }
-	fifo := make([][]chain, workers)
+	fifo := make([][]wire.BlockHash, workers)
 	uniq := uint64(0)
 	w := 0
 	for range batches {
@@ -35,29 +57,17 @@ func makeLoad(workers, batches, batchSize int) *benchLoad {
 		for range batchSize {
 			k := wire.WorkerKey{Worker: uint64(w + 1)}
 			if len(fifo[w]) >= live {
-				c := fifo[w][0]
+				head := fifo[w][0]
 				fifo[w] = fifo[w][1:]
 				b = append(b, wire.Event{Worker: k, Kind: wire.KindRemoved,
-					Blocks: []wire.Block{{Engine: engineOf(k, c.third)}}})
+					Blocks: []wire.Block{{Engine: engineOf(k, head)}}})
 				l.blocks++
 			} else {
 				uniq++
-				// Worker w's k-th chain uses prefix k mod 64: every prefix
-				// is shared by every worker.
-				l1 := childHash(0, (uniq/uint64(workers))%prefixes)
-				l2 := childHash(l1, 0)
-				l3 := childHash(l2, uniq)
-				l4 := childHash(l3, 0)
-				ev := wire.Event{Worker: k, Kind: wire.KindStored}
-				for _, h := range []wire.BlockHash{l1, l2, l3, l4} {
-					ev.Blocks = append(ev.Blocks, wire.Block{Engine: engineOf(k, h), Local: h})
-				}
+				ev, head := store(l, k, uniq)
 				b = append(b, ev)
-				l.blocks += 4
-				fifo[w] = append(fifo[w], chain{third: l3})
-				if len(l.probes) < 1024 {
-					l.probes = append(l.probes, []wire.BlockHash{l1, l2, l3, l4, childHash(l4, 1)})
-				}
+				l.blocks += len(ev.Blocks)
+				fifo[w] = append(fifo[w], head)
 			}
 			l.events++
 			w = (w + 1) % workers
@@ -368,51 +378,29 @@ func BenchmarkLookupUnderIngest(b *testing.B) {
 // tens of µs to apply and a lookup may wait for it.
 func makeLongLoad(workers, batches, batchSize, chainLen int) *benchLoad {
 	const live = 8
-	l := &benchLoad{}
-	fifo := make([][]wire.BlockHash, workers)
-	uniq := uint64(0)
-	w := 0
-	for range batches {
-		var b []wire.Event
-		for range batchSize {
-			k := wire.WorkerKey{Worker: uint64(w + 1)}
-			if len(fifo[w]) >= live {
-				first := fifo[w][0]
-				fifo[w] = fifo[w][1:]
-				b = append(b, wire.Event{Worker: k, Kind: wire.KindRemoved,
-					Blocks: []wire.Block{{Engine: engineOf(k, first)}}})
-				l.blocks++
-			} else {
-				uniq++
-				ev := wire.Event{Worker: k, Kind: wire.KindStored}
-				var h wire.BlockHash
-				var probe []wire.BlockHash
-				for i := range chainLen {
-					salt := uint64(i)
-					if i >= 8 {
-						salt = uniq<<16 | uint64(i)
-					}
-					h = childHash(h, salt)
-					ev.Blocks = append(ev.Blocks, wire.Block{Engine: engineOf(k, h), Local: h})
-					if i == 8 {
-						fifo[w] = append(fifo[w], h)
-					}
-					if len(l.probes) < 1024 && i < 16 {
-						probe = append(probe, h)
-					}
-				}
-				if probe != nil {
-					l.probes = append(l.probes, probe)
-				}
-				b = append(b, ev)
-				l.blocks += chainLen
+	return genLoad(workers, batches, batchSize, live, func(l *benchLoad, k wire.WorkerKey, uniq uint64) (wire.Event, wire.BlockHash) {
+		ev := wire.Event{Worker: k, Kind: wire.KindStored}
+		var h, head wire.BlockHash
+		var probe []wire.BlockHash
+		for i := range chainLen {
+			salt := uint64(i)
+			if i >= 8 {
+				salt = uniq<<16 | uint64(i)
 			}
-			l.events++
-			w = (w + 1) % workers
+			h = childHash(h, salt)
+			ev.Blocks = append(ev.Blocks, wire.Block{Engine: engineOf(k, h), Local: h})
+			if i == 8 {
+				head = h
+			}
+			if len(l.probes) < 1024 && i < 16 {
+				probe = append(probe, h)
+			}
 		}
-		l.batches = append(l.batches, b)
-	}
-	return l
+		if probe != nil {
+			l.probes = append(l.probes, probe)
+		}
+		return ev, head
+	})
 }
 
 // BenchmarkLookupUnderLongIngest is BenchmarkLookupUnderIngest with

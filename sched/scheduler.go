@@ -316,10 +316,12 @@ func (s *Scheduler) touch(i uint32) {
 }
 
 func (s *Scheduler) untouch() {
-	for _, i := range s.touched {
-		s.scan[i].flags &^= fMarks
+	// Locals: with s.scan in the loop, every store made Go reload it.
+	scan, touched := s.scan, s.touched
+	for _, i := range touched {
+		scan[i].flags &^= fMarks
 	}
-	s.touched = s.touched[:0]
+	s.touched = touched[:0]
 }
 
 func (s *Scheduler) setLimits(i uint32) {

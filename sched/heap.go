@@ -263,8 +263,12 @@ func (s *Scheduler) heapPlain(p *pass) {
 			}
 			continue
 		}
-		// Touched without an overlap: countHeld touched it, under gen.
+		// Touched without an overlap: countHeld touched it, under this
+		// decision's generation (checked with -tags invariants).
 		held := int64(uint32(heldBy[i].gc))
+		if invariantsEnabled && uint32(heldBy[i].gc>>32) != p.in.gen {
+			panic(fmt.Sprintf("sched: rank %d touched without an overlap or a held count", i))
+		}
 		// Its heap key (heapKey), from the mirror.
 		if prune && hw*float64(sc.pf)*invBS+float64(sc.active)-float64(held) > cut {
 			pruned++

@@ -223,9 +223,6 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 		sl.ovHost, sl.ovDisk, sl.ovTree = o.Host, o.Disk, o.TreeSize
 		s.touch(i)
 		s.scan[i].flags |= fOverlap
-		// Held count 0 under gen: countHeld then knows a rank whose count
-		// is not of this decision is untouched (holdOne).
-		s.held[i].gc = uint64(gen) << 32
 	}
 	s.countHeld(r.Blocks, gen)
 	cached := s.vecN

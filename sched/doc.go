@@ -405,22 +405,24 @@
 // (39 nodes, 19 ties per decision). At 8 ranks ~22 vectors die per decision
 // and only 2.6 return while still recent.
 //
-// Changes (exact), to the pass over the touched ranks: the heap path takes a
+// Change (exact), to the pass over the touched ranks: the heap path takes a
 // touched rank without an overlap as plain-but-held with one flag test and
 // reads its held count without the generation test (countHeld touched it
-// in this decision); route gives its overlap ranks a held count of 0 before
-// the walk, so holdOne appends a holder whose count is not of this
-// decision without testing its mark; untouch runs on locals. With -tags
-// invariants, a touched rank lacking this decision's count, or listed
-// twice, panics. Instructions per decision, base → now: 8 ranks 15,281 →
-// 15,274 (0%), 256 ranks 16,649 → 16,326 (-1.9%), 7,000 ranks 34,016-34,032
-// → 31,111 (-8.6%); L1 misses unchanged. CPU time on the shared VM did not
-// resolve it (docs/ARCHITECTURE.md, issue 17 §3, session 8).
+// in this decision), and untouch runs on locals. With -tags invariants, a
+// touched rank lacking this decision's count, or listed twice, panics.
+// Instructions per decision, base → now: 8 ranks 15,281 → 15,237 (-0.3%),
+// 256 ranks 16,649 → 16,316 (-2.0%), 7,000 ranks 34,016-34,032 → 31,612
+// (-7.1%); L1 misses unchanged. CPU time on the shared VM did not resolve
+// it (docs/ARCHITECTURE.md, issue 17 §3, session 8).
 //
 // Tried and dropped: keeping dead block vectors indexed (a FIFO of at most
 // as many as the live ones) so a block active again revives its vector
 // instead of a table delete and insert: 2.56 revivals per decision at 8
 // ranks, and the list's upkeep cost more (15,280 → 17,322 instructions).
+// Giving route's overlap ranks a held count of 0 before the walk, so
+// holdOne skips its mark test: -1.6% instructions at 7,000, but a store per
+// overlap rank (every rank in DecideVariants/all-overlapped), not measured
+// there: left out.
 //
 // Issue 17's targets are not met, and by these counts a per-run index
 // (a rank booked once per run of blocks with the same holders) would not

@@ -679,17 +679,17 @@ func (s *Scheduler) holdRun(v uint32, g uint64, k uint32) {
 
 // holdOne counts k more held blocks on holder p's slot under the generation
 // g<<32, notes p's record as its deepest and marks the slot touched
-// (Scheduler.touch), returning touched. A slot whose count is not of this
-// generation is not touched yet: countHeld runs right after a new generation,
-// and route gives the ranks it touches for their overlap a count of 0 first.
+// (Scheduler.touch), returning touched.
 func holdOne(held []heldEnt, scan []slotScan, touched []uint32, p hentry, g uint64, k uint32) []uint32 {
 	he := &held[p.slot]
 	if gc := he.gc; gc&^0xffffffff == g {
 		he.gc = gc + uint64(k)
 	} else {
 		he.gc = g | uint64(k)
-		scan[p.slot].flags |= fTouched
-		touched = append(touched, p.slot)
+		if sc := &scan[p.slot]; sc.flags&fTouched == 0 {
+			sc.flags |= fTouched
+			touched = append(touched, p.slot)
+		}
 	}
 	he.deep = p.id
 	return touched

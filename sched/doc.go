@@ -412,6 +412,46 @@
 // must be findable by its hash alone; at 7,000 ranks the next step is an
 // index whose unit is a run of blocks with the same holders.
 //
+// # Session 8 (issue 17 §3, fourth step)
+//
+// Measured with cachegrind as in session 7. At 256 and 7,000 ranks
+// BenchmarkDecide's steady state creates and destroys no block vector
+// (17,408 stay live), so the hash table costs nothing there; a decision at
+// 7,000 goes to the ~136 touched ranks (countHeld's holder visits, the heap
+// path's pass over them, untouch: ~12k instructions) and to booking and
+// freeing 32 (block, holder) records (~10k). The heap's tie band is small
+// (39 nodes, 19 ties per decision). At 8 ranks ~22 vectors die per decision
+// and only 2.6 return while still recent.
+//
+// Change (exact), to the pass over the touched ranks: the heap path takes a
+// touched rank without an overlap as plain-but-held with one flag test and
+// reads its held count without the generation test (countHeld touched it
+// in this decision), and untouch runs on locals. With -tags invariants, a
+// touched rank lacking this decision's count, or listed twice, panics.
+// Instructions per decision, base → now: 8 ranks 15,281 → 15,237 (-0.3%),
+// 256 ranks 16,649 → 16,316 (-2.0%), 7,000 ranks 34,016-34,032 → 31,612
+// (-7.1%); L1 misses unchanged. CPU time on the shared VM did not resolve
+// it (docs/ARCHITECTURE.md, issue 17 §3, session 8).
+//
+// Tried and dropped: keeping dead block vectors indexed (a FIFO of at most
+// as many as the live ones) so a block active again revives its vector
+// instead of a table delete and insert: 2.56 revivals per decision at 8
+// ranks, and the list's upkeep cost more (15,280 → 17,322 instructions).
+// Giving route's overlap ranks a held count of 0 before the walk, so
+// holdOne skips its mark test: -1.6% instructions at 7,000, but a store per
+// overlap rank (every rank in DecideVariants/all-overlapped), not measured
+// there: left out.
+//
+// Issue 17's targets are not met, and by these counts a per-run index
+// (a rank booked once per run of blocks with the same holders) would not
+// meet them alone: at 7,000 ranks it would take booking and freeing from
+// ~10k to ~2-3k instructions, leaving ~24k against the ~17-23k that 300k/s
+// allows at this machine's 5-7 instructions per ns, because every holder of
+// the request's prefix is still visited; at 8 ranks every unshared tail
+// block still needs its own table insert and delete (a block must be found
+// by its hash alone while hash lists may be arbitrary), an estimated ~7.5k
+// instructions against the ~3.5-4.7k that 1.5M/s allows.
+//
 // # API
 //
 //	New(cfg, seed) (*Scheduler, error); DefaultConfig(); Config.Validate()

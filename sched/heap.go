@@ -246,7 +246,6 @@ func (s *Scheduler) heapPlain(p *pass) {
 	// the common term, less what its overlap and held blocks save), so it
 	// cannot be among the best; only the others are costed. Ranks with an
 	// overlap are always costed (an overlap lowers the prefill term).
-	gen := p.in.gen
 	var cut float64
 	prune := !math.IsInf(kmin, 1) && p.in.mode != costLeast
 	if prune {
@@ -258,16 +257,17 @@ func (s *Scheduler) heapPlain(p *pass) {
 	pruned := uint64(0)
 	for _, i := range s.touched {
 		sc := scan[i]
-		if sc.flags&^fMarks != fLive {
+		if sc.flags != fLive|fTouched { // not plain, or with an overlap
+			if sc.flags&^fMarks == fLive {
+				s.consider(p, int(i))
+			}
 			continue
 		}
-		if sc.flags&fOverlap != 0 {
-			s.consider(p, int(i))
-			continue
-		}
-		var held int64
-		if gc := heldBy[i].gc; uint32(gc>>32) == gen {
-			held = int64(uint32(gc))
+		// Touched without an overlap: countHeld touched it, under this
+		// decision's generation (checked with -tags invariants).
+		held := int64(uint32(heldBy[i].gc))
+		if invariantsEnabled && uint32(heldBy[i].gc>>32) != p.in.gen {
+			panic(fmt.Sprintf("sched: rank %d touched without an overlap or a held count", i))
 		}
 		// Its heap key (heapKey), from the mirror.
 		if prune && hw*float64(sc.pf)*invBS+float64(sc.active)-float64(held) > cut {

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -316,10 +317,15 @@ func (s *Scheduler) touch(i uint32) {
 }
 
 func (s *Scheduler) untouch() {
-	for _, i := range s.touched {
-		s.scan[i].flags &^= fMarks
+	// Locals: with s.scan in the loop, every store made Go reload it.
+	scan, touched := s.scan, s.touched
+	for _, i := range touched {
+		if invariantsEnabled && scan[i].flags&fTouched == 0 {
+			panic(fmt.Sprintf("sched: rank %d listed as touched twice, or not marked", i))
+		}
+		scan[i].flags &^= fMarks
 	}
-	s.touched = s.touched[:0]
+	s.touched = touched[:0]
 }
 
 func (s *Scheduler) setLimits(i uint32) {

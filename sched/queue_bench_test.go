@@ -19,14 +19,9 @@ import (
 // advances 10 ms, completes the oldest qfBatch requests in flight (each
 // Free drains the queue) and decides as many new ones.
 type queueFleet struct {
+	arrivals
 	s      *Scheduler
 	keys   []wire.WorkerKey
-	reqs   []Request
-	ovs    [][]Overlap
-	next   int
-	nextID uint64
-	batch  []Request
-	bovs   [][]Overlap
 	dec    []Decision
 	effs   []Effect
 	ring   []uint64 // in flight, oldest at head
@@ -116,14 +111,7 @@ func (f *queueFleet) drainEffects() {
 }
 
 func (f *queueFleet) arrive(n int) {
-	for i := range f.batch[:n] {
-		r := f.reqs[f.next]
-		f.nextID++
-		r.ID = f.nextID
-		f.batch[i] = r
-		f.bovs[i] = f.ovs[f.next]
-		f.next = (f.next + 1) % len(f.reqs)
-	}
+	f.fill(n)
 	f.dec = f.s.Decide(f.dec[:0], f.batch[:n], f.bovs[:n], f.now)
 	f.drainEffects() // admitted from the queue before the batch
 	for _, d := range f.dec {

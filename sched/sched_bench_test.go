@@ -13,17 +13,34 @@ import (
 // requests drawn from prompt families that share a prefix, each with the
 // index's overlaps on a few workers, and a ring of in-flight requests so
 // every decision is matched by a prefill-done and a free.
+// arrivals cycles through a request mix: fill stamps the next n requests
+// with fresh IDs into batch, their overlaps into bovs.
+type arrivals struct {
+	reqs   []Request
+	ovs    [][]Overlap
+	next   int
+	nextID uint64
+	batch  []Request
+	bovs   [][]Overlap
+}
+
+func (a *arrivals) fill(n int) {
+	for i := range a.batch[:n] {
+		r := a.reqs[a.next]
+		a.nextID++
+		r.ID = a.nextID
+		a.batch[i] = r
+		a.bovs[i] = a.ovs[a.next]
+		a.next = (a.next + 1) % len(a.reqs)
+	}
+}
+
 type fleet struct {
+	arrivals
 	s        *Scheduler
-	reqs     []Request
-	ovs      [][]Overlap
-	next     int
 	ring     []uint64 // in flight: a circular buffer, oldest at head
 	head     int
 	count    int
-	nextID   uint64
-	batch    []Request
-	bovs     [][]Overlap
 	dec      []Decision
 	inFlight int
 	decideNs int64 // wall time inside Decide, when timed
@@ -95,14 +112,7 @@ func newFleet(tb testing.TB, o fleetOpts) *fleet {
 // step decides one batch and retires as many of the oldest requests.
 func (f *fleet) step() {
 	f.now += int64(time.Millisecond)
-	for i := range f.batch {
-		r := f.reqs[f.next]
-		f.nextID++
-		r.ID = f.nextID
-		f.batch[i] = r
-		f.bovs[i] = f.ovs[f.next]
-		f.next = (f.next + 1) % len(f.reqs)
-	}
+	f.fill(len(f.batch))
 	if f.timed {
 		t0 := time.Now()
 		f.dec = f.s.Decide(f.dec[:0], f.batch, f.bovs, f.now)

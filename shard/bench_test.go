@@ -356,17 +356,7 @@ func BenchmarkLookupUnderIngest(b *testing.B) {
 	}{{"unlocked", false, false}, {"unlocked/queued", false, true}, {"locked", true, false}, {"locked/queued", true, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			ix := newTestIndex(b, Config{Shards: 1, LockOSThread: c.locked, QueuedLookups: c.queued})
-			runUnderIngest(b, load, time.Millisecond, func(evs []wire.Event) {
-				if err := ix.Apply(evs); err != nil {
-					panic(err)
-				}
-			}, func(dst []radix.Overlap, h []wire.BlockHash) []radix.Overlap {
-				dst, err := ix.Match(dst, h)
-				if err != nil {
-					panic(err)
-				}
-				return dst
-			})
+			indexUnderIngest(b, ix, load)
 		})
 	}
 }
@@ -409,6 +399,12 @@ func makeLongLoad(workers, batches, batchSize, chainLen int) *benchLoad {
 func BenchmarkLookupUnderLongIngest(b *testing.B) {
 	load := makeLongLoad(32, 64, 16, 256)
 	ix := newTestIndex(b, Config{Shards: 1})
+	indexUnderIngest(b, ix, load)
+}
+
+// indexUnderIngest is runUnderIngest through an Index: its Apply from the
+// writer, a Match every millisecond.
+func indexUnderIngest(b *testing.B, ix *Index, load *benchLoad) {
 	runUnderIngest(b, load, time.Millisecond, func(evs []wire.Event) {
 		if err := ix.Apply(evs); err != nil {
 			panic(err)

@@ -110,6 +110,7 @@ func (t *Tree) BeginCapture() *Capture {
 		src := &t.slots[s]
 		img.slots[s] = slotRec{key: src.key, live: src.live, eng: engineTable{count: src.eng.count}}
 		if src.eng.e != nil {
+			img.pool.live += src.eng.bytes()
 			c.eng[s].ctrl.Begin(src.eng.ctrl, pageBytes)
 			c.eng[s].e.Begin(src.eng.e, pageBytes)
 			src.eng.cw = &c.eng[s]

@@ -405,6 +405,10 @@ const engArraysBytes = 48
 // and measured as fast (doc.go § Engine tables).
 const engPoolDen = 32
 
+// engPooling is a test switch: false keeps every pool empty, so benchmarks
+// compare recycling against fresh arrays in one binary.
+var engPooling = true
+
 // engPool is a tree's free list of engine-table arrays by size class. Its
 // bytes are counted in Stats (Tree.bytes), and an emptied tree's reset drops
 // it with every other arena. Arrays under a capture (engineTable.cw set:
@@ -444,7 +448,7 @@ func (p *engPool) put(e []engEntry, ctrl []uint8) {
 		p.trim() // not a class's arrays (resize makes none such)
 		return
 	}
-	if (p.held+b)*engPoolDen > p.live {
+	if (p.held+b)*engPoolDen > p.live || !engPooling {
 		p.trim()
 		return
 	}

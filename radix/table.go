@@ -415,8 +415,9 @@ var engPooling = true
 // the capture reads them until it completes) are never put in it.
 type engPool struct {
 	free [][]engArrays // by class index; nil until the first put
-	held int64         // bytes of the arrays in free
-	live int64         // bytes of the tree's live tables' arrays
+	held   int64         // bytes of the arrays in free
+	live   int64         // bytes of the tree's live tables' arrays
+	reused int           // arrays handed out again (tests)
 }
 
 // get returns zeroed arrays of n slots, recycled if the pool has some.
@@ -431,6 +432,7 @@ func (p *engPool) get(n int) ([]engEntry, []uint8) {
 				p.held -= int64(n)*13 + groupLen
 				clear(a.e)
 				clear(a.ctrl)
+				p.reused++
 				return a.e, a.ctrl
 			}
 		}

@@ -414,7 +414,7 @@ var engPooling = true
 // it with every other arena. Arrays under a capture (engineTable.cw set:
 // the capture reads them until it completes) are never put in it.
 type engPool struct {
-	free [][]engArrays // by class index; nil until the first put
+	free   [][]engArrays // by class index; nil until the first put
 	held   int64         // bytes of the arrays in free
 	live   int64         // bytes of the tree's live tables' arrays
 	reused int           // arrays handed out again (tests)

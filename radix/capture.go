@@ -24,7 +24,8 @@ import (
 // Arenas replaced rather than written (growth beyond capacity, table
 // rehashes, worker sets widened, an emptied tree reset) need no copy at
 // Begin or at the replacement: the capture keeps the old arrays, which the
-// tree no longer writes. A Capture holds no locks and starts no goroutines;
+// tree no longer writes (a replaced engine-table array goes to the tree's
+// pool for reuse only if no capture covers its table: table.go, engPool). A Capture holds no locks and starts no goroutines;
 // all its methods but Tree must be called on the tree's goroutine.
 type Capture struct {
 	t   *Tree // the tree captured; its cw points here until done
@@ -110,6 +111,7 @@ func (t *Tree) BeginCapture() *Capture {
 		src := &t.slots[s]
 		img.slots[s] = slotRec{key: src.key, live: src.live, eng: engineTable{count: src.eng.count}}
 		if src.eng.e != nil {
+			img.pool.live += src.eng.bytes()
 			c.eng[s].ctrl.Begin(src.eng.ctrl, pageBytes)
 			c.eng[s].e.Begin(src.eng.e, pageBytes)
 			src.eng.cw = &c.eng[s]

@@ -124,14 +124,17 @@
 //     removals. Open addressing with linear probing and backward-shift
 //     deletion (no tombstones), capacity grown to 7/4 of the count at 7/8 load, 12-byte
 //     entries plus a control byte per slot that a probe checks at the home
-//     slot first, then scans eight at a time.
+//     slot first, then scans eight at a time. Capacities are size classes
+//     (the growth chain 8, 14, 22, 35, …; a shrink rounds up to a class),
+//     and a resize takes its arrays from the tree's pool of freed arrays of
+//     that class and returns the old ones (§ Engine-table pool).
 //   - edges: one per-tree open-addressing table (parent, first local hash) →
 //     child, consulted only at nodes with two or more children (an only child
 //     is checked directly).
 //
 // A node with no workers is freed at once with its blocks and chunk. When the
-// last node goes, every arena is released: an emptied tree is back to New's
-// footprint (TestReclaimAll, TestHeapMatchesStats); under churn freed slots
+// last node goes, every arena is released, the engine-table pool with them:
+// an emptied tree is back to New's footprint (TestReclaimAll, TestHeapMatchesStats); under churn freed slots
 // are reused and nothing grows (TestChurnBounded).
 //
 // Costs: Match is O(request blocks + nodes on the path × set words). Apply is
@@ -305,6 +308,24 @@
 // here — missing in a shared L3); ≤ 32 bytes per entry (29.2 by Stats, 29.4
 // by heap growth); no allocations in steady-state Apply and Match
 // (TestAllocsApply, TestAllocsApplyInner, TestAllocsMatch).
+//
+// # Engine-table pool (issue 17, session 8)
+//
+// A table that grows frees an array of the class below, which the next
+// table to reach that class takes instead of fresh memory (fresh pages
+// fault, and a resize's first stores into them were most of its time). The
+// pool (engPool, one per tree) is counted in Stats().Bytes and holds at most
+// 1/32 of the bytes of the tree's live tables, trimmed largest class first
+// when tables shrink or go. It never takes the arrays of a table a capture
+// covers (engineTable.cw set): the capture reads them until it completes,
+// so they go to the garbage collector as before (TestCapturePooledArrays).
+// Measured (ARCHITECTURE.md, the session-8 tables decision): at 7,000
+// workers 72% of a pass's table arrays are recycled (39 → 23 MB fresh) for
+// 0.7 bytes per entry (30.55 → 31.26; a 1/8 bound cost 2.3 and crossed
+// 32); building BenchmarkWide's 4,096-worker tree costs 16.5% less CPU
+// (BenchmarkEngineTablePool, p = 0.002) with 82% fewer allocations; the
+// `kvroute bench index` replays showed no significant change at 256 or
+// 7,000 workers (p ≥ 0.18) on a machine where their passes rarely faulted.
 //
 // # Apply on NATS ingest's events (issue 17, session 8)
 //

@@ -283,6 +283,49 @@ func (t *Tree) checkSlots(held []int) error {
 	if liveSlots != len(t.slotOf) {
 		return fmt.Errorf("%d live slots, slot map holds %d", liveSlots, len(t.slotOf))
 	}
+	return t.checkPool()
+}
+
+// checkPool checks the engine-table pool's counts and bound, that every
+// table and pooled array is of a size class, and that no pooled array is a
+// table's.
+func (t *Tree) checkPool() error {
+	p := &t.pool
+	var live int64
+	inUse := make(map[*engEntry]bool)
+	for s := range t.slots {
+		m := &t.slots[s].eng
+		if len(m.e) == 0 {
+			continue
+		}
+		live += m.bytes()
+		if c := engClassOf(len(m.e)); engClasses[c] != len(m.e) {
+			return fmt.Errorf("slot %d: %d slots is not a size class", s, len(m.e))
+		}
+		inUse[&m.e[0]] = true
+	}
+	if live != p.live {
+		return fmt.Errorf("pool counts %d live table bytes, tables hold %d", p.live, live)
+	}
+	var held int64
+	for c, l := range p.free {
+		for _, a := range l {
+			if len(a.e) != engClasses[c] || len(a.ctrl) != len(a.e)+groupLen {
+				return fmt.Errorf("pool class %d (%d slots) holds %d slots, %d control bytes", c, engClasses[c], len(a.e), len(a.ctrl))
+			}
+			if inUse[&a.e[0]] {
+				return fmt.Errorf("pool class %d holds a live table's array", c)
+			}
+			inUse[&a.e[0]] = true
+			held += int64(len(a.e))*13 + groupLen
+		}
+	}
+	if held != p.held {
+		return fmt.Errorf("pool counts %d bytes held, holds %d", p.held, held)
+	}
+	if p.held*engPoolDen > p.live {
+		return fmt.Errorf("pool holds %d bytes, over 1/%d of %d live", p.held, engPoolDen, p.live)
+	}
 	return nil
 }
 

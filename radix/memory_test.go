@@ -188,6 +188,7 @@ func TestRemovedOrder(t *testing.T) {
 func TestEngineTableRandom(t *testing.T) {
 	for seed := range uint64(20) {
 		var m engineTable
+		var pool engPool
 		ref := map[wire.EngineHash]uint32{}
 		r := splitmix(seed + 1)
 		maxDisp := 0
@@ -195,14 +196,14 @@ func TestEngineTableRandom(t *testing.T) {
 			r = splitmix(r)
 			k := wire.EngineHash(splitmix(r%300 + seed<<32))
 			if r>>40%3 == 0 {
-				got, want := m.del(k), ref[k]
+				got, want := m.del(&pool, k), ref[k]
 				if got != want {
 					t.Fatalf("seed %d op %d: del %x = %d, want %d", seed, op, k, got, want)
 				}
 				delete(ref, k)
 			} else {
 				_, had := ref[k]
-				if ok := m.insertNew(k, uint32(op+1)); ok == had {
+				if ok := m.insertNew(&pool, k, uint32(op+1)); ok == had {
 					t.Fatalf("seed %d op %d: insertNew %x = %v, held %v", seed, op, k, ok, had)
 				}
 				if !had {
@@ -214,6 +215,9 @@ func TestEngineTableRandom(t *testing.T) {
 			}
 			if int(m.count) != len(ref) {
 				t.Fatalf("seed %d op %d: count %d, want %d", seed, op, m.count, len(ref))
+			}
+			if pool.live != m.bytes() && len(m.e) > 0 {
+				t.Fatalf("seed %d op %d: pool counts %d live bytes, table holds %d", seed, op, pool.live, m.bytes())
 			}
 			for i, c := range m.ctrl[:len(m.e)] {
 				if c != 0 {

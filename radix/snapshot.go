@@ -86,6 +86,7 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 		d.key, d.live, d.eng.count = src.key, src.live, src.eng.count
 		if src.eng.e != nil {
 			cp.segs = append(cp.segs, segOf(&d.eng.ctrl, src.eng.ctrl, 1), segOf(&d.eng.e, src.eng.e, 12))
+			dst.pool.live += src.eng.bytes()
 		}
 	}
 	return cp

@@ -113,3 +113,27 @@ func BenchmarkWide(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEngineTablePool builds BenchmarkWide's 4,096-worker tree (≈1.1M
+// entries, sparse sets) from empty with the engine-table pool and without
+// (engPooling off), in one binary: cpu-ns/op is the whole build's process
+// CPU time.
+func BenchmarkEngineTablePool(b *testing.B) {
+	wideSetup(b)
+	for _, name := range []string{"pool", "none"} {
+		b.Run(name, func(b *testing.B) {
+			defer func(on bool) { engPooling = on }(engPooling)
+			engPooling = name == "pool"
+			withDenseMax(wide.limits["sparse"], func() {
+				b.ReportAllocs()
+				cpu := cpuNanos()
+				var st Stats
+				for b.Loop() {
+					st = wide.wl.tree(b, 0).Stats()
+				}
+				reportCPU(b, cpu)
+				b.ReportMetric(float64(st.Bytes)/float64(st.Entries), "B/entry")
+			})
+		})
+	}
+}

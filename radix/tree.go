@@ -106,6 +106,9 @@ type Tree struct {
 
 	sink uint32 // keeps engineTable.touch's loads alive
 
+	// pool recycles the engine tables' arrays (table.go); counted in Bytes.
+	pool engPool
+
 	// cw is the capture in progress (BeginCapture), nil otherwise: every
 	// write to an arena calls its barrier first (the w* helpers in arena.go).
 	cw *Capture
@@ -208,6 +211,8 @@ func (t *Tree) addSlot(k wire.WorkerKey) uint32 {
 // releaseSlot frees a slot that holds no block.
 func (t *Tree) releaseSlot(s uint32) {
 	delete(t.slotOf, t.slots[s].key)
+	eng := &t.slots[s].eng
+	eng.release(&t.pool, eng.e, eng.ctrl)
 	t.slots[s] = slotRec{}
 	t.freeSlots = append(t.freeSlots, s)
 }
@@ -371,7 +376,7 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 		i := 0
 		for ; i < room; i++ {
 			id := t.allocBlock(y, uint32(base+i))
-			if !eng.insertNew(rest[i].Engine, id) {
+			if !eng.insertNew(&t.pool, rest[i].Engine, id) {
 				t.releaseBlock(id)
 				break
 			}
@@ -396,7 +401,7 @@ func (t *Tree) join(x, c, s uint32, blks []wire.Block, tb uint8) (int, uint32) {
 	t.sink += eng.touch(blks[:min(len(blks), len(loc))])
 	k := 0
 	for k < len(loc) && k < len(blks) && loc[k] == blks[k].Local {
-		if !eng.insertNew(blks[k].Engine, ids[k]) {
+		if !eng.insertNew(&t.pool, blks[k].Engine, ids[k]) {
 			break
 		}
 		k++
@@ -509,7 +514,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 	t.sink += eng.touch(ev.Blocks)
 	ids := t.ids[:0]
 	for _, b := range ev.Blocks {
-		if id := eng.del(b.Engine); id != 0 {
+		if id := eng.del(&t.pool, b.Engine); id != 0 {
 			ids = append(ids, id)
 		} else {
 			res.Unknown++
@@ -636,7 +641,7 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 		gone := 0
 		for _, b := range ev.Blocks {
 			if id := eng.get(b.Engine); id != 0 && (t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, s)) {
-				eng.del(b.Engine)
+				eng.del(&t.pool, b.Engine)
 				gone++
 			}
 		}
@@ -669,7 +674,7 @@ func (t *Tree) clearTier(s, x, a, e uint32, tb uint8) {
 
 // sweep deletes slot s's table entries for blocks it no longer holds.
 func (t *Tree) sweep(s uint32) {
-	t.slots[s].eng.filter(func(_ wire.EngineHash, id uint32) bool {
+	t.slots[s].eng.filter(&t.pool, func(_ wire.EngineHash, id uint32) bool {
 		b := t.blocks[id]
 		return b.off != freeOff && t.has(b.node, s)
 	})
@@ -1029,5 +1034,6 @@ func (t *Tree) bytes() int64 {
 	b += int64(cap(t.ids)+cap(t.stack)+cap(t.doomed)+cap(t.survivors)+4*cap(t.rmKeys)) * 4
 	b += int64(cap(t.tiers)+cap(t.act)) * 8
 	b += t.spBytes()
+	b += t.pool.bytes()
 	return b
 }

@@ -282,7 +282,7 @@ func BenchmarkEngineTable(b *testing.B) {
 			tabs := make([]engineTable, workers)
 			for w := range tabs {
 				for i := range perWorker {
-					tabs[w].insertNew(key(w, i), uint32(i+1))
+					tabs[w].insertNew(nil, key(w, i), uint32(i+1))
 				}
 			}
 			return tabs
@@ -296,11 +296,11 @@ func BenchmarkEngineTable(b *testing.B) {
 			}
 			tab.touch(batch)
 			for i := range batch {
-				tab.insertNew(batch[i].Engine, 1)
+				tab.insertNew(nil, batch[i].Engine, 1)
 			}
 			tab.touch(batch)
 			for i := range batch {
-				tab.del(batch[i].Engine)
+				tab.del(nil, batch[i].Engine)
 			}
 			n++
 		}
@@ -365,7 +365,7 @@ func BenchmarkEngineTableGrowth(b *testing.B) {
 		var sum float64
 		n, next := 0, 1000.0
 		for k := 1; k <= 100_000; k++ {
-			m.insertNew(wire.EngineHash(splitmix(uint64(k))), uint32(k))
+			m.insertNew(nil, wire.EngineHash(splitmix(uint64(k))), uint32(k))
 			if float64(k) >= next {
 				sum += float64(m.bytes()) / float64(m.count)
 				n++
@@ -391,10 +391,11 @@ func BenchmarkEngineTableFill(b *testing.B) {
 		for w := range tabs {
 			tabs[w] = engineTable{}
 		}
+		pool := engPool{} // one tree's pool
 		for lo := 0; lo < perWorker; lo += batch {
 			for w := range tabs {
 				for i := lo; i < min(lo+batch, perWorker); i++ {
-					tabs[w].insertNew(wire.EngineHash(splitmix(uint64(w)<<32|uint64(i))), uint32(i+1))
+					tabs[w].insertNew(&pool, wire.EngineHash(splitmix(uint64(w)<<32|uint64(i))), uint32(i+1))
 				}
 			}
 		}

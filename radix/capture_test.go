@@ -33,13 +33,7 @@ func TestCaptureCopyOnWrite(t *testing.T) {
 				g.keys = append(g.keys, wire.WorkerKey{Worker: w})
 			}
 		}
-		apply := func(n int) {
-			for range n {
-				ev := g.next()
-				m.apply(&ev)
-				tr.Apply(&ev)
-			}
-		}
+		apply := func(n int) { feed(tr, m, g, n) }
 		apply(400)
 		for capt := range 6 {
 			ref := tr.Clone()
@@ -115,13 +109,7 @@ func TestCaptureConcurrentRead(t *testing.T) {
 		if round%2 == 1 {
 			g.tierPct = 40
 		}
-		apply := func(n int) {
-			for range n {
-				ev := g.next()
-				m.apply(&ev)
-				tr.Apply(&ev)
-			}
-		}
+		apply := func(n int) { feed(tr, m, g, n) }
 		apply(2000)
 		for capt := range 4 {
 			ref := tr.Clone()
@@ -207,13 +195,7 @@ func TestCapturePooledArrays(t *testing.T) {
 		for w := uint64(4); w <= 300; w++ {
 			g.keys = append(g.keys, wire.WorkerKey{Worker: w})
 		}
-		apply := func(n int) {
-			for range n {
-				ev := g.next()
-				m.apply(&ev)
-				tr.Apply(&ev)
-			}
-		}
+		apply := func(n int) { feed(tr, m, g, n) }
 		apply(2000)
 		for capt := range 4 {
 			ref := tr.Clone()
@@ -241,5 +223,14 @@ func TestCapturePooledArrays(t *testing.T) {
 	t.Logf("%d arrays recycled during captures", reusedDuring)
 	if reusedDuring == 0 {
 		t.Error("no engine-table array was recycled during a capture: the test exercises nothing")
+	}
+}
+
+// feed applies g's next n events to the tree and to its model.
+func feed(tr *Tree, m *model, g *gen, n int) {
+	for range n {
+		ev := g.next()
+		m.apply(&ev)
+		tr.Apply(&ev)
 	}
 }

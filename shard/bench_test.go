@@ -284,17 +284,7 @@ func BenchmarkMatchUnderLoad(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			ix := newTestIndex(b, Config{Shards: c.shards, StepBlocks: c.step, LockOSThread: !c.unlocked, QueuedLookups: c.queued})
-			run(b, func(evs []wire.Event) {
-				if err := ix.Apply(evs); err != nil {
-					panic(err)
-				}
-			}, func(dst []radix.Overlap, h []wire.BlockHash) []radix.Overlap {
-				dst, err := ix.Match(dst, h)
-				if err != nil {
-					panic(err)
-				}
-				return dst
-			})
+			run(b, applyVia(ix), matchVia(ix))
 		})
 	}
 	b.Run("mutex-baseline", func(b *testing.B) {
@@ -405,17 +395,27 @@ func BenchmarkLookupUnderLongIngest(b *testing.B) {
 // indexUnderIngest is runUnderIngest through an Index: its Apply from the
 // writer, a Match every millisecond.
 func indexUnderIngest(b *testing.B, ix *Index, load *benchLoad) {
-	runUnderIngest(b, load, time.Millisecond, func(evs []wire.Event) {
+	runUnderIngest(b, load, time.Millisecond, applyVia(ix), matchVia(ix))
+}
+
+// applyVia and matchVia are an Index's Apply and Match as the load
+// runners take them; an error is a broken benchmark.
+func applyVia(ix *Index) func([]wire.Event) {
+	return func(evs []wire.Event) {
 		if err := ix.Apply(evs); err != nil {
 			panic(err)
 		}
-	}, func(dst []radix.Overlap, h []wire.BlockHash) []radix.Overlap {
+	}
+}
+
+func matchVia(ix *Index) func([]radix.Overlap, []wire.BlockHash) []radix.Overlap {
+	return func(dst []radix.Overlap, h []wire.BlockHash) []radix.Overlap {
 		dst, err := ix.Match(dst, h)
 		if err != nil {
 			panic(err)
 		}
 		return dst
-	})
+	}
 }
 
 // BenchmarkRecordDecision measures approximate-mode recording on one Core:

@@ -80,8 +80,11 @@ func (e *engEntry) is(k wire.EngineHash) bool {
 func probe(k wire.EngineHash, n int) (int, uint8) {
 	h := mix(uint64(k))
 	hi, _ := bits.Mul64(h, uint64(n))
-	return int(hi), uint8(h>>24) | 0x80
+	return int(hi), ctrlByte(h)
 }
+
+// ctrlByte is the control byte of a key whose mix is h: 0x80 | 7 bits of h.
+func ctrlByte(h uint64) uint8 { return uint8(h>>24) | 0x80 }
 
 // group loads the eight control bytes from slot i on.
 func (m *engineTable) group(i int) uint64 {
@@ -200,7 +203,7 @@ func (m *engineTable) insertNew(p *engPool, k wire.EngineHash, v uint32) bool {
 		return false
 	}
 	*m.wE(free) = engEntry{lo: uint32(k), hi: uint32(k >> 32), val: v}
-	m.setCtrl(free, uint8(mix(uint64(k))>>24)|0x80) // probe's control byte
+	m.setCtrl(free, ctrlByte(mix(uint64(k))))
 	m.count++
 	return true
 }
@@ -216,8 +219,8 @@ func (m *engineTable) del(p *engPool, k wire.EngineHash) uint32 {
 	}
 	v := m.e[j].val
 	m.delAt(j)
-	if len(m.e) > shrinkFloor && int(m.count)*minLoadDen < len(m.e) {
-		m.maybeShrink(p)
+	if m.shrinkDue() {
+		m.shrink(p)
 	}
 	return v
 }
@@ -282,10 +285,14 @@ func (m *engineTable) delAtCapturing(i int) {
 	m.count--
 }
 
-func (m *engineTable) maybeShrink(p *engPool) {
-	if len(m.e) > shrinkFloor && int(m.count)*minLoadDen < len(m.e) {
-		m.resize(p, max(shrinkFloor, shrinkCap(int(m.count))))
-	}
+// shrinkDue reports whether the table is under its minimum load; it
+// inlines, so a deletion that does not shrink makes no call.
+func (m *engineTable) shrinkDue() bool {
+	return len(m.e) > shrinkFloor && int(m.count)*minLoadDen < len(m.e)
+}
+
+func (m *engineTable) shrink(p *engPool) {
+	m.resize(p, max(shrinkFloor, shrinkCap(int(m.count))))
 }
 
 // filter deletes every entry for which keep returns false and returns how
@@ -301,7 +308,9 @@ func (m *engineTable) filter(p *engPool, keep func(wire.EngineHash, uint32) bool
 		}
 		i++
 	}
-	m.maybeShrink(p)
+	if m.shrinkDue() {
+		m.shrink(p)
+	}
 	return deleted
 }
 
@@ -337,7 +346,13 @@ func (m *engineTable) release(p *engPool, e []engEntry, ctrl []uint8) {
 	p.put(e, ctrl)
 }
 
-func (m *engineTable) bytes() int64 { return int64(cap(m.e))*12 + int64(cap(m.ctrl)) }
+func (m *engineTable) bytes() int64 { return arraysBytes(m.e, m.ctrl) }
+
+// arraysBytes is the memory of a table's pair of arrays.
+func arraysBytes(e []engEntry, ctrl []uint8) int64 { return int64(cap(e))*12 + int64(cap(ctrl)) }
+
+// classBytes is the memory of a class's pair of arrays of n slots.
+func classBytes(n int) int64 { return int64(n)*13 + groupLen }
 
 // growCap is the capacity a table takes when count entries no longer fit:
 // 2× the count, so the load after growing is 1/2 and the table grows 1.6×
@@ -423,13 +438,13 @@ type engPool struct {
 // get returns zeroed arrays of n slots, recycled if the pool has some.
 func (p *engPool) get(n int) ([]engEntry, []uint8) {
 	if p != nil {
-		p.live += int64(n)*13 + groupLen
+		p.live += classBytes(n)
 		if c := engClassOf(n); c < len(p.free) && engClasses[c] == n {
 			if l := p.free[c]; len(l) > 0 {
 				a := l[len(l)-1]
 				l[len(l)-1] = engArrays{}
 				p.free[c] = l[:len(l)-1]
-				p.held -= int64(n)*13 + groupLen
+				p.held -= classBytes(n)
 				clear(a.e)
 				clear(a.ctrl)
 				p.reused++
@@ -443,7 +458,7 @@ func (p *engPool) get(n int) ([]engEntry, []uint8) {
 // put takes a table's arrays back (the table no longer uses them) and
 // keeps them for reuse if the bound allows.
 func (p *engPool) put(e []engEntry, ctrl []uint8) {
-	b := int64(cap(e))*12 + int64(cap(ctrl))
+	b := arraysBytes(e, ctrl)
 	p.live -= b
 	c := engClassOf(len(e))
 	if engClasses[c] != len(e) || cap(e) != len(e) || len(ctrl) != len(e)+groupLen || cap(ctrl) != len(ctrl) {
@@ -463,7 +478,7 @@ func (p *engPool) put(e []engEntry, ctrl []uint8) {
 
 // drop accounts for arrays that leave the tree without entering the pool.
 func (p *engPool) drop(e []engEntry, ctrl []uint8) {
-	p.live -= int64(cap(e))*12 + int64(cap(ctrl))
+	p.live -= arraysBytes(e, ctrl)
 	p.trim()
 }
 
@@ -473,7 +488,7 @@ func (p *engPool) trim() {
 	for c := len(p.free) - 1; c >= 0 && p.held*engPoolDen > p.live; c-- {
 		l := p.free[c]
 		for len(l) > 0 && p.held*engPoolDen > p.live {
-			p.held -= int64(len(l[len(l)-1].e))*13 + groupLen
+			p.held -= classBytes(len(l[len(l)-1].e))
 			l[len(l)-1] = engArrays{}
 			l = l[:len(l)-1]
 		}

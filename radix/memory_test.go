@@ -236,3 +236,32 @@ func TestEngineTableRandom(t *testing.T) {
 		}
 	}
 }
+
+// An engine table shrinks to its floor class and stays there: deleting
+// from a table at the floor, however empty, does not resize it again (a
+// floor below the class made every deletion re-create the same arrays).
+func TestEngineTableShrinkFloor(t *testing.T) {
+	var m engineTable
+	var pool engPool
+	const n = 1000
+	for i := range n {
+		m.insertNew(&pool, wire.EngineHash(splitmix(uint64(i)+1)), uint32(i+1))
+	}
+	grown := len(m.e)
+	for i := range n - 8 {
+		m.del(&pool, wire.EngineHash(splitmix(uint64(i)+1)))
+	}
+	if len(m.e) >= grown || len(m.e) != engShrinkFloor {
+		t.Fatalf("after deleting to 8 of %d entries the table has %d slots (grown %d), want the floor class %d", n, len(m.e), grown, engShrinkFloor)
+	}
+	first := &m.e[0]
+	for i := n - 8; i < n; i++ {
+		m.del(&pool, wire.EngineHash(splitmix(uint64(i)+1)))
+		if &m.e[0] != first || len(m.e) != engShrinkFloor {
+			t.Fatalf("deleting entry %d of a floor-sized table resized it (%d slots)", i, len(m.e))
+		}
+	}
+	if m.count != 0 {
+		t.Fatalf("count %d after deleting every entry", m.count)
+	}
+}

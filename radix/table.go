@@ -288,12 +288,20 @@ func (m *engineTable) delAtCapturing(i int) {
 // shrinkDue reports whether the table is under its minimum load; it
 // inlines, so a deletion that does not shrink makes no call.
 func (m *engineTable) shrinkDue() bool {
-	return len(m.e) > shrinkFloor && int(m.count)*minLoadDen < len(m.e)
+	return len(m.e) > engShrinkFloor && int(m.count)*minLoadDen < len(m.e)
 }
 
 func (m *engineTable) shrink(p *engPool) {
-	m.resize(p, max(shrinkFloor, shrinkCap(int(m.count))))
+	m.resize(p, max(engShrinkFloor, shrinkCap(int(m.count))))
 }
+
+// engShrinkFloor is shrinkFloor rounded up to a class (302 slots): a
+// shrink rounds its capacity up to a class, so with the floor itself below
+// the class a table of that class under 1/5 load would "shrink" to its own
+// size again at every deletion. Above the floor a shrink's target (under
+// half the length) rounds to a class below the length (classes are 1.53×
+// apart), so every shrink shrinks.
+var engShrinkFloor = engClasses[engClassOf(shrinkFloor)]
 
 // filter deletes every entry for which keep returns false and returns how
 // many it deleted. Entries shifted back over the wrap point may be visited

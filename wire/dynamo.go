@@ -406,7 +406,7 @@ func readIntFast(b []byte) (v uint64, rest []byte, ok bool) {
 		switch c := b[0]; {
 		case c <= 0x7f:
 			return uint64(c), b[1:], true
-		case (c == 0xcf || c == 0xd3) && len(b) >= 9:
+		case isInt64(c) && len(b) >= 9:
 			return binary.BigEndian.Uint64(b[1:]), b[9:], true
 		}
 	}

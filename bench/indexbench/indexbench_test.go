@@ -1,10 +1,17 @@
 package indexbench
 
 import (
+	"slices"
+	"time"
+
 	"bytes"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/radix"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire"
 
 	"github.com/kvroute/kvroute/bench/trace"
 	"github.com/kvroute/kvroute/bench/tracestream"
@@ -138,5 +145,52 @@ func TestReplayDirect(t *testing.T) {
 	}
 	if runtime.GOOS == "linux" && (res.CPUUserSeconds+res.CPUSysSeconds <= 0 || res.BlockOpsPerCPUSec <= 0) {
 		t.Fatalf("direct: no CPU time measured: %+v", res)
+	}
+}
+
+// BenchmarkEventApplyTail replays the trace directly into a shard.Core (no
+// runner), one event per Apply call, and reports the tail of the wall time
+// of one event's Apply over every event of every pass: what a lookup that
+// arrives while the runner applies an event waits for at most (issue 17 §2).
+// Lookups are replayed too, untimed, so the caches see the same mix. One op
+// is one pass from an empty index.
+func BenchmarkEventApplyTail(b *testing.B) {
+	for _, c := range []struct {
+		name           string
+		workers, block int
+	}{
+		{"W=256/B=512", 256, 512},
+		{"W=7000/B=512", 7000, 512},
+	} {
+		dup := 4
+		if c.workers == 7000 {
+			dup = 7
+		}
+		s := build(b, c.workers, c.block, dup)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var lat []int64
+			overlaps := make([]radix.Overlap, 0, 1024)
+			one := make([]wire.Event, 1)
+			for b.Loop() {
+				core := shard.NewCore(shard.CoreConfig{})
+				for i := range s.Ops {
+					op := &s.Ops[i]
+					if op.Kind != tracestream.OpEvent {
+						overlaps = core.Match(overlaps[:0], s.Hashes(op))
+						continue
+					}
+					one[0] = s.Event(op)
+					t0 := time.Now()
+					core.Apply(one)
+					lat = append(lat, int64(time.Since(t0)))
+				}
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(percentile(lat, 0.50)), "event-p50-ns")
+			b.ReportMetric(float64(percentile(lat, 0.99)), "event-p99-ns")
+			b.ReportMetric(float64(percentile(lat, 0.999)), "event-p999-ns")
+			b.ReportMetric(float64(lat[len(lat)-1]), "event-max-ns")
+		})
 	}
 }

@@ -153,7 +153,9 @@ func TestReplayDirect(t *testing.T) {
 // of one event's Apply over every event of every pass: what a lookup that
 // arrives while the runner applies an event waits for at most (issue 17 §2).
 // Lookups are replayed too, untimed, so the caches see the same mix. One op
-// is one pass from an empty index.
+// is one pass from an empty index; cpu-ns/op is the process's CPU time per
+// pass (the replay and the garbage collector) and faults/op its minor page
+// faults.
 func BenchmarkEventApplyTail(b *testing.B) {
 	for _, c := range []struct {
 		name                string
@@ -170,6 +172,7 @@ func BenchmarkEventApplyTail(b *testing.B) {
 			var lat []int64
 			overlaps := make([]radix.Overlap, 0, 1024)
 			one := make([]wire.Event, 1)
+			u0 := readUsage()
 			for b.Loop() {
 				core := shard.NewCore(shard.CoreConfig{})
 				for i := range s.Ops {
@@ -184,6 +187,9 @@ func BenchmarkEventApplyTail(b *testing.B) {
 					lat = append(lat, int64(time.Since(t0)))
 				}
 			}
+			u1 := readUsage()
+			b.ReportMetric(float64(u1.userNs+u1.sysNs-u0.userNs-u0.sysNs)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(u1.minFlt-u0.minFlt)/float64(b.N), "faults/op")
 			slices.Sort(lat)
 			b.ReportMetric(float64(percentile(lat, 0.50)), "event-p50-ns")
 			b.ReportMetric(float64(percentile(lat, 0.99)), "event-p99-ns")

@@ -134,10 +134,11 @@ func (t *Tree) wNode(x uint32) *node {
 
 // setBlock writes block record id.
 func (t *Tree) setBlock(id uint32, b block) {
-	if t.cw != nil {
-		t.cw.blocks.Touch(t.blocks, int(id))
+	ch := &t.blocks.c[id>>blockChunkShift]
+	if t.cw != nil && int(id>>blockChunkShift) < len(t.cw.blocks) {
+		t.cw.blocks[id>>blockChunkShift].Touch(*ch, int(id&blockMask))
 	}
-	t.blocks[id] = b
+	(*ch)[id&blockMask] = b
 }
 
 // wSets precedes writes to t.sets[lo:hi].
@@ -251,18 +252,92 @@ func (t *Tree) releaseNode(x uint32) {
 func (t *Tree) allocBlock(x, off uint32) uint32 {
 	t.liveBlocks++
 	if id := t.freeBlock; id != 0 {
-		t.freeBlock = t.blocks[id].node
+		t.freeBlock = t.blocks.at(id).node
 		t.setBlock(id, block{node: x, off: off})
 		return id
 	}
-	t.blocks = append(t.blocks, block{node: x, off: off})
-	return uint32(len(t.blocks) - 1)
+	return t.blocks.push(block{node: x, off: off})
 }
 
 func (t *Tree) releaseBlock(id uint32) {
 	t.liveBlocks--
 	t.setBlock(id, block{node: t.freeBlock, off: freeOff})
 	t.freeBlock = id
+}
+
+// Block records live in fixed chunks of blockChunk records (8 KiB, one
+// copy-on-write page): chunk id>>blockChunkShift, record id&blockMask.
+// Growth never copies the arena: a full last chunk is followed by a fresh
+// one, so an event pays for the pages of its own records, not for a
+// doubling of all of them (issue 17, session 9: the block arena's doublings
+// were the largest share of Apply's page faults). Only the first chunk
+// grows by doubling, up to blockChunk, so a small tree stays small.
+const (
+	blockChunkShift = 10
+	blockChunk      = 1 << blockChunkShift
+	blockMask       = blockChunk - 1
+)
+
+type blockArena struct {
+	c [][]block // every chunk but the last holds blockChunk records
+}
+
+// at returns block record id.
+func (a *blockArena) at(id uint32) block {
+	return a.c[id>>blockChunkShift][id&blockMask]
+}
+
+// len returns the number of records (ids 0..len-1).
+func (a *blockArena) len() int {
+	n := len(a.c)
+	if n == 0 {
+		return 0
+	}
+	return (n-1)<<blockChunkShift + len(a.c[n-1])
+}
+
+// capBytes returns the bytes the chunks hold.
+func (a *blockArena) capBytes() int64 {
+	var n int
+	for _, ch := range a.c {
+		n += cap(ch)
+	}
+	return int64(n) * blockBytes
+}
+
+// push appends a record and returns its id.
+func (a *blockArena) push(b block) uint32 {
+	n := len(a.c)
+	if n == 0 || len(a.c[n-1]) == blockChunk {
+		size := blockChunk
+		if n == 0 {
+			size = 1
+		}
+		a.c = append(a.c, make([]block, 0, size))
+		n++
+	}
+	last := a.c[n-1]
+	if len(last) == cap(last) { // only a chunk not yet full size: double it
+		g := make([]block, len(last), min(blockChunk, 2*cap(last)))
+		copy(g, last)
+		last = g
+	}
+	a.c[n-1] = append(last, b)
+	return uint32((n-1)<<blockChunkShift + len(last))
+}
+
+// newBlockArena returns an arena holding record 0 (nil).
+func newBlockArena() blockArena {
+	return blockArena{c: [][]block{make([]block, 1)}}
+}
+
+// flat returns every record in one slice (for dumps and checks; allocates).
+func (a *blockArena) flat() []block {
+	out := make([]block, 0, a.len())
+	for _, ch := range a.c {
+		out = append(out, ch...)
+	}
+	return out
 }
 
 // Worker sets: t.w words per node, bit s = slot s; or, once t.sparse, a

@@ -35,7 +35,7 @@ type Capture struct {
 	sets     cow.Slice[uint64]
 	tiers    cow.Slice[uint64]
 	sp       cow.Slice[uint64]
-	blocks   cow.Slice[block]
+	blocks   []cow.Slice[block] // one per chunk at Begin
 	children cow.Slice[childEntry]
 	loc      [numClasses]cow.Slice[wire.BlockHash]
 	ids      [numClasses]cow.Slice[uint32]
@@ -100,7 +100,10 @@ func (t *Tree) BeginCapture() *Capture {
 	c.sets.Begin(t.sets, pageBytes)
 	c.tiers.Begin(t.tiers, pageBytes)
 	c.sp.Begin(t.sp, pageBytes)
-	c.blocks.Begin(t.blocks, pageBytes)
+	c.blocks = make([]cow.Slice[block], len(t.blocks.c))
+	for i, ch := range t.blocks.c {
+		c.blocks[i].Begin(ch, pageBytes)
+	}
 	c.children.Begin(t.children.e, pageBytes)
 	for k := range numClasses {
 		c.loc[k].Begin(t.runs.loc[k], pageBytes)
@@ -134,7 +137,7 @@ func (t *Tree) BeginCapture() *Capture {
 func (t *Tree) Capturing() bool { return t.cw != nil }
 
 // arenas returns the number of arenas Step walks.
-func (c *Capture) arenas() int { return 6 + 2*numClasses + 2*len(c.eng) }
+func (c *Capture) arenas() int { return 5 + 2*numClasses + 2*len(c.eng) + len(c.blocks) }
 
 // pager is what Step and Stats need of a cow.Slice.
 type pager interface {
@@ -147,8 +150,9 @@ type pager interface {
 	CountInto(*int)
 }
 
-// arena returns arena i: the node, set, tier, block, child and sparse-set arenas, each
-// class's local hashes and block ids, then each slot's engine table.
+// arena returns arena i: the node, set, tier, child and sparse-set arenas,
+// each class's local hashes and block ids, each slot's engine table, then
+// each chunk of block records.
 func (c *Capture) arena(i int) pager {
 	switch {
 	case i == 0:
@@ -158,19 +162,20 @@ func (c *Capture) arena(i int) pager {
 	case i == 2:
 		return &c.tiers
 	case i == 3:
-		return &c.blocks
-	case i == 4:
 		return &c.children
-	case i == 5:
+	case i == 4:
 		return &c.sp
-	case i < 6+2*numClasses:
-		if k := (i - 6) / 2; (i-6)%2 == 0 {
+	case i < 5+2*numClasses:
+		if k := (i - 5) / 2; (i-5)%2 == 0 {
 			return &c.loc[k]
 		} else {
 			return &c.ids[k]
 		}
 	}
-	j := i - 6 - 2*numClasses
+	j := i - 5 - 2*numClasses
+	if j >= 2*len(c.eng) {
+		return &c.blocks[j-2*len(c.eng)]
+	}
 	if j%2 == 0 {
 		return &c.eng[j/2].ctrl
 	}
@@ -258,7 +263,11 @@ func (c *Capture) Tree() *Tree {
 	}
 	img := c.img
 	img.nodes, img.sets, img.tiers, img.sp = c.nodes.Result(), c.sets.Result(), c.tiers.Result(), c.sp.Result()
-	img.blocks, img.children.e = c.blocks.Result(), c.children.Result()
+	img.children.e = c.children.Result()
+	img.blocks.c = make([][]block, len(c.blocks))
+	for i := range c.blocks {
+		img.blocks.c[i] = c.blocks[i].Result()
+	}
 	for k := range numClasses {
 		img.runs.loc[k], img.runs.ids[k] = c.loc[k].Result(), c.ids[k].Result()
 	}
@@ -315,7 +324,7 @@ func sameArenas(a, b *Tree) error {
 		return fmt.Errorf("tiers differ")
 	case !slices.Equal(a.sp, b.sp):
 		return fmt.Errorf("sparse sets differ")
-	case !slices.Equal(a.blocks, b.blocks):
+	case !slices.Equal(a.blocks.flat(), b.blocks.flat()):
 		return fmt.Errorf("blocks differ")
 	case !slices.Equal(a.children.e, b.children.e) || a.children.count != b.children.count:
 		return fmt.Errorf("children differ")

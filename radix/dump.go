@@ -12,7 +12,7 @@ func (t *Tree) Dump(dst []wire.Event) []wire.Event {
 	if t.nodes == nil {
 		return dst
 	}
-	engineOf := make([]wire.EngineHash, len(t.blocks))
+	engineOf := make([]wire.EngineHash, t.blocks.len())
 	type start struct {
 		x         uint32
 		hasParent bool

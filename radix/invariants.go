@@ -36,7 +36,7 @@ func (t *Tree) CheckInvariants() error {
 		return fmt.Errorf("root has workers")
 	}
 	seen := make([]bool, len(t.nodes))
-	seenBlock := make([]bool, len(t.blocks))
+	seenBlock := make([]bool, t.blocks.len())
 	held := make([]int, len(t.slots))
 	var chunkUse [numClasses]map[uint32]bool
 	for c := range chunkUse {
@@ -133,17 +133,17 @@ func (t *Tree) CheckInvariants() error {
 		return fmt.Errorf("%d blocks in runs, liveBlocks %d", liveB, t.liveBlocks)
 	}
 	freeB := 0
-	for id := t.freeBlock; id != 0; id = t.blocks[id].node {
-		if int(id) >= len(t.blocks) || seenBlock[id] || t.blocks[id].off != freeOff {
+	for id := t.freeBlock; id != 0; id = t.blocks.at(id).node {
+		if int(id) >= t.blocks.len() || seenBlock[id] || t.blocks.at(id).off != freeOff {
 			return fmt.Errorf("free block %d is live or out of range", id)
 		}
 		seenBlock[id] = true
-		if freeB++; freeB > len(t.blocks) {
+		if freeB++; freeB > t.blocks.len() {
 			return fmt.Errorf("block free list cycles")
 		}
 	}
-	if liveB+freeB != len(t.blocks)-1 {
-		return fmt.Errorf("%d live + %d free blocks != %d", liveB, freeB, len(t.blocks)-1)
+	if liveB+freeB != t.blocks.len()-1 {
+		return fmt.Errorf("%d live + %d free blocks != %d", liveB, freeB, t.blocks.len()-1)
 	}
 	// Run chunks.
 	for c := range numClasses {
@@ -187,11 +187,11 @@ func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[
 		return fmt.Errorf("node %d: head %x, run starts %x", x, nd.head, loc[0])
 	}
 	for i, id := range ids {
-		if id == 0 || int(id) >= len(t.blocks) || seenBlock[id] {
+		if id == 0 || int(id) >= t.blocks.len() || seenBlock[id] {
 			return fmt.Errorf("node %d: block id %d invalid or shared", x, id)
 		}
 		seenBlock[id] = true
-		if b := t.blocks[id]; b.node != x || b.off != uint32(i) {
+		if b := t.blocks.at(id); b.node != x || b.off != uint32(i) {
 			return fmt.Errorf("node %d: block %d at %d records node %d off %d", x, id, i, b.node, b.off)
 		}
 	}
@@ -224,7 +224,7 @@ func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[
 
 // checkSlots checks slots against the per-slot block counts and the nodes.
 func (t *Tree) checkSlots(held []int) error {
-	owner := make([]uint32, len(t.blocks))
+	owner := make([]uint32, t.blocks.len())
 	isFree := make([]bool, len(t.slots))
 	for _, s := range t.freeSlots {
 		if int(s) >= len(t.slots) || t.slots[s].live || isFree[s] {
@@ -268,7 +268,7 @@ func (t *Tree) checkSlots(held []int) error {
 			if sl.eng.get(k) != id {
 				return fmt.Errorf("slot %d: engine hash %x not found at its probe position", s, k)
 			}
-			if int(id) >= len(t.blocks) || t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, uint32(s)) {
+			if int(id) >= t.blocks.len() || t.blocks.at(id).off == freeOff || !t.has(t.blocks.at(id).node, uint32(s)) {
 				return fmt.Errorf("slot %d: engine hash %x maps to block %d it does not hold", s, k, id)
 			}
 			if owner[id] == uint32(s)+1 {

@@ -20,7 +20,7 @@ func TestNoPointers(t *testing.T) {
 	// The arenas are slices of exactly those element types.
 	tr := New()
 	for name, typ := range map[string]reflect.Type{
-		"nodes": reflect.TypeOf(tr.nodes), "blocks": reflect.TypeOf(tr.blocks), "sets": reflect.TypeOf(tr.sets),
+		"nodes": reflect.TypeOf(tr.nodes), "blocks": reflect.TypeOf(tr.blocks.c[0]), "sets": reflect.TypeOf(tr.sets),
 		"runs.loc": reflect.TypeOf(tr.runs.loc[0]), "runs.ids": reflect.TypeOf(tr.runs.ids[0]),
 		"children": reflect.TypeOf(tr.children.e), "eng": reflect.TypeOf(engineTable{}.e),
 	} {

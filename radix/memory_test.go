@@ -47,8 +47,8 @@ func TestReclaimAll(t *testing.T) {
 		if st.Bytes != baseline {
 			t.Errorf("%s: %d bytes after removing everything, empty tree %d", how, st.Bytes, baseline)
 		}
-		if len(tr.nodes) != int(rootID)+1 || len(tr.blocks) != 1 || tr.liveNodes != 1 {
-			t.Errorf("%s: arenas not back to empty: %d nodes, %d blocks", how, len(tr.nodes), len(tr.blocks))
+		if len(tr.nodes) != int(rootID)+1 || tr.blocks.len() != 1 || tr.liveNodes != 1 {
+			t.Errorf("%s: arenas not back to empty: %d nodes, %d blocks", how, len(tr.nodes), tr.blocks.len())
 		}
 		if err := tr.CheckInvariants(); err != nil {
 			t.Fatal(err)
@@ -102,7 +102,7 @@ type arenaSizes struct {
 }
 
 func arenaLens(tr *Tree) arenaSizes {
-	a := arenaSizes{nodes: len(tr.nodes), blocks: len(tr.blocks), children: len(tr.children.e)}
+	a := arenaSizes{nodes: len(tr.nodes), blocks: tr.blocks.len(), children: len(tr.children.e)}
 	for c := range numClasses {
 		a.chunks += len(tr.runs.loc[c])
 	}

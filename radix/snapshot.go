@@ -71,8 +71,14 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 		segOf(&dst.nodes, t.nodes, int(nodeBytes)),
 		segOf(&dst.sets, t.sets, 8),
 		segOf(&dst.sp, t.sp, 8),
-		segOf(&dst.blocks, t.blocks, int(blockBytes)),
 		segOf(&dst.children.e, t.children.e, 16))
+	dst.blocks.c = make([][]block, len(t.blocks.c))
+	for i, ch := range t.blocks.c {
+		if i < len(old.blocks.c) {
+			dst.blocks.c[i] = old.blocks.c[i]
+		}
+		cp.segs = append(cp.segs, segOf(&dst.blocks.c[i], ch, int(blockBytes)))
+	}
 	for c := range numClasses {
 		cp.segs = append(cp.segs, segOf(&dst.runs.loc[c], t.runs.loc[c], 8), segOf(&dst.runs.ids[c], t.runs.ids[c], 4))
 	}
@@ -196,7 +202,7 @@ func (t *Tree) WriteContent(w io.Writer) (ContentStats, error) {
 	}
 	// Preorder and each block's sequence hash.
 	order := make([]uint32, 0, t.liveNodes-1)
-	seqOf := make([]wire.SeqHash, len(t.blocks))
+	seqOf := make([]wire.SeqHash, t.blocks.len())
 	stack := []uint32{}
 	for c := t.nodes[rootID].first; c != 0; c = t.nodes[c].next {
 		stack = append(stack, c)
@@ -252,7 +258,7 @@ func (t *Tree) WriteContent(w io.Writer) (ContentStats, error) {
 			e.u64(uint64(h))
 		}
 	}
-	engineOf := make([]wire.EngineHash, len(t.blocks))
+	engineOf := make([]wire.EngineHash, t.blocks.len())
 	for d, s := range live {
 		eng := &t.slots[s].eng
 		for i := range eng.e {

@@ -27,7 +27,7 @@ func (t *Tree) applyTierByEngine(ev *wire.Event) Result {
 			res.Unknown++
 			continue
 		}
-		bl := t.blocks[id]
+		bl := t.blocks.at(id)
 		if t.maskOf(bl.node, s)&tb != 0 {
 			continue // held in this tier already
 		}

@@ -88,7 +88,7 @@ type Tree struct {
 	freeNode  uint32
 	liveNodes int // including the root
 
-	blocks     []block
+	blocks     blockArena
 	freeBlock  uint32
 	liveBlocks int
 
@@ -141,7 +141,7 @@ func (t *Tree) init() {
 		maxRun: t.maxRun,
 		nodes:  make([]node, rootID+1),
 		w:      1,
-		blocks: make([]block, 1),
+		blocks: newBlockArena(),
 		slotOf: make(map[wire.WorkerKey]uint32),
 	}
 	t.sets = make([]uint64, len(t.nodes)*t.w)
@@ -238,7 +238,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 		if id == 0 {
 			return res, ErrParentMissing
 		}
-		b := t.blocks[id]
+		b := t.blocks.at(id)
 		x, j = b.node, int(b.off)
 	}
 	if len(ev.Blocks) == 0 {
@@ -271,7 +271,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 				t.addTier(x, s, a, k, tb)
 				// The run may have merged with its neighbours: go on from
 				// the last block, wherever it is now.
-				b := t.blocks[last]
+				b := t.blocks.at(last)
 				x, j = b.node, int(b.off)
 				continue
 			}
@@ -307,7 +307,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 			}
 			res.Stored += k
 			blks = blks[k:]
-			b := t.blocks[last]
+			b := t.blocks.at(last)
 			x, j = b.node, int(b.off)
 		}
 	}
@@ -532,7 +532,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 	// split the run once per block.
 	t.sortByPosition(ids)
 	for _, id := range ids {
-		b := t.blocks[id]
+		b := t.blocks.at(id)
 		if b.off == freeOff || !t.has(b.node, s) {
 			continue // removed already, under an ancestor named earlier
 		}
@@ -554,7 +554,7 @@ func (t *Tree) sortByPosition(ids []uint32) {
 	if len(ids) < 2 {
 		return
 	}
-	pos := func(id uint32) uint64 { b := t.blocks[id]; return uint64(b.node)<<32 | uint64(b.off) }
+	pos := func(id uint32) uint64 { b := t.blocks.at(id); return uint64(b.node)<<32 | uint64(b.off) }
 	asc, desc := true, true
 	prev := pos(ids[0])
 	for _, id := range ids[1:] {
@@ -575,7 +575,7 @@ func (t *Tree) sortByPosition(ids []uint32) {
 		slices.Reverse(ids)
 	default:
 		slices.SortFunc(ids, func(a, b uint32) int {
-			ba, bb := t.blocks[a], t.blocks[b]
+			ba, bb := t.blocks.at(a), t.blocks.at(b)
 			return cmp.Or(cmp.Compare(ba.node, bb.node), cmp.Compare(ba.off, bb.off))
 		})
 	}
@@ -594,16 +594,16 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 	keys := t.rmKeys[:0]
 	for _, b := range ev.Blocks {
 		id := eng.get(b.Engine)
-		if id == 0 || t.maskOf(t.blocks[id].node, s)&tb == 0 {
+		if id == 0 || t.maskOf(t.blocks.at(id).node, s)&tb == 0 {
 			res.Unknown++
 			continue
 		}
-		x := t.blocks[id].node
+		x := t.blocks.at(id).node
 		depth := uint32(0)
 		for y := x; y != rootID; y = t.nodes[y].parent {
 			depth++
 		}
-		keys = append(keys, rmKey{depth: depth, node: x, off: t.blocks[id].off, id: id})
+		keys = append(keys, rmKey{depth: depth, node: x, off: t.blocks.at(id).off, id: id})
 	}
 	// Ancestors first (a subtree that leaves takes the named blocks below
 	// it), in run order, so consecutive named blocks of a run go together.
@@ -616,7 +616,7 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 	t.rmKeys = keys
 	left := 0
 	for i := 0; i < len(keys); {
-		b := t.blocks[keys[i].id]
+		b := t.blocks.at(keys[i].id)
 		if b.off == freeOff || t.maskOf(b.node, s)&tb == 0 {
 			i++ // gone already, under an ancestor that left
 			continue
@@ -634,7 +634,7 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 		// The named blocks that follow it in the run lose the tier with it.
 		e := a + 1
 		for i++; i < len(keys); i++ {
-			nb := t.blocks[keys[i].id]
+			nb := t.blocks.at(keys[i].id)
 			if nb.off != e || nb.node != x {
 				break
 			}
@@ -646,7 +646,7 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 	if left > 0 {
 		gone := 0
 		for _, b := range ev.Blocks {
-			if id := eng.get(b.Engine); id != 0 && (t.blocks[id].off == freeOff || !t.has(t.blocks[id].node, s)) {
+			if id := eng.get(b.Engine); id != 0 && (t.blocks.at(id).off == freeOff || !t.has(t.blocks.at(id).node, s)) {
 				eng.del(&t.pool, b.Engine)
 				gone++
 			}
@@ -681,7 +681,7 @@ func (t *Tree) clearTier(s, x, a, e uint32, tb uint8) {
 // sweep deletes slot s's table entries for blocks it no longer holds.
 func (t *Tree) sweep(s uint32) {
 	t.slots[s].eng.filter(&t.pool, func(_ wire.EngineHash, id uint32) bool {
-		b := t.blocks[id]
+		b := t.blocks.at(id)
 		return b.off != freeOff && t.has(b.node, s)
 	})
 }
@@ -741,7 +741,7 @@ func (t *Tree) removeSlot(s uint32) int {
 		if id == 0 {
 			continue
 		}
-		if b := t.blocks[id]; b.off == 0 && t.nodes[b.node].parent == rootID {
+		if b := t.blocks.at(id); b.off == 0 && t.nodes[b.node].parent == rootID {
 			roots = append(roots, b.node)
 		}
 	}
@@ -1030,7 +1030,7 @@ func (t *Tree) Stats() Stats {
 const slotMapEntryBytes = 40
 
 func (t *Tree) bytes() int64 {
-	b := int64(cap(t.nodes))*nodeBytes + int64(cap(t.sets))*8 + int64(cap(t.blocks))*blockBytes
+	b := int64(cap(t.nodes))*nodeBytes + int64(cap(t.sets))*8 + t.blocks.capBytes()
 	b += t.runs.bytes() + t.children.bytes()
 	b += int64(cap(t.slots))*slotRecBytes + int64(cap(t.freeSlots))*4
 	for i := range t.slots {

@@ -1,0 +1,108 @@
+package radix
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestBlockArenaChunks: block ids are dense and stable across chunks; every
+// chunk but the last is full, the first grows by doubling from one record,
+// and no chunk is ever reallocated once it is full size (growth never
+// copies the arena).
+func TestBlockArenaChunks(t *testing.T) {
+	a := newBlockArena()
+	if a.len() != 1 || cap(a.c[0]) != 1 {
+		t.Fatalf("new arena: %d records, first chunk cap %d", a.len(), cap(a.c[0]))
+	}
+	n := 3*blockChunk + 5
+	var full []*block // the first record of each full-size chunk when it was made
+	for i := 1; i < n; i++ {
+		if id := a.push(block{node: uint32(i), off: uint32(2 * i)}); id != uint32(i) {
+			t.Fatalf("push %d returned id %d", i, id)
+		}
+		if last := a.c[len(a.c)-1]; cap(last) == blockChunk && len(full) < len(a.c) {
+			full = append(full, &last[0])
+		}
+	}
+	if a.len() != n || len(a.c) != 4 {
+		t.Fatalf("%d records in %d chunks, want %d in 4", a.len(), len(a.c), n)
+	}
+	for i, ch := range a.c {
+		if &ch[0] != full[i] {
+			t.Fatalf("chunk %d was reallocated after reaching full size", i)
+		}
+		if i < len(a.c)-1 && (len(ch) != blockChunk || cap(ch) != blockChunk) {
+			t.Fatalf("chunk %d: len %d cap %d, want %d", i, len(ch), cap(ch), blockChunk)
+		}
+	}
+	for i := 1; i < n; i++ {
+		if b := a.at(uint32(i)); b.node != uint32(i) || b.off != uint32(2*i) {
+			t.Fatalf("record %d = %+v", i, b)
+		}
+	}
+	if got, want := a.capBytes(), int64(4*blockChunk)*blockBytes; got != want {
+		t.Fatalf("capBytes %d, want %d", got, want)
+	}
+	if f := a.flat(); len(f) != n || f[n-1].node != uint32(n-1) {
+		t.Fatalf("flat: %d records", len(f))
+	}
+}
+
+// TestCaptureAcrossBlockChunks captures a tree whose block records span
+// many chunks while the rest of the build grows the arena by new chunks and
+// a removal frees (and the next stores reuse) ids in chunks the capture
+// began on: the image is the tree at BeginCapture.
+func TestCaptureAcrossBlockChunks(t *testing.T) {
+	wl := newWorkload(smallParams, 3)
+	half := len(wl.build) / 2
+	tr := New()
+	for i := range wl.build[:half] {
+		mustApply(t, tr, &wl.build[i])
+	}
+	if tr.blocks.len() < 4*blockChunk {
+		t.Fatalf("only %d block records: the test needs several chunks", tr.blocks.len())
+	}
+	ref := tr.Clone()
+	want := sortedDump(ref)
+	chunks := len(tr.blocks.c)
+	c := tr.BeginCapture()
+	next := half
+	for step := 0; !c.Step(2048); step++ {
+		if step == 3 {
+			tr.RemoveDpRank(wl.keys[0])
+		}
+		for range 4 {
+			if next < len(wl.build) {
+				tr.Apply(&wl.build[next]) // parents of the removed key may be missing
+				next++
+			}
+		}
+	}
+	for ; next < len(wl.build); next++ {
+		tr.Apply(&wl.build[next])
+	}
+	if len(tr.blocks.c) <= chunks {
+		t.Fatalf("the arena did not grow during the capture (%d chunks)", len(tr.blocks.c))
+	}
+	if st := c.Stats(); st.BarrierPages == 0 {
+		t.Fatalf("the barrier copied no page: %+v", st)
+	}
+	img := c.Tree()
+	if err := sameArenas(img, ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := img.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(sortedDump(img), want) {
+		t.Fatal("image content differs from the tree at BeginCapture")
+	}
+	if err := tr.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	// The image grows on its own (its last chunk came back at its length).
+	mustApply(t, img, &wl.build[half])
+	if err := img.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}

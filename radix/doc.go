@@ -113,7 +113,12 @@
 //     long shared prefix is a linear compare of consecutive hashes.
 //   - blocks (8 bytes): a stable block id → (node, offset). Splitting,
 //     merging or moving a run rewrites only these records, never the engine
-//     tables.
+//     tables. The records sit in fixed chunks of 1,024 (8 KiB, one capture
+//     page; only the first chunk grows, by doubling, up to that size): the
+//     arena never doubles and copies itself inside one event, so an event
+//     pays only the fresh pages of its own records (issue 17, session 9;
+//     Match never reads these records, so it pays no indirection). A
+//     capture and the Copier take the chunks one by one.
 //   - worker sets: bitsets over dense per-tree slots (one uint64 per node for
 //     up to 64 worker keys, widened on demand); a worker key's slot is freed
 //     when it holds nothing. Past 512 worker keys (8 words) a tree turns

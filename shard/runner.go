@@ -123,7 +123,12 @@ type Runner struct {
 	entered atomic.Uint64
 	writer  atomic.Bool // the runner waits for mu: lookups leave it the lock
 	_       [cacheLine - 17]byte
-	spin    bool // more than one P: spinning on mu can succeed
+	// Lookup callers, and the runner's steps, that gave up spinning and
+	// waited in mu.Lock (ShardStats.LookupParks, RunnerParks): slow path
+	// only, so on their own cache line, away from arrived and entered.
+	lookupParks, runnerParks atomic.Uint64
+	_                        [cacheLine - 16]byte
+	spin                     bool // more than one P: spinning on mu can succeed
 
 	evq  *queue[work]
 	lkq  *queue[lookup]
@@ -364,7 +369,9 @@ func (r *Runner) lockLookup() {
 		return
 	}
 	r.arrived.Add(1)
-	r.spinLock(true)
+	if r.spinLock(true) {
+		r.lookupParks.Add(1)
+	}
 	r.entered.Add(1)
 }
 
@@ -376,22 +383,26 @@ func (r *Runner) lockStep() {
 		return
 	}
 	r.writer.Store(true)
-	r.spinLock(false)
+	if r.spinLock(false) {
+		r.runnerParks.Add(1)
+	}
 	r.writer.Store(false)
 }
 
 // spinLock takes mu after up to spinTries tries (when another P can be
-// running the holder), else parked in mu.Lock. A lookup caller (lookup)
-// leaves the lock to the runner while the runner waits for it.
-func (r *Runner) spinLock(lookup bool) {
+// running the holder), else parked in mu.Lock, and reports whether it went
+// to mu.Lock. A lookup caller (lookup) leaves the lock to the runner while
+// the runner waits for it.
+func (r *Runner) spinLock(lookup bool) (parked bool) {
 	if r.spin {
 		for range spinTries {
 			if !(lookup && r.writer.Load()) && r.mu.TryLock() {
-				return
+				return false
 			}
 		}
 	}
 	r.mu.Lock()
+	return true
 }
 
 // yieldToLookups lets every lookup caller that has arrived take mu before

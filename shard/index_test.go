@@ -916,9 +916,10 @@ func TestRunnerDo(t *testing.T) {
 
 // TestStepEndsForWaitingLookup checks the bound on a lookup's wait: with a
 // lookup caller waiting for the core, a step ends after the event in
-// progress once it has applied lookupStepBlocks (however large StepBlocks
-// is), and with none it runs to its budget. The runner is not started: step
-// is called directly.
+// progress once the runner has applied lookupStepBlocks since lookups last
+// took the core (however large StepBlocks is; the credit carries across
+// steps and is full after an idle spell), and with none it runs to its
+// budget. The runner is not started: step is called directly.
 func TestStepEndsForWaitingLookup(t *testing.T) {
 	r := NewRunner(NewCore(CoreConfig{}), RunnerConfig{StepBlocks: 1 << 20})
 	k := wire.WorkerKey{Worker: 1}
@@ -944,8 +945,17 @@ func TestStepEndsForWaitingLookup(t *testing.T) {
 		t.Fatalf("with a lookup waiting: done %v after %d events, want 1 event and not done", done, w.pos)
 	}
 	w.pos = 10
-	if done := r.step(w); done || w.pos != 10+lookupStepBlocks/2 {
-		t.Fatalf("with a lookup waiting: done %v at event %d, want %d", done, w.pos, 10+lookupStepBlocks/2)
+	// The credit of the 41-block event is still there: one event.
+	if done := r.step(w); done || w.pos != 11 {
+		t.Fatalf("with a lookup waiting and credit %d: done %v at event %d, want 11", r.credit, done, w.pos)
+	}
+	r.credit = 0 // lookups took the core (yieldToLookups)
+	if done := r.step(w); done || w.pos != 11+lookupStepBlocks/2 {
+		t.Fatalf("with a lookup waiting: done %v at event %d, want %d", done, w.pos, 11+lookupStepBlocks/2)
+	}
+	r.credit = lookupStepBlocks // the runner idled
+	if done := r.step(w); done || w.pos != 12+lookupStepBlocks/2 {
+		t.Fatalf("with a lookup waiting after idling: done %v at event %d, want %d", done, w.pos, 12+lookupStepBlocks/2)
 	}
 	r.entered.Add(1) // it took the core
 	if done := r.step(w); !done || w.pos != 50 {

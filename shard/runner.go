@@ -45,8 +45,11 @@ const (
 	// spinning waiter takes CPU from it.
 	spinTries = 64
 	// lookupStepBlocks is the event work (blocks; an event counts as at
-	// least one) a step does before it ends for a waiting lookup caller:
-	// the writes' share when lookups come back to back. Each hand-off costs
+	// least one) the runner does between two hand-offs of the core to
+	// waiting lookup callers (Runner.credit; counted since the last
+	// hand-off, not since the step began, so a lookup that arrives after
+	// an idle spell or a long stretch of writes waits for the current
+	// event only): the writes' share when lookups come back to back. Each hand-off costs
 	// about one Match plus two cache-line transfers of the lock, so steps
 	// much shorter than this cost ingest throughput (BenchmarkMatchUnderLoad).
 	lookupStepBlocks = 32
@@ -150,9 +153,14 @@ type Runner struct {
 	cur        *work
 	evHW, lkHW int
 	stepBlocks int // event work of the last step (blocks; an item counts as one at least)
-	copyDue    int // budget of the capture copy step due before the next event step (capture.pace)
-	pinned     []int
-	pinErr     error
+	// credit is the event work (blocks) applied since lookup callers last
+	// took the core from the runner (lookupStepBlocks once it has idled):
+	// a step ends for a waiting lookup after the current event once
+	// credit reaches lookupStepBlocks.
+	credit  int
+	copyDue int // budget of the capture copy step due before the next event step (capture.pace)
+	pinned  []int
+	pinErr  error
 }
 
 // NewRunner returns a Runner that will own core. It does not start it.
@@ -305,6 +313,7 @@ func (r *Runner) run() {
 			busy = true
 		}
 		if !busy {
+			r.credit = lookupStepBlocks // idle: no lookup waits behind writes
 			select {
 			case <-r.bell:
 			case <-r.stop:
@@ -412,6 +421,9 @@ func (r *Runner) spinLock(lookup bool) (parked bool) {
 // woke (onto this P: Gosched runs it), so the wait is short and bounded.
 func (r *Runner) yieldToLookups() {
 	a := r.arrived.Load()
+	if r.entered.Load() < a {
+		r.credit = 0
+	}
 	for r.entered.Load() < a {
 		runtime.Gosched()
 	}
@@ -477,7 +489,8 @@ func (r *Runner) step(w *work) bool {
 			ev := &w.events[i]
 			c.applyEvent(ev)
 			budget -= 1 + len(ev.Blocks)
-			if budget <= r.cfg.StepBlocks-lookupStepBlocks && r.lookupsWaiting() {
+			r.credit += 1 + len(ev.Blocks)
+			if r.credit >= lookupStepBlocks && r.lookupsWaiting() {
 				i++ // a lookup waits for the core: end the step here
 				break
 			}

@@ -118,7 +118,8 @@ type Runner struct {
 	// Lookup callers that found mu taken count themselves in arrived, and
 	// in entered once they hold it. While arrived != entered the runner
 	// ends its step after the current event once it has applied
-	// lookupStepBlocks, and after each step lets in every caller that had
+	// lookupStepBlocks since callers last took mu (credit), and after each
+	// step lets in every caller that had
 	// arrived by then (a ticket hand-off: later arrivals wait for the next
 	// step, so writes are never starved).
 	_       [cacheLine]byte

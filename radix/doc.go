@@ -327,6 +327,22 @@
 // `kvroute bench index` replays showed no significant change at 256 or
 // 7,000 workers (p ≥ 0.18) on a machine where their passes rarely faulted.
 //
+// # One resize per event (issue 17, session 9)
+//
+// A table used to grow one class at a time inside an event: a new worker's
+// first 41-block Stored event rehashed it 8 → 14 → 22 → 35 → 54 slots.
+// storeNew and join now call engineTable.reserve with the number of blocks
+// they may insert (join counts the blocks matching the child's run first),
+// which resizes once, to the class stepping would reach; the table ends in
+// the same class, so memory is unchanged (TestEngineTableReserve).
+// Measured (ARCHITECTURE.md, the session-9 tables decision): the 7,000-worker
+// `kvroute bench index` replay +25% ops/s and block ops per CPU second (p =
+// 0.002) at 31.26 B/entry; 256 workers +14.5% block ops per CPU second (p =
+// 0.026). The incremental resize was not done: the per-event tail
+// (BenchmarkEventApplyTail in bench/indexbench) is set by the arenas'
+// growth and its page faults, not by the tables, which stay under 710
+// slots at 256 workers.
+//
 // # Apply on NATS ingest's events (issue 17, session 8)
 //
 // BenchmarkApplyIngest replays wire/ingest's BenchmarkNATSIngest events on

@@ -265,3 +265,46 @@ func TestEngineTableShrinkFloor(t *testing.T) {
 		t.Fatalf("count %d after deleting every entry", m.count)
 	}
 }
+
+// An engine table that reserves room for k inserts resizes once at most and
+// ends in the class that inserting the k keys one at a time reaches, with
+// the same contents: reserve changes how often a table is rehashed, never
+// its memory.
+func TestEngineTableReserve(t *testing.T) {
+	key := func(i int) wire.EngineHash { return wire.EngineHash(splitmix(uint64(i) + 1)) }
+	for _, start := range []int{0, 1, 7, 8, 19, 47, 100, 265, 1000} {
+		for _, k := range []int{0, 1, 2, 6, 13, 41, 42, 200, 1500} {
+			var step, res engineTable
+			var pool engPool
+			for i := range start {
+				step.insertNew(&pool, key(i), uint32(i+1))
+				res.insertNew(&pool, key(i), uint32(i+1))
+			}
+			res.reserve(&pool, k)
+			var first *engEntry
+			if len(res.e) > 0 {
+				first = &res.e[0]
+			}
+			for i := start; i < start+k; i++ {
+				step.insertNew(&pool, key(i), uint32(i+1))
+				if !res.insertNew(&pool, key(i), uint32(i+1)) {
+					t.Fatalf("start %d, k %d: insert %d refused", start, k, i)
+				}
+				if &res.e[0] != first {
+					t.Fatalf("start %d, k %d: the table resized at insert %d after reserving", start, k, i-start)
+				}
+			}
+			if len(res.e) != len(step.e) || res.count != step.count {
+				t.Fatalf("start %d, k %d: reserved table has %d slots and %d entries, stepped %d and %d", start, k, len(res.e), res.count, len(step.e), step.count)
+			}
+			for i := range start + k {
+				if got := res.get(key(i)); got != uint32(i+1) {
+					t.Fatalf("start %d, k %d: key %d maps to %d", start, k, i, got)
+				}
+			}
+			if err := res.check(); len(res.e) > 0 && err != nil {
+				t.Fatalf("start %d, k %d: %v", start, k, err)
+			}
+		}
+	}
+}

@@ -208,6 +208,21 @@ func (m *engineTable) insertNew(p *engPool, k wire.EngineHash, v uint32) bool {
 	return true
 }
 
+// reserve grows the table, in one resize, to the class it would reach by
+// inserting k more keys one at a time (the smallest class that holds
+// count+k under the maximum load), so an event that adds k blocks to a
+// worker resizes its table at most once instead of once per class it
+// passes (issue 17, session 9: a new worker's first 41-block event went
+// 8 → 14 → 22 → 35 → 54 slots, four rehashes and four fresh arrays). The
+// table ends in the same class as without it, so memory is unchanged;
+// callers pass an upper bound of the keys they insert (fewer are inserted
+// only on a conflict, an error path).
+func (m *engineTable) reserve(p *engPool, k int) {
+	if need := int(m.count) + k; need*engMaxLoadDen > len(m.e)*engMaxLoadNum {
+		m.resize(p, (need*engMaxLoadDen+engMaxLoadNum-1)/engMaxLoadNum)
+	}
+}
+
 // del removes k and returns its value, or 0 if k is absent.
 func (m *engineTable) del(p *engPool, k wire.EngineHash) uint32 {
 	if len(m.e) == 0 {

@@ -342,6 +342,7 @@ func (t *Tree) addTier(x, s uint32, a, k int, tb uint8) {
 // it stored.
 func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 	eng := &t.slots[s].eng
+	eng.reserve(&t.pool, len(blks))
 	t.sink += eng.touch(blks)
 	stored := 0
 	for stored < len(blks) { // once, unless maxRun caps the run length
@@ -398,9 +399,14 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 func (t *Tree) join(x, c, s uint32, blks []wire.Block, tb uint8) (int, uint32) {
 	eng := &t.slots[s].eng
 	loc, ids := t.runOf(c)
-	t.sink += eng.touch(blks[:min(len(blks), len(loc))])
+	m := 0 // the blocks that match c's run: at most these join
+	for m < len(loc) && m < len(blks) && loc[m] == blks[m].Local {
+		m++
+	}
+	eng.reserve(&t.pool, m)
+	t.sink += eng.touch(blks[:m])
 	k := 0
-	for k < len(loc) && k < len(blks) && loc[k] == blks[k].Local {
+	for k < m {
 		if !eng.insertNew(&t.pool, blks[k].Engine, ids[k]) {
 			break
 		}

@@ -23,4 +23,11 @@
 // per op, and its Match latencies contain no wait for a write in progress.
 // See docs/ARCHITECTURE.md (issue 17, session 8, index) for the split of a
 // run's CPU between Apply, Match, the shard's hand-offs and the harness.
+//
+// BenchmarkEventApplyTail replays the same way into a shard.Core one event
+// per Apply call and reports the percentiles of one event's Apply time
+// (p50, p99, p99.9, max), with CPU time and page faults per pass: what a
+// lookup arriving while the runner applies waits for at most, measured
+// without the lookup itself (issue 17, session 9; a wall-clock figure, so
+// compare interleaved).
 package indexbench

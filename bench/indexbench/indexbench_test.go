@@ -1,10 +1,17 @@
 package indexbench
 
 import (
+	"slices"
+	"time"
+
 	"bytes"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/radix"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire"
 
 	"github.com/kvroute/kvroute/bench/trace"
 	"github.com/kvroute/kvroute/bench/tracestream"
@@ -138,5 +145,56 @@ func TestReplayDirect(t *testing.T) {
 	}
 	if runtime.GOOS == "linux" && (res.CPUUserSeconds+res.CPUSysSeconds <= 0 || res.BlockOpsPerCPUSec <= 0) {
 		t.Fatalf("direct: no CPU time measured: %+v", res)
+	}
+}
+
+// BenchmarkEventApplyTail replays the trace directly into a shard.Core (no
+// runner), one event per Apply call, and reports the tail of the wall time
+// of one event's Apply over every event of every pass: what a lookup that
+// arrives while the runner applies an event waits for at most (issue 17 §2).
+// Lookups are replayed too, untimed, so the caches see the same mix. One op
+// is one pass from an empty index; cpu-ns/op is the process's CPU time per
+// pass (the replay and the garbage collector) and faults/op its minor page
+// faults.
+func BenchmarkEventApplyTail(b *testing.B) {
+	for _, c := range []struct {
+		name                string
+		workers, block, dup int
+	}{
+		// 20 copies of the 200-request head: about the synthetic trace's
+		// 3,993 requests, so tables reach its sizes (≈460 entries each).
+		{"W=256/B=512", 256, 512, 20},
+		{"W=7000/B=512", 7000, 512, 140},
+	} {
+		s := build(b, c.workers, c.block, c.dup)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var lat []int64
+			overlaps := make([]radix.Overlap, 0, 1024)
+			one := make([]wire.Event, 1)
+			u0 := readUsage()
+			for b.Loop() {
+				core := shard.NewCore(shard.CoreConfig{})
+				for i := range s.Ops {
+					op := &s.Ops[i]
+					if op.Kind != tracestream.OpEvent {
+						overlaps = core.Match(overlaps[:0], s.Hashes(op))
+						continue
+					}
+					one[0] = s.Event(op)
+					t0 := time.Now()
+					core.Apply(one)
+					lat = append(lat, int64(time.Since(t0)))
+				}
+			}
+			u1 := readUsage()
+			b.ReportMetric(float64(u1.userNs+u1.sysNs-u0.userNs-u0.sysNs)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(u1.minFlt-u0.minFlt)/float64(b.N), "faults/op")
+			slices.Sort(lat)
+			b.ReportMetric(float64(percentile(lat, 0.50)), "event-p50-ns")
+			b.ReportMetric(float64(percentile(lat, 0.99)), "event-p99-ns")
+			b.ReportMetric(float64(percentile(lat, 0.999)), "event-p999-ns")
+			b.ReportMetric(float64(lat[len(lat)-1]), "event-max-ns")
+		})
 	}
 }

@@ -63,7 +63,7 @@
 // on a nearly quiet machine 15% of the trace replay's lookups found the
 // core taken, and those in the Match p99 (14.5 µs) waited for one whole
 // long event (14.4 µs p50 still to run when they arrived, ≈180 ns per
-// block: engine-table growth inside it) plus the park/wake hand-off from
+// block: table and arena growth inside it) plus the park/wake hand-off from
 // the runner's unlock (3.1 µs). Index.Stats counts it per shard
 // (ShardStats.LookupWaits, LookupParks, RunnerParks; metrics
 // kvroute_shard_lookup_{waits,parks}_total, kvroute_shard_runner_parks_total)

@@ -54,7 +54,7 @@ func TestBlockIndexModel(t *testing.T) {
 			}
 		}
 		for hash := range uint32(4) {
-			v := b.heads.get(uint64(hash), b.vecs)
+			v := b.heads.get(uint64(hash), b.vecs, nil)
 			for slot := range uint32(60) {
 				_, want := ref[key{hash, slot}]
 				if got := v != 0 && b.holds(v, slot); got != want {
@@ -69,7 +69,7 @@ func TestBlockIndexModel(t *testing.T) {
 		// boundaries both ways.
 		fill := (step/2000)%2 == 0
 		if rc := ref[k]; rc > 0 && (rng.IntN(10) < 3 || !fill && rng.IntN(10) < 9) {
-			v := b.heads.get(uint64(k.hash), b.vecs)
+			v := b.heads.get(uint64(k.hash), b.vecs, nil)
 			id, ok := b.locate(&b.vecs[v], k.slot)
 			if !ok {
 				t.Fatalf("step %d: hash %d slot %d not found", step, k.hash, k.slot)

@@ -90,6 +90,7 @@ func (b *blockIndex) init() {
 	b.vecs = make([]blockVec, 1, 64)
 	b.chunks = make([]holderChunk, 1, 16)
 	b.recs = make([]holderRec, 1, 64)
+	b.heads.grow() // cells for probe
 }
 
 // appendHolders appends the holders of vector v to dst.
@@ -162,7 +163,7 @@ func (b *blockIndex) notePred(vec *blockVec, pred uint32) {
 // would be new, so v, already live, gets a mixed predecessor, as it would.
 func (b *blockIndex) link(v, pred uint32) {
 	b.notePred(&b.vecs[v], pred)
-	if pred != 0 && pred != predMixed {
+	if pred+1 > 1 { // neither 0 nor predMixed
 		b.vecs[pred].child = v
 	}
 }

@@ -80,6 +80,9 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 			holds = append(holds, id)
 		}
 	}
+	// The active count is summed in a local and stored once: a store
+	// through h per block cost more (cachegrind).
+	added := int64(0)
 	for ; j < cached; j++ {
 		v := s.vecCache[j]
 		var id uint32
@@ -90,7 +93,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 			id, became = s.blocks.acquire(v, i, pred, prev)
 		}
 		if became {
-			h.active++
+			added++
 		}
 		pred, prev = v, id
 		holds = append(holds, id)
@@ -102,8 +105,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		// (promote). Most of a prompt's tail lives and dies so.
 		hashes = slices.Grow(hashes, len(blocks))[:len(blocks)]
 		rq.hashes = hashes
-		rq.holds = slices.Grow(holds, len(blocks)-j)
-		added := int64(0)
+		holds = slices.Grow(holds, len(blocks)-j)
 		for _, hash := range blocks[j:] {
 			k := uint64(hash)
 			found, cell := s.blocks.heads.find(k, s.blocks.vecs, s.reqs)
@@ -112,7 +114,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 				found = s.promoteWalk(o, k, nil)
 				if o == r { // a block repeated in this request
 					// The previous block may have been promoted.
-					if last := rq.holds[len(rq.holds)-1]; last != 0 {
+					if last := holds[len(holds)-1]; last != 0 {
 						pred, prev = s.blocks.recs[last].vec, last
 					}
 				}
@@ -120,10 +122,14 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 			if found == 0 {
 				s.blocks.heads.put(cell, k, privBit|r)
 				if rq.npriv == 0 {
-					rq.privLo = uint32(len(rq.holds))
+					rq.privLo = uint32(len(holds))
 				}
-				hashes[len(rq.holds)] = k
-				rq.holds = append(rq.holds, 0)
+				hashes[len(holds)] = k
+				holds = append(holds, 0)
+				// A later block of this request may find this one:
+				// privPos reads the request's holds up to its last
+				// private block (the backing array is shared).
+				rq.holds = holds
 				rq.npriv++
 				s.blocks.npriv++
 				added++
@@ -135,11 +141,10 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 				added++
 			}
 			pred, prev = found, id
-			rq.holds = append(rq.holds, id)
+			holds = append(holds, id)
 		}
-		h.active += added
-		holds = rq.holds
 	}
+	h.active += added
 	rq.holds = holds
 	s.byID.set(id, r)
 
@@ -297,23 +302,25 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	}
 	i := rq.slot
 	h, sl := &s.hot[i], &s.slots[i]
+	left := int64(0) // blocks that left the rank, stored once as in book
 	if rq.npriv == 0 {
 		for _, id := range rq.holds {
 			if s.blocks.release(id) {
-				h.active--
+				left++
 			}
 		}
 	} else {
+		left = int64(rq.npriv)
 		for j, id := range rq.holds {
 			if id == 0 {
 				s.blocks.heads.del(rq.hashes[j], privBit|r)
-				h.active--
 			} else if s.blocks.release(id) {
-				h.active--
+				left++
 			}
 		}
 		s.blocks.npriv -= int(rq.npriv)
 	}
+	h.active -= left
 	if rq.slPrev != 0 {
 		s.reqs[rq.slPrev].slNext = rq.slNext
 	} else {

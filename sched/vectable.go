@@ -68,6 +68,23 @@ func (t *vecTable) get(k uint64, vecs []blockVec, reqs []request) uint32 {
 	}
 }
 
+// probe is get for the hot path, small enough to inline: it returns k's
+// vector, 0, or a private cell whose fingerprint is k's without checking the
+// request (the caller then asks get). The table must have cells
+// (blockIndex.init grows it once).
+func (t *vecTable) probe(k uint64, vecs []blockVec) uint32 {
+	fp := vtFingerprint(k)
+	for i := t.home(fp); ; i = (i + 1) & t.mask {
+		c := t.cells[i]
+		if c == 0 {
+			return 0
+		}
+		if uint32(c>>32) == fp && (c&privBit != 0 || vecs[uint32(c)].hash == k) {
+			return uint32(c)
+		}
+	}
+}
+
 // find returns k's id (as get), or 0 and the empty cell where k goes (valid
 // until the next change to the table). It grows the table first if one more
 // key would pass the load bound, so put may follow without growing.

@@ -202,6 +202,10 @@ func (b *blockIndex) acquireNew(v, slot, pred, prev uint32) (uint32, bool) {
 	return b.add(v, slot, prev), true
 }
 
+// acquireHash and vec know no private blocks (Scheduler.promote): vec
+// serves bookings without KV reuse, which make none, and acquireHash the
+// index's own tests; Scheduler.book looks hashes up itself.
+//
 // acquireHash is vec then acquire, for a block looked up by hash: when the
 // hash is new, the vector is created with slot as its only holder directly
 // (no holder search, no chunk), the common case of a prompt's unshared tail.

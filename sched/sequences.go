@@ -41,6 +41,9 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 	if r != 0 {
 		s.freeReqs = s.reqs[r].nextFree
 	} else {
+		if len(s.reqs) >= privBit { // private cells name the slot below privBit
+			panic("sched: request slots exhausted")
+		}
 		s.reqs = append(s.reqs, request{})
 		r = uint32(len(s.reqs) - 1)
 	}

@@ -487,8 +487,9 @@
 // instead of a 40-byte vector and a 16-byte record.
 //
 // Measured per decision (cachegrind, main → now): 8 ranks 15,240 → 13,747
-// (−9.8%); 256 ranks 16,365 → 16,404 (+0.2%); 7,000 ranks: see
-// docs/ARCHITECTURE.md (issue 17 §3, session 9). Promoting all of a
+// (−9.8%), L1 data read misses 114 → 84; 256 ranks 16,365 → 16,404
+// (+0.2%); 7,000 ranks 31,571 → 31,311 (−0.8%). CPU time did not resolve
+// it (docs/ARCHITECTURE.md, issue 17 §3, session 9). Promoting all of a
 // request's private blocks at the first lookup measured 14,426, one call per
 // found block 14,422, along the walk 13,711. A table at load ≤ 1/4 instead of
 // 1/2 took 8 ranks to 13,293 but doubles the table (1 MiB at 7,000 ranks):

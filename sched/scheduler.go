@@ -694,11 +694,12 @@ func (s *Scheduler) countHeldFrom(blocks []wire.SeqHash, g uint64, j int, priv, 
 		v := priv
 		priv = 0
 		bv := s.blocks.vecs
-		if v != 0 {
-		} else if c := bv[prev].child; c != 0 && bv[c].hash == uint64(h) && bv[c].n > 0 {
-			v = c
-		} else {
-			v = s.blocks.heads.probe(uint64(h), bv)
+		if v == 0 { // priv is the first block's cell, already probed
+			if c := bv[prev].child; c != 0 && bv[c].hash == uint64(h) && bv[c].n > 0 {
+				v = c
+			} else {
+				v = s.blocks.heads.probe(uint64(h), bv)
+			}
 		}
 		if v&privBit != 0 {
 			v = s.privateFound(v, uint64(h), blocks[j+1:])

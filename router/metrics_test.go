@@ -65,6 +65,7 @@ func TestMetricsExposition(t *testing.T) {
 			`kvroute_decision_overlap_blocks_bucket{le="0"} `,
 			`kvroute_http_request_duration_seconds_bucket{endpoint="route",le="0.0001"} `,
 			`kvroute_shard_event_queue_depth{shard="0"} `,
+			`kvroute_shard_lookup_waits_total{shard="0"} `,
 			`kvroute_ingest_zmq_connected{worker=`,
 			`kvroute_worker_active_blocks{worker=`,
 			"\ngo_goroutines ", "\nprocess_resident_memory_bytes ",

@@ -35,7 +35,8 @@ type blockIndex struct {
 	freeRecs uint32        // free record list through vec
 	chunks   []holderChunk // [0] unused
 	free     uint32        // free chunk list through next
-	live     int           // (hash, slot) pairs
+	live     int           // (hash, slot) pairs with a record
+	npriv    int           // private blocks (Scheduler.promote), also (hash, slot) pairs
 }
 
 // hentry is one holder in a vector's list: the slot and its record.
@@ -89,6 +90,7 @@ func (b *blockIndex) init() {
 	b.vecs = make([]blockVec, 1, 64)
 	b.chunks = make([]holderChunk, 1, 16)
 	b.recs = make([]holderRec, 1, 64)
+	b.heads.grow() // cells for probe
 }
 
 // appendHolders appends the holders of vector v to dst.
@@ -111,7 +113,7 @@ func (b *blockIndex) appendHolders(dst []holder, v uint32) []holder {
 
 // vec returns the vector of hash, creating an empty one if absent.
 func (b *blockIndex) vec(hash uint64) uint32 {
-	found, cell := b.heads.find(hash, b.vecs)
+	found, cell := b.heads.find(hash, b.vecs, nil)
 	if found != 0 {
 		return found
 	}
@@ -156,10 +158,12 @@ func (b *blockIndex) notePred(vec *blockVec, pred uint32) {
 	}
 }
 
-// link notes v as the child of pred (0: none) and its predecessor.
+// link notes v as the child of pred (0: none) and its predecessor. pred is
+// predMixed after a private block (Scheduler.promote): that block's vector
+// would be new, so v, already live, gets a mixed predecessor, as it would.
 func (b *blockIndex) link(v, pred uint32) {
 	b.notePred(&b.vecs[v], pred)
-	if pred != 0 {
+	if pred+1 > 1 { // neither 0 nor predMixed
 		b.vecs[pred].child = v
 	}
 }
@@ -198,11 +202,15 @@ func (b *blockIndex) acquireNew(v, slot, pred, prev uint32) (uint32, bool) {
 	return b.add(v, slot, prev), true
 }
 
+// acquireHash and vec know no private blocks (Scheduler.promote): vec
+// serves bookings without KV reuse, which make none, and acquireHash the
+// index's own tests; Scheduler.book looks hashes up itself.
+//
 // acquireHash is vec then acquire, for a block looked up by hash: when the
 // hash is new, the vector is created with slot as its only holder directly
 // (no holder search, no chunk), the common case of a prompt's unshared tail.
 func (b *blockIndex) acquireHash(hash uint64, slot, pred, prev uint32) (v, id uint32, became bool) {
-	found, cell := b.heads.find(hash, b.vecs)
+	found, cell := b.heads.find(hash, b.vecs, nil)
 	if found != 0 {
 		id, became = b.acquire(found, slot, pred, prev)
 		return found, id, became
@@ -230,6 +238,9 @@ func (b *blockIndex) newVec() uint32 {
 		b.freeVecs = b.vecs[v].child
 		b.nfree--
 		return v
+	}
+	if len(b.vecs) >= privBit {
+		panic("sched: block vector ids exhausted")
 	}
 	b.vecs = append(b.vecs, blockVec{})
 	return uint32(len(b.vecs) - 1)

@@ -54,7 +54,7 @@ func TestBlockIndexModel(t *testing.T) {
 			}
 		}
 		for hash := range uint32(4) {
-			v := b.heads.get(uint64(hash), b.vecs)
+			v := b.heads.get(uint64(hash), b.vecs, nil)
 			for slot := range uint32(60) {
 				_, want := ref[key{hash, slot}]
 				if got := v != 0 && b.holds(v, slot); got != want {
@@ -69,7 +69,7 @@ func TestBlockIndexModel(t *testing.T) {
 		// boundaries both ways.
 		fill := (step/2000)%2 == 0
 		if rc := ref[k]; rc > 0 && (rng.IntN(10) < 3 || !fill && rng.IntN(10) < 9) {
-			v := b.heads.get(uint64(k.hash), b.vecs)
+			v := b.heads.get(uint64(k.hash), b.vecs, nil)
 			id, ok := b.locate(&b.vecs[v], k.slot)
 			if !ok {
 				t.Fatalf("step %d: hash %d slot %d not found", step, k.hash, k.slot)
@@ -194,5 +194,74 @@ func TestCountHeldMatchesNaive(t *testing.T) {
 	}
 	if runs < 100 {
 		t.Fatalf("only %d queries with a rank holding several blocks", runs)
+	}
+}
+
+// Private blocks (session 9): a block booked where no rank has it is indexed
+// under its request until a lookup finds it. Every way of finding one (a
+// held-count walk, another booking on the same or another rank, the same
+// request repeating the hash, a walk that enters mid-request) must promote it
+// to the state a booking would have made, with the counts unchanged.
+func TestPrivateBlocks(t *testing.T) {
+	s, err := New(testConfig(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1, w2 := wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 2}
+	for _, w := range []wire.WorkerKey{w1, w2} {
+		s.AddWorker(w, Capacity{TotalBlocks: 1000})
+	}
+	hs := func(xs ...uint64) []wire.SeqHash {
+		out := make([]wire.SeqHash, len(xs))
+		for i, x := range xs {
+			out[i] = wire.SeqHash(x)
+		}
+		return out
+	}
+	check := func(step string, blocks []wire.SeqHash, wantHeld, wantActive [2]int) {
+		t.Helper()
+		if err := s.CheckInvariants(); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		ls := s.AppendLoads(nil, blocks, 0)
+		for k, l := range ls {
+			if int(l.HeldBlocks) != wantHeld[k] || int(l.ActiveBlocks) != wantActive[k] {
+				t.Fatalf("%s: worker %d held %d active %d, want %d %d", step, k+1, l.HeldBlocks, l.ActiveBlocks, wantHeld[k], wantActive[k])
+			}
+		}
+		if err := s.CheckInvariants(); err != nil {
+			t.Fatalf("%s, after the walk: %v", step, err)
+		}
+	}
+	add := func(id uint64, w wire.WorkerKey, blocks []wire.SeqHash) {
+		t.Helper()
+		if err := s.AddRequest(id, w, blocks, 64, 0, PrefillLoadHint{}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(1, w1, hs(1, 2, 3, 4))
+	if s.blocks.npriv != 4 || s.blocks.live != 0 {
+		t.Fatalf("a new request's blocks: %d private, %d records; want 4, 0", s.blocks.npriv, s.blocks.live)
+	}
+	// A walk that enters mid-request finds block 3 and promotes 1..3.
+	check("walk from 3", hs(3, 4, 9), [2]int{2, 0}, [2]int{4, 0})
+	add(2, w2, hs(1, 2, 7))    // another rank shares 1, 2 (already vectors)
+	add(3, w1, hs(5, 5, 6, 5)) // a request repeating its own private hash
+	check("repeat", hs(5, 6), [2]int{2, 0}, [2]int{6, 3})
+	add(4, w2, hs(7, 8)) // another booking finds request 2's private 7
+	check("other rank", hs(1, 2, 7, 8), [2]int{2, 4}, [2]int{6, 4})
+	add(5, w1, hs(8, 1)) // arbitrary order: 8 is request 4's (now a vector after the walk)
+	check("arbitrary", hs(8), [2]int{1, 1}, [2]int{7, 4})
+	for id := uint64(1); id <= 5; id++ {
+		s.Free(id, 0)
+		if err := s.CheckInvariants(); err != nil {
+			t.Fatalf("free %d: %v", id, err)
+		}
+	}
+	if s.blocks.npriv != 0 || s.blocks.live != 0 || s.blocks.heads.n != 0 {
+		t.Fatalf("after freeing all: %d private, %d records, %d cells", s.blocks.npriv, s.blocks.live, s.blocks.heads.n)
+	}
+	if s.promotions == 0 {
+		t.Fatal("nothing promoted")
 	}
 }

@@ -31,8 +31,17 @@ func (s *Scheduler) CheckInvariants() error {
 	activeBy := make(map[uint32]int64)
 	pairs := 0
 	vecsUsed := map[uint32]bool{}
+	privCells := map[uint32]int{} // request slot → private cells
 	for _, cell := range s.blocks.heads.cells {
 		if cell == 0 {
+			continue
+		}
+		if id := uint32(cell); id&privBit != 0 {
+			r := id &^ privBit
+			if int(r) >= len(s.reqs) || !s.reqs[r].live {
+				return fmt.Errorf("block table cell %x: private block of a dead request", cell)
+			}
+			privCells[r]++
 			continue
 		}
 		c := struct {
@@ -47,8 +56,8 @@ func (s *Scheduler) CheckInvariants() error {
 		}
 		vecsUsed[c.val] = true
 		vec := s.blocks.vecs[c.val]
-		if uint32(cell>>32) != vtFingerprint(vec.hash) || !s.blocks.heads.indexedAs(vec.hash, c.val, s.blocks.vecs) {
-			return fmt.Errorf("block vector %d of hash %x: indexed with fingerprint %x, lookup finds %d", c.val, vec.hash, uint32(cell>>32), s.blocks.heads.get(vec.hash, s.blocks.vecs))
+		if uint32(cell>>32) != vtFingerprint(vec.hash) || !s.blocks.heads.indexedAs(vec.hash, c.val, s.blocks.vecs, s.reqs) {
+			return fmt.Errorf("block vector %d of hash %x: indexed with fingerprint %x, lookup finds %d", c.val, vec.hash, uint32(cell>>32), s.blocks.heads.get(vec.hash, s.blocks.vecs, s.reqs))
 		}
 		nchunks := uint32(0)
 		for ch := vec.head; ch != 0; ch = s.blocks.chunks[ch].next {
@@ -101,6 +110,9 @@ func (s *Scheduler) CheckInvariants() error {
 	}
 	usedChunks := 0
 	s.blocks.heads.each(func(v uint32) {
+		if v&privBit != 0 {
+			return
+		}
 		for ch := s.blocks.vecs[v].head; ch != 0; ch = s.blocks.chunks[ch].next {
 			usedChunks++
 		}
@@ -128,7 +140,7 @@ func (s *Scheduler) CheckInvariants() error {
 	}
 
 	// Requests.
-	live := 0
+	live, npriv := 0, 0
 	for r := 1; r < len(s.reqs); r++ {
 		rq := &s.reqs[r]
 		if !rq.live {
@@ -144,7 +156,18 @@ func (s *Scheduler) CheckInvariants() error {
 		if int(rq.slot) >= len(s.hot) || !s.hot[rq.slot].live {
 			return fmt.Errorf("request id %d on dead slot %d", rq.id, rq.slot)
 		}
+		rpriv := 0
 		for j, id := range rq.holds {
+			if id == 0 { // private: indexed under its hash as this request's
+				h := rq.hashes[j]
+				if got := s.blocks.heads.get(h, s.blocks.vecs, s.reqs); got != privBit|uint32(r) {
+					return fmt.Errorf("request id %d block %d: private hash %x, lookup finds %x", rq.id, j, h, got)
+				}
+				rc[holderKey{h, rq.slot}]++
+				activeBy[rq.slot]++
+				rpriv++
+				continue
+			}
 			if int(id) >= len(s.blocks.recs) || s.blocks.recs[id].rc == 0 {
 				return fmt.Errorf("request id %d holds dead holder record %d", rq.id, id)
 			}
@@ -156,25 +179,38 @@ func (s *Scheduler) CheckInvariants() error {
 				return fmt.Errorf("request id %d block %d: record %d is slot %d's, the request is on %d", rq.id, j, id, e.slot, rq.slot)
 			}
 			pred := uint32(0)
-			if j > 0 {
+			if j > 0 && rq.holds[j-1] == 0 {
+				pred = predMixed // after a private block (blockIndex.link)
+			} else if j > 0 {
 				pred = s.blocks.recs[rq.holds[j-1]].vec
 			}
 			if p := s.blocks.vecs[v].pred; p != predMixed && p != pred {
 				return fmt.Errorf("request id %d block %d: vector %d says it follows %d, the request has %d", rq.id, j, v, p, pred)
 			}
-			if j > 0 && s.blocks.vecs[v].pred == pred && s.blocks.recs[id].prev != rq.holds[j-1] {
+			if j > 0 && pred != predMixed && s.blocks.vecs[v].pred == pred && s.blocks.recs[id].prev != rq.holds[j-1] {
 				return fmt.Errorf("request id %d block %d: record %d links to %d, the request's previous record is %d", rq.id, j, id, s.blocks.recs[id].prev, rq.holds[j-1])
 			}
 			rc[holderKey{s.blocks.vecs[v].hash, rq.slot}]++
 		}
+		if rpriv != int(rq.npriv) || rpriv != privCells[uint32(r)] {
+			return fmt.Errorf("request id %d: %d private blocks, counted %d, %d table cells", rq.id, rpriv, rq.npriv, privCells[uint32(r)])
+		}
+		npriv += rpriv
 	}
 	if live != s.active || live != s.byID.len() {
 		return fmt.Errorf("%d live requests, active %d, indexed %d", live, s.active, s.byID.len())
 	}
+	if npriv != s.blocks.npriv {
+		return fmt.Errorf("%d private blocks, counted %d", npriv, s.blocks.npriv)
+	}
 	for k, n := range rc {
-		v := s.blocks.heads.get(k.hash, s.blocks.vecs)
+		v := s.blocks.heads.get(k.hash, s.blocks.vecs, s.reqs)
 		var got uint32
-		if v != 0 {
+		if v&privBit != 0 {
+			if s.reqs[v&^privBit].slot == k.slot {
+				got = 1
+			}
+		} else if v != 0 {
 			for _, p := range s.blocks.appendHolders(nil, v) {
 				if p.slot == k.slot {
 					got = p.rc
@@ -185,8 +221,8 @@ func (s *Scheduler) CheckInvariants() error {
 			return fmt.Errorf("hash %x on slot %d: rc %d, %d references", k.hash, k.slot, got, n)
 		}
 	}
-	if len(rc) != s.blocks.live {
-		return fmt.Errorf("%d referenced (hash, slot) pairs, %d live", len(rc), s.blocks.live)
+	if len(rc) != s.blocks.live+s.blocks.npriv {
+		return fmt.Errorf("%d referenced (hash, slot) pairs, %d live, %d private", len(rc), s.blocks.live, s.blocks.npriv)
 	}
 
 	// Expiry FIFO: every live request once, by start time.

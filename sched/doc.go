@@ -452,6 +452,58 @@
 // by its hash alone while hash lists may be arbitrary), an estimated ~7.5k
 // instructions against the ~3.5-4.7k that 1.5M/s allows.
 //
+// # Session 9 (issue 17 §3, fifth step): private blocks
+//
+// Profile first (cachegrind, 8 ranks, main 0ca5c55, 15,240 instructions per
+// decision): ~10.8k went to the blocks' lifecycle (release 2.1k, creating a
+// vector by hash 2.1k, book 1.6k, the table's delete 1.6k and find 0.9k,
+// freeReq 0.9k, records 1.2k), ~4.4k to the rest (route, heap, costs,
+// admission). ~22 vectors are born and die per decision: the prompt's 16
+// unshared tail blocks and ~6 family-prefix blocks no other request
+// shared while they lived.
+//
+// Change (exact): a block a booking finds nowhere becomes private. Its
+// table cell names the request (privBit | request slot, vecTable), the
+// request keeps 0 in its holds and the hash in request.hashes, and it gets
+// no vector and no holder record. A lookup that meets a private cell checks
+// the hash against the request (privPos) and promotes (promote): it builds
+// the request's private blocks up to the one found exactly as booking them
+// would have (one holder, one reference, the predecessor the request's
+// previous block, the record linked to the previous record, child hints) and
+// repoints their cells. A block booked after a private one gets a mixed
+// predecessor, as it would have (the vector before it was new). countHeld
+// promotes along its walk (a shared prefix in one call; the tail stays
+// private); its loop probes the table inline (vecTable.probe) and hands a
+// walk that meets a private cell to countHeldFrom, so the hot loop keeps one
+// slice of vectors. Freeing a private block is a table delete. Decisions are
+// unchanged: TestHeapMatchesScan (now also requiring promotions),
+// TestCountHeldMatchesNaive, TestBlockIndexModel, model/script/fuzz tests,
+// CheckInvariants (private cells belong to live requests, match their
+// counts and are found by their hashes; a vector after a private block is
+// mixed) also with -tags invariants, and TestPrivateBlocks (promotion by a
+// walk entering mid-request, by a booking on another rank, by a request
+// repeating its hash). Memory: a request keeps 8 bytes per block for the
+// hashes (reused with its slot); a private block costs its table cell
+// instead of a 40-byte vector and a 16-byte record.
+//
+// Measured per decision (cachegrind, main → now): 8 ranks 15,240 → 13,747
+// (−9.8%), L1 data read misses 114 → 84; 256 ranks 16,365 → 16,404
+// (+0.2%); 7,000 ranks 31,571 → 31,311 (−0.8%). CPU time did not resolve
+// it (docs/ARCHITECTURE.md, issue 17 §3, session 9). Promoting all of a
+// request's private blocks at the first lookup measured 14,426, one call per
+// found block 14,422, along the walk 13,711. A table at load ≤ 1/4 instead of
+// 1/2 took 8 ranks to 13,293 but doubles the table (1 MiB at 7,000 ranks):
+// not taken.
+//
+// The 8-rank target (≤ ~9.0k instructions here) is not met: the private
+// tail still costs a table insert and delete per block (~100 instructions,
+// ~2.1k per decision) and its bookkeeping (~1k), the shared prefix its
+// vectors (~2.5k), the rest ~4.4k. With arbitrary hash lists every private
+// block needs its own cell; with chained hashes a lookup reaches a private
+// stretch through its first block, so one cell per stretch (the rest
+// verified against request.hashes) would remove ~1.5-2k: the next step,
+// needing the caller to assert chained hashes (a Config flag).
+//
 // # API
 //
 //	New(cfg, seed) (*Scheduler, error); DefaultConfig(); Config.Validate()

@@ -23,7 +23,7 @@ func TestHeapMatchesScan(t *testing.T) {
 	if testing.Short() {
 		rounds = 15
 	}
-	var heapUsed, decisions, pruned, chained uint64
+	var heapUsed, decisions, pruned, chained, promoted uint64
 	for round := range rounds {
 		seed := uint64(round)*0x9e3779b97f4a7c15 + 1
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -188,8 +188,12 @@ func TestHeapMatchesScan(t *testing.T) {
 		heapUsed += hs.heapUsed
 		pruned += hs.heldPruned
 		chained += hs.chained
+		promoted += hs.promotions
 	}
-	t.Logf("%d decisions, %d took the heap path, %d touched ranks left uncosted, %d bookings followed record links", decisions, heapUsed, pruned, chained)
+	t.Logf("%d decisions, %d took the heap path, %d touched ranks left uncosted, %d bookings followed record links, %d requests' private blocks promoted", decisions, heapUsed, pruned, chained, promoted)
+	if promoted == 0 {
+		t.Fatal("no private block was promoted")
+	}
 	if chained == 0 {
 		t.Fatal("no booking followed the record links")
 	}

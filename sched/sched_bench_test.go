@@ -230,6 +230,15 @@ func BenchmarkHeldCount(b *testing.B) {
 			sets[i] = map[wire.SeqHash]struct{}{}
 		}
 		f.s.blocks.heads.each(func(v uint32) {
+			if v&privBit != 0 { // a request's private blocks
+				rq := &f.s.reqs[v&^privBit]
+				for j, id := range rq.holds {
+					if id == 0 {
+						sets[rq.slot][wire.SeqHash(rq.hashes[j])] = struct{}{}
+					}
+				}
+				return
+			}
 			for _, p := range f.s.blocks.appendHolders(nil, v) {
 				sets[p.slot][wire.SeqHash(f.s.blocks.vecs[v].hash)] = struct{}{}
 			}

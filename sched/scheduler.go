@@ -76,6 +76,7 @@ type Scheduler struct {
 	heapUsed   uint64    // decisions that took the heap path (tests)
 	heldPruned uint64    // touched ranks the heap path did not cost (tests)
 	chained    uint64    // bookings that found their held records by the links (tests)
+	promotions uint64    // requests whose private blocks a lookup found (tests)
 }
 
 // slotScan mirrors the little of a dp rank that the common decision reads
@@ -175,8 +176,25 @@ type request struct {
 	exNext   uint32
 	slPrev   uint32
 	slNext   uint32
-	holds    []uint32 // holder records of its blocks (of random hashes without KV reuse)
+	holds    []uint32 // holder records of its blocks (of random hashes without KV reuse); 0: private
+	hashes   []uint64 // by block position: the hash of each private block (others unset)
+	npriv    uint32   // private blocks (Scheduler.promote)
+	privLo   uint32   // the position of the first private block, if any
 	nextFree uint32
+}
+
+// privPos returns the position of k among the request's private blocks, or
+// -1.
+func (rq *request) privPos(k uint64) int {
+	if rq.npriv == 0 {
+		return -1
+	}
+	for j := int(rq.privLo); j < len(rq.holds); j++ {
+		if rq.holds[j] == 0 && rq.hashes[j] == k {
+			return j
+		}
+	}
+	return -1
 }
 
 // New returns a Scheduler for cfg whose RNG (tie breaks, temperature
@@ -632,7 +650,15 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 		if c := bv[prev].child; c != 0 && bv[c].hash == uint64(h) && bv[c].n > 0 {
 			v = c
 		} else {
-			v = s.blocks.heads.get(uint64(h), bv)
+			v = s.blocks.heads.probe(uint64(h), bv)
+			if v&privBit != 0 {
+				// A promotion may move the vectors: the rest of
+				// the walk is countHeldFrom's, so this loop keeps
+				// one slice (reloading it here cost ~6
+				// instructions per block at 256 ranks, cachegrind).
+				s.countHeldFrom(blocks, g, j, v, prev, run, nested)
+				return
+			}
 		}
 		if v == 0 {
 			break
@@ -656,6 +682,80 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 	}
 	s.vecCache = vc
 	s.nested = nested
+}
+
+// countHeldFrom is countHeld's walk from block j on, whose probe met the
+// private cell priv; prev, run and nested are the walk's state there. It is
+// the same walk, with the vectors reloaded after each promotion.
+func (s *Scheduler) countHeldFrom(blocks []wire.SeqHash, g uint64, j int, priv, prev, run uint32, nested bool) {
+	vc := s.vecCache[:len(blocks)]
+	for ; j < len(blocks); j++ {
+		h := blocks[j]
+		v := priv
+		priv = 0
+		bv := s.blocks.vecs
+		if v == 0 { // priv is the first block's cell, already probed
+			if c := bv[prev].child; c != 0 && bv[c].hash == uint64(h) && bv[c].n > 0 {
+				v = c
+			} else {
+				v = s.blocks.heads.probe(uint64(h), bv)
+			}
+		}
+		if v&privBit != 0 {
+			v = s.privateFound(v, uint64(h), blocks[j+1:])
+			bv = s.blocks.vecs
+		}
+		if v == 0 {
+			break
+		}
+		vc[j] = v
+		s.vecN = j + 1
+		follows := bv[v].pred == prev
+		nested = nested && (j == 0 || follows)
+		if run > 0 && follows && bv[v].n == bv[prev].n {
+			run++
+		} else {
+			if run > 0 {
+				s.holdRun(prev, g, run)
+			}
+			run = 1
+		}
+		prev = v
+	}
+	if run > 0 {
+		s.holdRun(prev, g, run)
+	}
+	s.vecCache = vc
+	s.nested = nested
+}
+
+// privateFound is the walk's lookup of hash h when the table's probe met a
+// private cell of h's fingerprint: the exact lookup, and if h is another
+// request's private block, its promotion (promoteWalk). It returns h's
+// vector or 0.
+func (s *Scheduler) privateFound(v uint32, h uint64, next []wire.SeqHash) uint32 {
+	v = s.blocks.heads.get(h, s.blocks.vecs, s.reqs)
+	if v&privBit != 0 {
+		v = s.promoteWalk(v&^privBit, h, next)
+	}
+	return v
+}
+
+// promoteWalk promotes request o's private block of hash h, and the private
+// blocks after it as long as they are the next of blocks (a shared prefix
+// is found block by block), and returns h's vector.
+func (s *Scheduler) promoteWalk(o uint32, h uint64, next []wire.SeqHash) uint32 {
+	rq := &s.reqs[o]
+	k0 := rq.privPos(h)
+	k := k0
+	for _, nh := range next {
+		if k+1 >= len(rq.holds) || rq.holds[k+1] != 0 || rq.hashes[k+1] != uint64(nh) {
+			break
+		}
+		k++
+	}
+	s.promote(o, k)
+	return s.blocks.recs[rq.holds[k0]].vec
 }
 
 // holdRun adds k held blocks to every holder of vector v and notes its

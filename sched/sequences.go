@@ -41,12 +41,16 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 	if r != 0 {
 		s.freeReqs = s.reqs[r].nextFree
 	} else {
+		if len(s.reqs) >= privBit { // private cells name the slot below privBit
+			panic("sched: request slots exhausted")
+		}
 		s.reqs = append(s.reqs, request{})
 		r = uint32(len(s.reqs) - 1)
 	}
 	rq := &s.reqs[r]
-	holds := rq.holds[:0]
+	holds, hashes := rq.holds[:0], rq.hashes[:0]
 	*rq = request{id: id, slot: i, isl: isl, overlap: overlap, start: now, live: true}
+	rq.hashes = hashes
 	h, sl := &s.hot[i], &s.slots[i]
 	reuse := s.cfg.AssumeKVReuse
 	pred, prev := uint32(0), uint32(0)
@@ -79,6 +83,9 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 			holds = append(holds, id)
 		}
 	}
+	// The active count is summed in a local and stored once: a store
+	// through h per block cost more (cachegrind).
+	added := int64(0)
 	for ; j < cached; j++ {
 		v := s.vecCache[j]
 		var id uint32
@@ -89,24 +96,58 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 			id, became = s.blocks.acquire(v, i, pred, prev)
 		}
 		if became {
-			h.active++
+			added++
 		}
 		pred, prev = v, id
 		holds = append(holds, id)
 	}
 	if j < len(blocks) {
+		// The rest is looked up by hash. A block found nowhere becomes
+		// private: its table cell names this request (privBit | r), and
+		// it gets no vector or record until another lookup finds it
+		// (promote). Most of a prompt's tail lives and dies so.
+		hashes = slices.Grow(hashes, len(blocks))[:len(blocks)]
+		rq.hashes = hashes
 		holds = slices.Grow(holds, len(blocks)-j)
-		added := int64(0)
 		for _, hash := range blocks[j:] {
-			v, id, became := s.blocks.acquireHash(uint64(hash), i, pred, prev)
+			k := uint64(hash)
+			found, cell := s.blocks.heads.find(k, s.blocks.vecs, s.reqs)
+			if found&privBit != 0 {
+				o := found &^ privBit
+				found = s.promoteWalk(o, k, nil)
+				if o == r { // a block repeated in this request
+					// The previous block may have been promoted.
+					if last := holds[len(holds)-1]; last != 0 {
+						pred, prev = s.blocks.recs[last].vec, last
+					}
+				}
+			}
+			if found == 0 {
+				s.blocks.heads.put(cell, k, privBit|r)
+				if rq.npriv == 0 {
+					rq.privLo = uint32(len(holds))
+				}
+				hashes[len(holds)] = k
+				holds = append(holds, 0)
+				// A later block of this request may find this one:
+				// privPos reads the request's holds up to its last
+				// private block (the backing array is shared).
+				rq.holds = holds
+				rq.npriv++
+				s.blocks.npriv++
+				added++
+				pred, prev = predMixed, 0
+				continue
+			}
+			id, became := s.blocks.acquire(found, i, pred, prev)
 			if became {
 				added++
 			}
-			pred, prev = v, id
+			pred, prev = found, id
 			holds = append(holds, id)
 		}
-		h.active += added
 	}
+	h.active += added
 	rq.holds = holds
 	s.byID.set(id, r)
 
@@ -264,11 +305,25 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	}
 	i := rq.slot
 	h, sl := &s.hot[i], &s.slots[i]
-	for _, id := range rq.holds {
-		if s.blocks.release(id) {
-			h.active--
+	left := int64(0) // blocks that left the rank, stored once as in book
+	if rq.npriv == 0 {
+		for _, id := range rq.holds {
+			if s.blocks.release(id) {
+				left++
+			}
 		}
+	} else {
+		left = int64(rq.npriv)
+		for j, id := range rq.holds {
+			if id == 0 {
+				s.blocks.heads.del(rq.hashes[j], privBit|r)
+			} else if s.blocks.release(id) {
+				left++
+			}
+		}
+		s.blocks.npriv -= int(rq.npriv)
 	}
+	h.active -= left
 	if rq.slPrev != 0 {
 		s.reqs[rq.slPrev].slNext = rq.slNext
 	} else {
@@ -291,9 +346,62 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	s.sync(i)
 	s.byID.del(rq.id)
 	s.active--
-	holds := rq.holds[:0]
-	*rq = request{holds: holds, nextFree: s.freeReqs}
+	holds, hashes := rq.holds[:0], rq.hashes[:0]
+	*rq = request{holds: holds, hashes: hashes, nextFree: s.freeReqs}
 	s.freeReqs = r
+}
+
+// promote gives request r's private blocks up to position k (one of them)
+// their vectors and holder records, exactly as booking them would have made
+// them when they were found nowhere (book): one holder, r's slot, one
+// reference; the predecessor is the request's previous block's vector (0 for
+// the first: the private blocks before k are promoted too, so it exists),
+// the record links to the request's previous record, and the table cells
+// are repointed from the request to the vectors. A block booked right after
+// a private one already has a mixed predecessor, as it would have had
+// (link). Called when a lookup (countHeld, book) finds a private block, so
+// every other path sees vectors only. The private blocks after k stay so: a
+// family's shared prefix is promoted when the next request of the family
+// finds it, its unshared tail is not.
+func (s *Scheduler) promote(r uint32, k int) {
+	rq := &s.reqs[r]
+	b := &s.blocks
+	slot := rq.slot
+	n := uint32(0)
+	for j := int(rq.privLo); j <= k; j++ {
+		if rq.holds[j] != 0 {
+			continue
+		}
+		pred, prev := uint32(0), uint32(0)
+		if j > 0 {
+			prev = rq.holds[j-1]
+			pred = b.recs[prev].vec
+		}
+		hash := rq.hashes[j]
+		v := b.newVec()
+		nid := b.newRec()
+		rec := &b.recs[nid]
+		rec.vec, rec.rc, rec.pos, rec.prev = v, 1, 0, prev
+		vec := &b.vecs[v]
+		vec.hash, vec.first, vec.n, vec.head, vec.tail, vec.pred, vec.child = hash, hentry{slot, nid}, 1, 0, 0, pred, 0
+		if pred != 0 {
+			b.vecs[pred].child = v
+		}
+		b.live++
+		b.heads.repoint(hash, privBit|r, v)
+		rq.holds[j] = nid
+		n++
+	}
+	b.npriv -= int(n)
+	rq.npriv -= n
+	if rq.npriv > 0 {
+		j := k + 1
+		for rq.holds[j] != 0 {
+			j++
+		}
+		rq.privLo = uint32(j)
+	}
+	s.promotions++
 }
 
 // ceilMulDiv returns ⌈a·b / c⌉ for a, b ≥ 0, b < c, without overflow.

@@ -36,8 +36,23 @@ func vtFingerprint(k uint64) uint32 {
 
 func (t *vecTable) home(fp uint32) uint64 { return uint64(fp >> t.shift) }
 
-// get returns the vector of k in vecs, or 0.
-func (t *vecTable) get(k uint64, vecs []blockVec) uint32 {
+// privBit tags a cell's id as a private block (session 9): the rest is the
+// slot of the request that holds it (request.holds has 0 there, and
+// request.hashes the hash), not a vector id. Vector ids stay below it.
+const privBit = 1 << 31
+
+// cellIs reports whether cell id (a vector, or a request's private block)
+// is key k's.
+func cellIs(id uint32, k uint64, vecs []blockVec, reqs []request) bool {
+	if id&privBit == 0 {
+		return vecs[id].hash == k
+	}
+	return reqs[id&^privBit].privPos(k) >= 0
+}
+
+// get returns the id of k (a vector, or privBit | the request holding it
+// privately; reqs may be nil while there are none), or 0.
+func (t *vecTable) get(k uint64, vecs []blockVec, reqs []request) uint32 {
 	if t.n == 0 {
 		return 0
 	}
@@ -47,16 +62,33 @@ func (t *vecTable) get(k uint64, vecs []blockVec) uint32 {
 		if c == 0 {
 			return 0
 		}
-		if uint32(c>>32) == fp && vecs[uint32(c)].hash == k {
+		if uint32(c>>32) == fp && cellIs(uint32(c), k, vecs, reqs) {
 			return uint32(c)
 		}
 	}
 }
 
-// find returns k's vector, or 0 and the empty cell where k goes (valid until
-// the next change to the table). It grows the table first if one more key
-// would pass the load bound, so put may follow without growing.
-func (t *vecTable) find(k uint64, vecs []blockVec) (uint32, uint64) {
+// probe is get for the hot path, small enough to inline: it returns k's
+// vector, 0, or a private cell whose fingerprint is k's without checking the
+// request (the caller then asks get). The table must have cells
+// (blockIndex.init grows it once).
+func (t *vecTable) probe(k uint64, vecs []blockVec) uint32 {
+	fp := vtFingerprint(k)
+	for i := t.home(fp); ; i = (i + 1) & t.mask {
+		c := t.cells[i]
+		if c == 0 {
+			return 0
+		}
+		if uint32(c>>32) == fp && (c&privBit != 0 || vecs[uint32(c)].hash == k) {
+			return uint32(c)
+		}
+	}
+}
+
+// find returns k's id (as get), or 0 and the empty cell where k goes (valid
+// until the next change to the table). It grows the table first if one more
+// key would pass the load bound, so put may follow without growing.
+func (t *vecTable) find(k uint64, vecs []blockVec, reqs []request) (uint32, uint64) {
 	if (t.n+1)*2 > len(t.cells) {
 		t.grow()
 	}
@@ -66,7 +98,7 @@ func (t *vecTable) find(k uint64, vecs []blockVec) (uint32, uint64) {
 		if c == 0 {
 			return 0, i
 		}
-		if uint32(c>>32) == fp && vecs[uint32(c)].hash == k {
+		if uint32(c>>32) == fp && cellIs(uint32(c), k, vecs, reqs) {
 			return uint32(c), 0
 		}
 	}
@@ -108,6 +140,24 @@ func (t *vecTable) del(k uint64, v uint32) {
 	t.n--
 }
 
+// repoint makes the cell of id old, indexed under key k, hold id nw. Cells
+// of one request's private blocks whose fingerprints are equal are
+// interchangeable (same value, same home), so whichever is found first
+// serves.
+func (t *vecTable) repoint(k uint64, old, nw uint32) {
+	fp := vtFingerprint(k)
+	want := uint64(fp)<<32 | uint64(old)
+	for i := t.home(fp); ; i = (i + 1) & t.mask {
+		switch t.cells[i] {
+		case want:
+			t.cells[i] = uint64(fp)<<32 | uint64(nw)
+			return
+		case 0:
+			panic("sched: vecTable.repoint: id not indexed")
+		}
+	}
+}
+
 // each calls fn with every indexed vector id (for checks and tests).
 func (t *vecTable) each(fn func(v uint32)) {
 	for _, c := range t.cells {
@@ -119,8 +169,8 @@ func (t *vecTable) each(fn func(v uint32)) {
 
 // indexedAs reports whether vector v is indexed under key k: its cell holds
 // k's fingerprint and a lookup of k finds it (for checks).
-func (t *vecTable) indexedAs(k uint64, v uint32, vecs []blockVec) bool {
-	return t.get(k, vecs) == v
+func (t *vecTable) indexedAs(k uint64, v uint32, vecs []blockVec, reqs []request) bool {
+	return t.get(k, vecs, reqs) == v
 }
 
 func (t *vecTable) grow() {

@@ -55,7 +55,7 @@ func TestVecTable(t *testing.T) {
 				free = append(free, v)
 				delete(ref, k)
 			} else {
-				got, cell := tab.find(k, vecs)
+				got, cell := tab.find(k, vecs, nil)
 				if got != ref[k] {
 					t.Fatalf("seed %d step %d: find(%x) = %d, want %d", seed, step, k, got, ref[k])
 				}
@@ -77,7 +77,7 @@ func TestVecTable(t *testing.T) {
 			}
 			if step%500 == 0 {
 				for _, k := range keys[:space] {
-					if got := tab.get(k, vecs); got != ref[k] {
+					if got := tab.get(k, vecs, nil); got != ref[k] {
 						t.Fatalf("seed %d step %d: get(%x) = %d, want %d", seed, step, k, got, ref[k])
 					}
 				}

@@ -357,12 +357,18 @@ func BenchmarkLookupUnderIngest(b *testing.B) {
 // once it holds live chains: the shape of long prompts, where an event takes
 // tens of µs to apply and a lookup may wait for it.
 func makeLongLoad(workers, batches, batchSize, chainLen int) *benchLoad {
+	return makeChainLoad(workers, batches, batchSize, func(uint64) int { return chainLen })
+}
+
+// makeChainLoad is makeLongLoad with the uniq-th chain lenOf(uniq) blocks
+// long (at least 9).
+func makeChainLoad(workers, batches, batchSize int, lenOf func(uniq uint64) int) *benchLoad {
 	const live = 8
 	return genLoad(workers, batches, batchSize, live, func(l *benchLoad, k wire.WorkerKey, uniq uint64) (wire.Event, wire.BlockHash) {
 		ev := wire.Event{Worker: k, Kind: wire.KindStored}
 		var h, head wire.BlockHash
 		var probe []wire.BlockHash
-		for i := range chainLen {
+		for i := range lenOf(uniq) {
 			salt := uint64(i)
 			if i >= 8 {
 				salt = uniq<<16 | uint64(i)
@@ -390,6 +396,69 @@ func BenchmarkLookupUnderLongIngest(b *testing.B) {
 	load := makeLongLoad(32, 64, 16, 256)
 	ix := newTestIndex(b, Config{Shards: 1})
 	indexUnderIngest(b, ix, load)
+}
+
+// BenchmarkLookupAfterApply is the trace replay's shape (kvroute bench
+// index) and reports how lookups wait for the runner: one goroutine queues
+// a Stored event (Index.Apply returns at once) and matches at once, so the
+// lookup often finds the runner applying the event just queued. Chains
+// are 12–256 blocks (mean 62: the synthetic trace's events average 41
+// with a long tail), 256 workers holding 8 chains each. Besides the Match
+// latency percentiles it reports the share of lookups that found the core
+// taken and waited (waited/op), that parked (parked/op), the latency of
+// the lookups that waited (waited-p50-ns, waited-p99-ns), and the events
+// applied per second. The runner's progress counter, steps cut for a
+// waiting lookup and Stored events applied in pieces are what bound that
+// wait (issue 17 §2, session 9).
+func BenchmarkLookupAfterApply(b *testing.B) {
+	lens := []int{12, 16, 24, 32, 41, 41, 48, 64, 96, 256}
+	load := makeChainLoad(256, 4096, 1, func(u uint64) int { return lens[(u*7)%uint64(len(lens))] })
+	ix := newTestIndex(b, Config{Shards: 1})
+	r := ix.runners[0]
+	for _, batch := range load.batches {
+		if err := ix.Apply(batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := ix.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	all := latencies{s: make([]time.Duration, 0, 1<<16), rng: 88172645463325252}
+	waited := latencies{s: make([]time.Duration, 0, 1<<16), rng: 88172645463325253}
+	w0, p0 := r.arrived.Load(), r.lookupParks.Load()
+	var ov []radix.Overlap
+	i, events := 0, 0
+	for b.Loop() {
+		batch := load.batches[i%len(load.batches)]
+		if err := ix.Apply(batch); err != nil {
+			b.Fatal(err)
+		}
+		events += len(batch)
+		a := r.arrived.Load()
+		t0 := time.Now()
+		ov, _ = ix.Match(ov[:0], load.probes[i%len(load.probes)])
+		d := time.Since(t0)
+		all.add(d)
+		if r.arrived.Load() != a {
+			waited.add(d)
+		}
+		i++
+	}
+	if err := ix.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	sec := b.Elapsed().Seconds()
+	all.report(b)
+	if len(waited.s) > 0 {
+		slices.Sort(waited.s)
+		q := func(p float64) float64 { return float64(waited.s[int(p*float64(len(waited.s)-1))].Nanoseconds()) }
+		b.ReportMetric(q(0.50), "waited-p50-ns")
+		b.ReportMetric(q(0.99), "waited-p99-ns")
+	}
+	b.ReportMetric(float64(r.arrived.Load()-w0)/float64(b.N), "waited/op")
+	b.ReportMetric(float64(r.lookupParks.Load()-p0)/float64(b.N), "parked/op")
+	b.ReportMetric(float64(events)/sec, "events/s")
 }
 
 // indexUnderIngest is runUnderIngest through an Index: its Apply from the

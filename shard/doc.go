@@ -27,7 +27,8 @@
 // lookup one uncontended lock), and waits for a busy one only until the
 // event in progress ends: a caller that finds the lock taken counts itself
 // as waiting, the runner ends its step after the current event once it has
-// applied 32 blocks (lookupStepBlocks), hands the lock to every caller that
+// applied 32 blocks (lookupStepBlocks) since callers last had the lock
+// (at once after idle time), hands the lock to every caller that
 // was waiting (a ticket: later arrivals wait for the next step) and then
 // takes it back ahead of new callers, so lookups arriving back to back
 // cannot starve the writes. Both sides try the lock 64 times (spinTries,
@@ -57,6 +58,25 @@
 // the runner applying while the caller walks the stream. Growing engine
 // tables inside those events, not the hand-offs, is what a lookup waits for
 // and most of what the replay costs.
+//
+// What a lookup waits for (issue 17 §2, session 9; docs/ARCHITECTURE.md):
+// on a nearly quiet machine 15% of the trace replay's lookups found the
+// core taken, and those in the Match p99 (14.5 µs) waited for one whole
+// long event (14.4 µs p50 still to run when they arrived, ≈180 ns per
+// block: table and arena growth inside it) plus the park/wake hand-off from
+// the runner's unlock (3.1 µs). Index.Stats counts it per shard
+// (ShardStats.LookupWaits, LookupParks, RunnerParks; metrics
+// kvroute_shard_lookup_{waits,parks}_total, kvroute_shard_runner_parks_total)
+// and BenchmarkLookupAfterApply reports the share of lookups that waited
+// and their latency. The 32 blocks a step applies before it ends for a
+// waiting lookup count from the last hand-off (Runner.credit), so after
+// idle time a lookup waits for the current event only. Measured and not
+// kept (branch wait-spin-experiment): a spin bounded by the runner's
+// progress (a P held by a spinning caller delayed the goroutines readied
+// onto it: waits 0.8 → 13 µs p50; with Gosched in the spin no gain), and
+// Stored events in 16-block pieces (−13% events/s on 256-block events,
+// no p99 gain while a piece can hold a table resize).
+//
 // Locking to a thread makes waking an idle shard an OS thread hand-off, so
 // unpinned shards are not locked unless RunnerConfig.LockOSThread asks: on a
 // 2-vCPU VM the trace replay (W=256, B=512) ran at 13.7M block ops/s and

@@ -111,6 +111,14 @@ type ShardStats struct {
 	// shard when the stats were read: its lag, in batches.
 	EventQueueDepth int
 	ProducerStalls  uint64
+	// How lookups met the runner (Match and MatchBatch on the caller's
+	// goroutine): LookupWaits counts lookup calls that found the shard's
+	// core taken and waited for it, LookupParks those of them whose short
+	// spin failed so that they waited in the mutex (asleep unless it came
+	// free within the mutex's own brief spin; woken by the runner's
+	// unlock); RunnerParks counts the runner's steps that found lookup
+	// callers holding the core and waited for them in the mutex.
+	LookupWaits, LookupParks, RunnerParks uint64
 }
 
 // Sum returns the field-wise total of stats (Shard is -1, CPUs the union).
@@ -132,6 +140,9 @@ func Sum(stats []ShardStats) ShardStats {
 		t.LookupQueueHighWater = max(t.LookupQueueHighWater, s.LookupQueueHighWater)
 		t.EventQueueDepth += s.EventQueueDepth
 		t.ProducerStalls += s.ProducerStalls
+		t.LookupWaits += s.LookupWaits
+		t.LookupParks += s.LookupParks
+		t.RunnerParks += s.RunnerParks
 	}
 	slices.Sort(t.CPUs)
 	t.CPUs = slices.Compact(t.CPUs)
@@ -656,6 +667,9 @@ func (ix *Index) Stats(dst []ShardStats) ([]ShardStats, error) {
 			LookupQueueHighWater: r.lkHW,
 			EventQueueDepth:      r.evq.len(),
 			ProducerStalls:       r.stalls.Load(),
+			LookupWaits:          r.arrived.Load(),
+			LookupParks:          r.lookupParks.Load(),
+			RunnerParks:          r.runnerParks.Load(),
 		}
 	})
 	if err != nil {

@@ -916,9 +916,10 @@ func TestRunnerDo(t *testing.T) {
 
 // TestStepEndsForWaitingLookup checks the bound on a lookup's wait: with a
 // lookup caller waiting for the core, a step ends after the event in
-// progress once it has applied lookupStepBlocks (however large StepBlocks
-// is), and with none it runs to its budget. The runner is not started: step
-// is called directly.
+// progress once the runner has applied lookupStepBlocks since lookups last
+// took the core (however large StepBlocks is; the credit carries across
+// steps and is full after an idle spell), and with none it runs to its
+// budget. The runner is not started: step is called directly.
 func TestStepEndsForWaitingLookup(t *testing.T) {
 	r := NewRunner(NewCore(CoreConfig{}), RunnerConfig{StepBlocks: 1 << 20})
 	k := wire.WorkerKey{Worker: 1}
@@ -944,8 +945,17 @@ func TestStepEndsForWaitingLookup(t *testing.T) {
 		t.Fatalf("with a lookup waiting: done %v after %d events, want 1 event and not done", done, w.pos)
 	}
 	w.pos = 10
-	if done := r.step(w); done || w.pos != 10+lookupStepBlocks/2 {
-		t.Fatalf("with a lookup waiting: done %v at event %d, want %d", done, w.pos, 10+lookupStepBlocks/2)
+	// The credit of the 41-block event is still there: one event.
+	if done := r.step(w); done || w.pos != 11 {
+		t.Fatalf("with a lookup waiting and credit %d: done %v at event %d, want 11", r.credit, done, w.pos)
+	}
+	r.credit = 0 // lookups took the core (yieldToLookups)
+	if done := r.step(w); done || w.pos != 11+lookupStepBlocks/2 {
+		t.Fatalf("with a lookup waiting: done %v at event %d, want %d", done, w.pos, 11+lookupStepBlocks/2)
+	}
+	r.credit = lookupStepBlocks // the runner idled
+	if done := r.step(w); done || w.pos != 12+lookupStepBlocks/2 {
+		t.Fatalf("with a lookup waiting after idling: done %v at event %d, want %d", done, w.pos, 12+lookupStepBlocks/2)
 	}
 	r.entered.Add(1) // it took the core
 	if done := r.step(w); !done || w.pos != 50 {
@@ -953,5 +963,70 @@ func TestStepEndsForWaitingLookup(t *testing.T) {
 	}
 	if ov := r.match(nil, locals(1, 2, 3)); len(ov) != 1 || ov[0].Blocks != 3 {
 		t.Fatalf("Match = %v, want 3 blocks of worker 1", ov)
+	}
+}
+
+// TestLookupWaitCounters checks the counts of how lookups met the runner
+// (ShardStats.LookupWaits, LookupParks, RunnerParks and their metrics): a
+// Match that finds the core taken waits (and, with no spinning, parks),
+// and a step that finds a Match holding the core parks the runner.
+func TestLookupWaitCounters(t *testing.T) {
+	r := NewRunner(NewCore(CoreConfig{}), RunnerConfig{})
+	r.spin = false // park at once, as with one P: the counts are then exact
+	r.Start()
+	t.Cleanup(r.Close)
+	k := wire.WorkerKey{Worker: 1}
+	ev := stored(k, 0, 1, 2, 3)
+	if err := r.Do(func(c *Core) { c.Apply([]wire.Event{ev}) }); err != nil {
+		t.Fatal(err)
+	}
+	if r.arrived.Load() != 0 || r.lookupParks.Load() != 0 || r.runnerParks.Load() != 0 {
+		t.Fatalf("before any contention: waits %d, lookup parks %d, runner parks %d", r.arrived.Load(), r.lookupParks.Load(), r.runnerParks.Load())
+	}
+	if ov := r.match(nil, locals(1, 2, 3)); len(ov) != 1 {
+		t.Fatalf("uncontended Match = %v", ov)
+	}
+
+	// A lookup that finds the core taken (held here, as the runner holds it
+	// for a step).
+	r.mu.Lock()
+	got := make(chan []radix.Overlap)
+	go func() { got <- r.match(nil, locals(1, 2, 3)) }()
+	for r.arrived.Load() == 0 {
+		runtime.Gosched()
+	}
+	r.mu.Unlock()
+	if ov := <-got; len(ov) != 1 || ov[0].Blocks != 3 {
+		t.Fatalf("waiting Match = %v, want 3 blocks of worker 1", ov)
+	}
+	if r.arrived.Load() != 1 || r.lookupParks.Load() != 1 {
+		t.Fatalf("after one waiting lookup: waits %d, parks %d, want 1 and 1", r.arrived.Load(), r.lookupParks.Load())
+	}
+
+	// A step that finds the core taken by a lookup.
+	r.mu.Lock()
+	done := make(chan error)
+	go func() { done <- r.Do(func(*Core) {}) }()
+	for !r.writer.Load() {
+		runtime.Gosched()
+	}
+	r.mu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := r.runnerParks.Load(); n != 1 {
+		t.Fatalf("runner parks %d, want 1", n)
+	}
+
+	var b strings.Builder
+	writeShardMetrics(&b, &ShardStats{LookupWaits: 5, LookupParks: 3, RunnerParks: 2})
+	for _, want := range []string{
+		`kvroute_shard_lookup_waits_total{shard="0"} 5`,
+		`kvroute_shard_lookup_parks_total{shard="0"} 3`,
+		`kvroute_shard_runner_parks_total{shard="0"} 2`,
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }

@@ -21,6 +21,9 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_shard_lookup_batches_total", Type: promtext.Counter, Help: "Batches the lookups came in"},
 	{Name: "kvroute_shard_event_batches_total", Type: promtext.Counter, Help: "KV event batches applied"},
 	{Name: "kvroute_shard_decisions_total", Type: promtext.Counter, Help: "Routing decisions recorded (approximate mode)"},
+	{Name: "kvroute_shard_lookup_waits_total", Type: promtext.Counter, Help: "Match calls that found the shard's core taken (the shard was applying events) and waited for it"},
+	{Name: "kvroute_shard_lookup_parks_total", Type: promtext.Counter, Help: "Match calls whose wait outlasted the short spin, so they waited in the shard's mutex and were woken (a scheduler hand-off of several µs)"},
+	{Name: "kvroute_shard_runner_parks_total", Type: promtext.Counter, Help: "Event steps of the shard that waited in its mutex for Match calls holding the core"},
 	{Name: "kvroute_shard_producer_stalls_total", Type: promtext.Counter, Help: "Times a producer found the shard's queue full and waited (backpressure)"},
 	{Name: "kvroute_shard_workers", Type: promtext.Gauge, Help: "Worker ids assigned to the shard"},
 	{Name: "kvroute_shard_tree_nodes", Type: promtext.Gauge, Help: "Live radix tree nodes (runs of blocks)"},
@@ -80,6 +83,9 @@ func writeShardMetrics(w io.Writer, s *ShardStats) {
 	counter("lookup_batches_total", s.LookupBatches)
 	counter("event_batches_total", s.EventBatches)
 	counter("decisions_total", s.Decisions)
+	counter("lookup_waits_total", s.LookupWaits)
+	counter("lookup_parks_total", s.LookupParks)
+	counter("runner_parks_total", s.RunnerParks)
 	counter("producer_stalls_total", s.ProducerStalls)
 	gauge("workers", uint64(s.Workers))
 	gauge("tree_nodes", uint64(s.Tree.Nodes))

@@ -45,8 +45,11 @@ const (
 	// spinning waiter takes CPU from it.
 	spinTries = 64
 	// lookupStepBlocks is the event work (blocks; an event counts as at
-	// least one) a step does before it ends for a waiting lookup caller:
-	// the writes' share when lookups come back to back. Each hand-off costs
+	// least one) the runner does between two hand-offs of the core to
+	// waiting lookup callers (Runner.credit; counted since the last
+	// hand-off, not since the step began, so a lookup that arrives after
+	// an idle spell or a long stretch of writes waits for the current
+	// event only): the writes' share when lookups come back to back. Each hand-off costs
 	// about one Match plus two cache-line transfers of the lock, so steps
 	// much shorter than this cost ingest throughput (BenchmarkMatchUnderLoad).
 	lookupStepBlocks = 32
@@ -115,7 +118,8 @@ type Runner struct {
 	// Lookup callers that found mu taken count themselves in arrived, and
 	// in entered once they hold it. While arrived != entered the runner
 	// ends its step after the current event once it has applied
-	// lookupStepBlocks, and after each step lets in every caller that had
+	// lookupStepBlocks since callers last took mu (credit), and after each
+	// step lets in every caller that had
 	// arrived by then (a ticket hand-off: later arrivals wait for the next
 	// step, so writes are never starved).
 	_       [cacheLine]byte
@@ -123,7 +127,12 @@ type Runner struct {
 	entered atomic.Uint64
 	writer  atomic.Bool // the runner waits for mu: lookups leave it the lock
 	_       [cacheLine - 17]byte
-	spin    bool // more than one P: spinning on mu can succeed
+	// Lookup callers, and the runner's steps, that gave up spinning and
+	// waited in mu.Lock (ShardStats.LookupParks, RunnerParks): slow path
+	// only, so on their own cache line, away from arrived and entered.
+	lookupParks, runnerParks atomic.Uint64
+	_                        [cacheLine - 16]byte
+	spin                     bool // more than one P: spinning on mu can succeed
 
 	evq  *queue[work]
 	lkq  *queue[lookup]
@@ -145,9 +154,14 @@ type Runner struct {
 	cur        *work
 	evHW, lkHW int
 	stepBlocks int // event work of the last step (blocks; an item counts as one at least)
-	copyDue    int // budget of the capture copy step due before the next event step (capture.pace)
-	pinned     []int
-	pinErr     error
+	// credit is the event work (blocks) applied since lookup callers last
+	// took the core from the runner (lookupStepBlocks once it has idled):
+	// a step ends for a waiting lookup after the current event once
+	// credit reaches lookupStepBlocks.
+	credit  int
+	copyDue int // budget of the capture copy step due before the next event step (capture.pace)
+	pinned  []int
+	pinErr  error
 }
 
 // NewRunner returns a Runner that will own core. It does not start it.
@@ -300,6 +314,7 @@ func (r *Runner) run() {
 			busy = true
 		}
 		if !busy {
+			r.credit = lookupStepBlocks // idle: no lookup waits behind writes
 			select {
 			case <-r.bell:
 			case <-r.stop:
@@ -364,7 +379,9 @@ func (r *Runner) lockLookup() {
 		return
 	}
 	r.arrived.Add(1)
-	r.spinLock(true)
+	if r.spinLock(true) {
+		r.lookupParks.Add(1)
+	}
 	r.entered.Add(1)
 }
 
@@ -376,22 +393,26 @@ func (r *Runner) lockStep() {
 		return
 	}
 	r.writer.Store(true)
-	r.spinLock(false)
+	if r.spinLock(false) {
+		r.runnerParks.Add(1)
+	}
 	r.writer.Store(false)
 }
 
 // spinLock takes mu after up to spinTries tries (when another P can be
-// running the holder), else parked in mu.Lock. A lookup caller (lookup)
-// leaves the lock to the runner while the runner waits for it.
-func (r *Runner) spinLock(lookup bool) {
+// running the holder), else parked in mu.Lock, and reports whether it went
+// to mu.Lock. A lookup caller (lookup) leaves the lock to the runner while
+// the runner waits for it.
+func (r *Runner) spinLock(lookup bool) (parked bool) {
 	if r.spin {
 		for range spinTries {
 			if !(lookup && r.writer.Load()) && r.mu.TryLock() {
-				return
+				return false
 			}
 		}
 	}
 	r.mu.Lock()
+	return true
 }
 
 // yieldToLookups lets every lookup caller that has arrived take mu before
@@ -401,6 +422,9 @@ func (r *Runner) spinLock(lookup bool) {
 // woke (onto this P: Gosched runs it), so the wait is short and bounded.
 func (r *Runner) yieldToLookups() {
 	a := r.arrived.Load()
+	if r.entered.Load() < a {
+		r.credit = 0
+	}
 	for r.entered.Load() < a {
 		runtime.Gosched()
 	}
@@ -466,7 +490,8 @@ func (r *Runner) step(w *work) bool {
 			ev := &w.events[i]
 			c.applyEvent(ev)
 			budget -= 1 + len(ev.Blocks)
-			if budget <= r.cfg.StepBlocks-lookupStepBlocks && r.lookupsWaiting() {
+			r.credit += 1 + len(ev.Blocks)
+			if r.credit >= lookupStepBlocks && r.lookupsWaiting() {
 				i++ // a lookup waits for the core: end the step here
 				break
 			}

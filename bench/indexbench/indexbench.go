@@ -81,6 +81,14 @@ type Result struct {
 	// BlockOpsPerCPUSec is BlockOps over the process's CPU seconds: block
 	// ops per core, whatever number of threads ran them.
 	BlockOpsPerCPUSec float64 `json:"block_ops_per_cpu_sec"`
+	// How the lookups met the shard's runner, over the whole run (the
+	// untimed emptying between passes included; shard.ShardStats):
+	// lookups that found the core taken and waited, those that parked,
+	// and the runner's steps that parked waiting for lookups. Zero with
+	// Direct.
+	LookupWaits uint64 `json:"lookup_waits"`
+	LookupParks uint64 `json:"lookup_parks"`
+	RunnerParks uint64 `json:"runner_parks"`
 }
 
 // Run replays s into a new shard.Index per repeat and returns the best run.
@@ -263,6 +271,7 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 	if res.Entries > 0 {
 		res.BytesPerEntry = float64(res.IndexBytes) / float64(res.Entries)
 	}
+	res.LookupWaits, res.LookupParks, res.RunnerParks = total.LookupWaits, total.LookupParks, total.RunnerParks
 	res.ParentMissing = total.Counters.Events[wire.KindStored][shard.OutcomeParentMissing]
 	return res, nil
 }

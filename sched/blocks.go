@@ -215,8 +215,16 @@ func (b *blockIndex) acquireHash(hash uint64, slot, pred, prev uint32) (v, id ui
 		id, became = b.acquire(found, slot, pred, prev)
 		return found, id, became
 	}
-	v = b.newVec()
+	v, id = b.newSoleVec(hash, slot, pred, prev)
 	b.heads.put(cell, hash, v)
+	return v, id, true
+}
+
+// newSoleVec creates the vector of hash with slot as its only holder (a
+// new record linked to prev, the rank's record of the previous block) and
+// pred as its predecessor; the caller puts it in the hash table.
+func (b *blockIndex) newSoleVec(hash uint64, slot, pred, prev uint32) (v, id uint32) {
+	v = b.newVec()
 	id = b.newRec()
 	rec := &b.recs[id]
 	rec.vec, rec.rc, rec.pos, rec.prev = v, 1, 0, prev
@@ -228,7 +236,7 @@ func (b *blockIndex) acquireHash(hash uint64, slot, pred, prev uint32) (v, id ui
 		b.vecs[pred].child = v
 	}
 	b.live++
-	return v, id, true
+	return v, id
 }
 
 // newVec takes a vector from the free list or the arena; the caller sets

@@ -378,16 +378,7 @@ func (s *Scheduler) promote(r uint32, k int) {
 			pred = b.recs[prev].vec
 		}
 		hash := rq.hashes[j]
-		v := b.newVec()
-		nid := b.newRec()
-		rec := &b.recs[nid]
-		rec.vec, rec.rc, rec.pos, rec.prev = v, 1, 0, prev
-		vec := &b.vecs[v]
-		vec.hash, vec.first, vec.n, vec.head, vec.tail, vec.pred, vec.child = hash, hentry{slot, nid}, 1, 0, 0, pred, 0
-		if pred != 0 {
-			b.vecs[pred].child = v
-		}
-		b.live++
+		v, nid := b.newSoleVec(hash, slot, pred, prev)
 		b.heads.repoint(hash, privBit|r, v)
 		rq.holds[j] = nid
 		n++

@@ -686,7 +686,9 @@ func (s *Scheduler) countHeld(blocks []wire.SeqHash, gen uint32) {
 
 // countHeldFrom is countHeld's walk from block j on, whose probe met the
 // private cell priv; prev, run and nested are the walk's state there. It is
-// the same walk, with the vectors reloaded after each promotion.
+// the same walk, with the vectors reloaded after each promotion. The copy is
+// on purpose: countHeld as a call of this walk from block 0 measured 13,792 →
+// 13,920 instructions per decision at 8 ranks (cachegrind, BenchmarkDecide).
 func (s *Scheduler) countHeldFrom(blocks []wire.SeqHash, g uint64, j int, priv, prev, run uint32, nested bool) {
 	vc := s.vecCache[:len(blocks)]
 	for ; j < len(blocks); j++ {

@@ -1,20 +1,18 @@
 package indexbench
 
 import (
-	"slices"
-	"time"
-
 	"bytes"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
-
-	"github.com/kvroute/kvroute/radix"
-	"github.com/kvroute/kvroute/shard"
-	"github.com/kvroute/kvroute/wire"
+	"time"
 
 	"github.com/kvroute/kvroute/bench/trace"
 	"github.com/kvroute/kvroute/bench/tracestream"
+	"github.com/kvroute/kvroute/radix"
+	"github.com/kvroute/kvroute/shard"
+	"github.com/kvroute/kvroute/wire"
 )
 
 const smallTrace = "../trace/testdata/mooncake_head200.jsonl"

@@ -29,7 +29,10 @@ type Config struct {
 	// ClusterName (default "kvroute"), listening for routes from the other
 	// nodes on Host:ClusterPort and connecting to Routes (nats://host:port
 	// of the nodes' cluster listeners; its own is skipped). JetStream then
-	// runs clustered: it needs a quorum of the nodes to be up.
+	// runs clustered: it needs a quorum of the nodes to be up. -1 does the
+	// same on a random free port (the server's ClusterAddr says which):
+	// for nodes started in one process, each given the earlier nodes'
+	// addresses as Routes (the routes then gossip a full mesh).
 	ClusterPort int
 	ClusterName string
 	Routes      []string
@@ -52,15 +55,14 @@ func Start(cfg Config) (*server.Server, error) {
 	if port == 0 {
 		port = -1
 	}
-	if port > 0 {
-		// nats-server reports a listen failure only to its log and then
-		// never becomes ready; check the port first so the caller gets
-		// the cause at once.
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			return nil, fmt.Errorf("natsembed: %w", err)
-		}
-		_ = ln.Close()
+	// nats-server reports a listen failure only to its log and then never
+	// becomes ready; check fixed ports first so the caller gets the cause
+	// at once.
+	if err := checkListen(host, port, "client"); err != nil {
+		return nil, err
+	}
+	if err := checkListen(host, cfg.ClusterPort, "cluster"); err != nil {
+		return nil, err
 	}
 	opts := &server.Options{
 		ServerName: cfg.Name,
@@ -72,7 +74,7 @@ func Start(cfg Config) (*server.Server, error) {
 		NoLog:      !cfg.Log,
 		Users:      cfg.Users,
 	}
-	if cfg.ClusterPort > 0 {
+	if cfg.ClusterPort > 0 || cfg.ClusterPort == -1 {
 		opts.Cluster.Name = cfg.ClusterName
 		if opts.Cluster.Name == "" {
 			opts.Cluster.Name = "kvroute"
@@ -94,6 +96,20 @@ func Start(cfg Config) (*server.Server, error) {
 		return nil, fmt.Errorf("natsembed: server on %s:%d not ready after 10s", host, port)
 	}
 	return s, nil
+}
+
+// checkListen returns why host:port cannot be listened on (port > 0 only:
+// the other values mean none or a random one).
+func checkListen(host string, port int, what string) error {
+	if port <= 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("natsembed: %s port: %w", what, err)
+	}
+	_ = ln.Close()
+	return nil
 }
 
 // Embedded is a running embedded server and the store directory it uses;

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,27 +65,20 @@ func TestOpenTemporaryStore(t *testing.T) {
 // client of one node sees subscribers on another, and a meta leader is
 // elected.
 func TestClusterNodes(t *testing.T) {
-	var ports []int
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		_ = ln.Close()
-	}
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
-	}
+	// Random cluster ports, each node routed to the ones before it: ports
+	// picked by the test and freed before the servers bind them could be
+	// taken meanwhile by another package's test (make test runs packages in
+	// parallel), and the server would never become ready.
 	var nodes []*server.Server
-	for i, p := range ports {
-		s, err := Start(Config{StoreDir: t.TempDir(), Name: fmt.Sprintf("n%d", i+1), ClusterPort: p, Routes: routes})
+	var routes []string
+	for i := range 3 {
+		s, err := Start(Config{StoreDir: t.TempDir(), Name: fmt.Sprintf("n%d", i+1), ClusterPort: -1, Routes: slices.Clone(routes)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 		nodes = append(nodes, s)
+		routes = append(routes, "nats://"+s.ClusterAddr().String())
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !slices.ContainsFunc(nodes, (*server.Server).JetStreamIsLeader) {
@@ -118,5 +112,24 @@ func TestClusterNodes(t *testing.T) {
 	}
 	if n := nodes[1].NumRoutes(); n < 2 {
 		t.Fatalf("n2 has %d routes, want 2", n)
+	}
+}
+
+// A fixed cluster port that is taken is an error naming the listener, not
+// a server that never becomes ready ("not ready after 10s").
+func TestClusterPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	s, err := Start(Config{StoreDir: t.TempDir(), ClusterPort: port})
+	if err == nil {
+		s.Shutdown()
+		t.Fatal("a taken cluster port must be an error")
+	}
+	if !strings.Contains(err.Error(), "cluster port") {
+		t.Fatalf("error %q does not name the cluster port", err)
 	}
 }

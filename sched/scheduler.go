@@ -181,12 +181,21 @@ type request struct {
 	npriv    uint32   // private blocks (Scheduler.promote)
 	privLo   uint32   // the position of the first private block, if any
 	nextFree uint32
+	// stretch: its private blocks are one stretch, privLo to the end,
+	// with one table cell, privLo's (Config.ChainedHashes).
+	stretch bool
 }
 
 // privPos returns the position of k among the request's private blocks, or
 // -1.
 func (rq *request) privPos(k uint64) int {
 	if rq.npriv == 0 {
+		return -1
+	}
+	if rq.stretch {
+		if rq.hashes[rq.privLo] == k {
+			return int(rq.privLo)
+		}
 		return -1
 	}
 	for j := int(rq.privLo); j < len(rq.holds); j++ {

@@ -101,7 +101,42 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		pred, prev = v, id
 		holds = append(holds, id)
 	}
-	if j < len(blocks) {
+	if j < len(blocks) && s.cfg.ChainedHashes {
+		// Chained hashes: the rest is looked up by hash up to the first
+		// block found nowhere. Every block after it is nowhere too (whoever
+		// held one would hold its prefix), so it starts this request's
+		// private stretch: the rest of the blocks, private, with one table
+		// cell, its own (Config.ChainedHashes; promote).
+		holds = slices.Grow(holds, len(blocks)-j)
+		for ; j < len(blocks); j++ {
+			k := uint64(blocks[j])
+			found, cell := s.blocks.heads.find(k, s.blocks.vecs, s.reqs)
+			if found&privBit != 0 { // another request's stretch
+				found = s.promoteWalk(found&^privBit, k, blocks[j+1:])
+			}
+			if found == 0 {
+				s.blocks.heads.put(cell, k, privBit|r)
+				hashes = slices.Grow(hashes, len(blocks))[:len(blocks)]
+				for p := j; p < len(blocks); p++ {
+					hashes[p] = uint64(blocks[p])
+				}
+				rq.hashes = hashes
+				n := len(blocks) - j
+				rq.privLo, rq.npriv, rq.stretch = uint32(j), uint32(n), true
+				holds = holds[:len(blocks)]
+				clear(holds[j:])
+				s.blocks.npriv += n
+				added += int64(n)
+				break
+			}
+			id, became := s.blocks.acquire(found, i, pred, prev)
+			if became {
+				added++
+			}
+			pred, prev = found, id
+			holds = append(holds, id)
+		}
+	} else if j < len(blocks) {
 		// The rest is looked up by hash. A block found nowhere becomes
 		// private: its table cell names this request (privBit | r), and
 		// it gets no vector or record until another lookup finds it
@@ -312,6 +347,16 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 				left++
 			}
 		}
+	} else if rq.stretch { // holds[privLo:] are private, one cell
+		lo := rq.privLo
+		for _, id := range rq.holds[:lo] {
+			if s.blocks.release(id) {
+				left++
+			}
+		}
+		s.blocks.heads.del(rq.hashes[lo], privBit|r)
+		left += int64(rq.npriv)
+		s.blocks.npriv -= int(rq.npriv)
 	} else {
 		left = int64(rq.npriv)
 		for j, id := range rq.holds {
@@ -379,7 +424,11 @@ func (s *Scheduler) promote(r uint32, k int) {
 		}
 		hash := rq.hashes[j]
 		v, nid := b.newSoleVec(hash, slot, pred, prev)
-		b.heads.repoint(hash, privBit|r, v)
+		if !rq.stretch || j == int(rq.privLo) {
+			b.heads.repoint(hash, privBit|r, v)
+		} else { // a stretch's block after its first has no cell
+			b.heads.insert(hash, v)
+		}
 		rq.holds[j] = nid
 		n++
 	}
@@ -391,6 +440,9 @@ func (s *Scheduler) promote(r uint32, k int) {
 			j++
 		}
 		rq.privLo = uint32(j)
+		if rq.stretch { // the stretch's new first block
+			b.heads.insert(rq.hashes[j], privBit|r)
+		}
 	}
 	s.promotions++
 }

@@ -110,6 +110,22 @@ func (t *vecTable) put(cell uint64, k uint64, v uint32) {
 	t.n++
 }
 
+// insert stores id v under key k without looking k up (the caller knows it
+// is absent, or accepts a second cell for it), growing the table first if
+// needed.
+func (t *vecTable) insert(k uint64, v uint32) {
+	if (t.n+1)*2 > len(t.cells) {
+		t.grow()
+	}
+	fp := vtFingerprint(k)
+	i := t.home(fp)
+	for t.cells[i] != 0 {
+		i = (i + 1) & t.mask
+	}
+	t.cells[i] = uint64(fp)<<32 | uint64(v)
+	t.n++
+}
+
 // del removes vector v, indexed under key k.
 func (t *vecTable) del(k uint64, v uint32) {
 	fp := vtFingerprint(k)

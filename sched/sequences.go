@@ -86,6 +86,18 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 	// The active count is summed in a local and stored once: a store
 	// through h per block cost more (cachegrind).
 	added := int64(0)
+	if fresh && s.cfg.ChainedHashes && j < cached {
+		// Chained hashes repeat no block, so each is new on slot i:
+		// acquireNew's search for an earlier reference is not needed.
+		added = int64(cached - j)
+		for _, v := range s.vecCache[j:cached] {
+			s.blocks.link(v, pred)
+			id := s.blocks.add(v, i, prev)
+			pred, prev = v, id
+			holds = append(holds, id)
+		}
+		j = cached
+	}
 	for ; j < cached; j++ {
 		v := s.vecCache[j]
 		var id uint32

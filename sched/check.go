@@ -169,7 +169,7 @@ func (s *Scheduler) CheckInvariants() error {
 				// Private: indexed under its hash as this request's; in a
 				// stretch only the first is, and chained hashes leave no
 				// other block of that hash.
-				h := rq.hashes[j]
+				h := uint64(rq.hashes[j])
 				want := privBit | uint32(r)
 				if rq.stretch && j > int(rq.privLo) {
 					want = 0

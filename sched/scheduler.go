@@ -177,7 +177,7 @@ type request struct {
 	slPrev   uint32
 	slNext   uint32
 	holds    []uint32 // holder records of its blocks (of random hashes without KV reuse); 0: private
-	hashes   []uint64 // by block position: the hash of each private block (others unset)
+	hashes   []wire.SeqHash // by block position: the hash of each private block (others unset)
 	npriv    uint32   // private blocks (Scheduler.promote)
 	privLo   uint32   // the position of the first private block, if any
 	nextFree uint32
@@ -193,13 +193,13 @@ func (rq *request) privPos(k uint64) int {
 		return -1
 	}
 	if rq.stretch {
-		if rq.hashes[rq.privLo] == k {
+		if uint64(rq.hashes[rq.privLo]) == k {
 			return int(rq.privLo)
 		}
 		return -1
 	}
 	for j := int(rq.privLo); j < len(rq.holds); j++ {
-		if rq.holds[j] == 0 && rq.hashes[j] == k {
+		if rq.holds[j] == 0 && uint64(rq.hashes[j]) == k {
 			return j
 		}
 	}
@@ -760,7 +760,7 @@ func (s *Scheduler) promoteWalk(o uint32, h uint64, next []wire.SeqHash) uint32 
 	k0 := rq.privPos(h)
 	k := k0
 	for _, nh := range next {
-		if k+1 >= len(rq.holds) || rq.holds[k+1] != 0 || rq.hashes[k+1] != uint64(nh) {
+		if k+1 >= len(rq.holds) || rq.holds[k+1] != 0 || rq.hashes[k+1] != nh {
 			break
 		}
 		k++

@@ -90,11 +90,13 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		// Chained hashes repeat no block, so each is new on slot i:
 		// acquireNew's search for an earlier reference is not needed.
 		added = int64(cached - j)
-		for _, v := range s.vecCache[j:cached] {
+		n0 := len(holds)
+		holds = slices.Grow(holds, cached-j)[:n0+cached-j]
+		for k, v := range s.vecCache[j:cached] {
 			s.blocks.link(v, pred)
 			id := s.blocks.add(v, i, prev)
 			pred, prev = v, id
-			holds = append(holds, id)
+			holds[n0+k] = id
 		}
 		j = cached
 	}
@@ -129,9 +131,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 			if found == 0 {
 				s.blocks.heads.put(cell, k, privBit|r)
 				hashes = slices.Grow(hashes, len(blocks))[:len(blocks)]
-				for p := j; p < len(blocks); p++ {
-					hashes[p] = uint64(blocks[p])
-				}
+				copy(hashes[j:], blocks[j:])
 				rq.hashes = hashes
 				n := len(blocks) - j
 				rq.privLo, rq.npriv, rq.stretch = uint32(j), uint32(n), true
@@ -174,7 +174,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 				if rq.npriv == 0 {
 					rq.privLo = uint32(len(holds))
 				}
-				hashes[len(holds)] = k
+				hashes[len(holds)] = hash
 				holds = append(holds, 0)
 				// A later block of this request may find this one:
 				// privPos reads the request's holds up to its last
@@ -237,10 +237,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 // following the links back from deep, or empty if a record is not the
 // block's (which nesting rules out; the caller then searches).
 func (s *Scheduler) chainHolds(holds []uint32, deep uint32, n int) []uint32 {
-	holds = holds[:0]
-	for range n {
-		holds = append(holds, 0)
-	}
+	holds = slices.Grow(holds[:0], n)[:n] // every entry is set below
 	id := deep
 	for k := n - 1; k >= 0; k-- {
 		if id == 0 || s.blocks.recs[id].vec != s.vecCache[k] {
@@ -361,19 +358,22 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 		}
 	} else if rq.stretch { // holds[privLo:] are private, one cell
 		lo := rq.privLo
+		recs := s.blocks.recs // release does not grow it
 		for _, id := range rq.holds[:lo] {
-			if s.blocks.release(id) {
+			if rec := &recs[id]; rec.rc > 1 { // still held: release's first step, inline
+				rec.rc--
+			} else if s.blocks.release(id) {
 				left++
 			}
 		}
-		s.blocks.heads.del(rq.hashes[lo], privBit|r)
+		s.blocks.heads.del(uint64(rq.hashes[lo]), privBit|r)
 		left += int64(rq.npriv)
 		s.blocks.npriv -= int(rq.npriv)
 	} else {
 		left = int64(rq.npriv)
 		for j, id := range rq.holds {
 			if id == 0 {
-				s.blocks.heads.del(rq.hashes[j], privBit|r)
+				s.blocks.heads.del(uint64(rq.hashes[j]), privBit|r)
 			} else if s.blocks.release(id) {
 				left++
 			}
@@ -434,7 +434,7 @@ func (s *Scheduler) promote(r uint32, k int) {
 			prev = rq.holds[j-1]
 			pred = b.recs[prev].vec
 		}
-		hash := rq.hashes[j]
+		hash := uint64(rq.hashes[j])
 		v, nid := b.newSoleVec(hash, slot, pred, prev)
 		if !rq.stretch || j == int(rq.privLo) {
 			b.heads.repoint(hash, privBit|r, v)
@@ -453,7 +453,7 @@ func (s *Scheduler) promote(r uint32, k int) {
 		}
 		rq.privLo = uint32(j)
 		if rq.stretch { // the stretch's new first block
-			b.heads.insert(rq.hashes[j], privBit|r)
+			b.heads.insert(uint64(rq.hashes[j]), privBit|r)
 		}
 	}
 	s.promotions++

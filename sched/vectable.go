@@ -31,6 +31,7 @@ const vecTableMinCells = 16
 
 // fingerprint of a sequence hash: the top 32 bits of its Fibonacci product.
 func vtFingerprint(k uint64) uint32 {
+	k ^= k >> 32
 	return uint32((k * 0x9E3779B97F4A7C15) >> 32)
 }
 

@@ -312,7 +312,7 @@ func TestPrivateStretch(t *testing.T) {
 	}
 	state("one request", 6, 0, 1)
 	held("walk of a shared prefix", seq(1, 2, 3, 9), [2]uint32{3, 0}) // promotes 1..3
-	state("after the walk", 3, 3, 3+1)                                  // 3 vectors, the stretch from 4
+	state("after the walk", 3, 3, 3+1)                                // 3 vectors, the stretch from 4
 	held("walk of the rest", seq(1, 2, 3, 4, 5, 6), [2]uint32{6, 0})  // promotes 4..6
 	state("all promoted", 0, 6, 6)
 	if err := s.AddRequest(2, w2, seq(7, 8, 9, 10), 16, 0, PrefillLoadHint{}, 0); err != nil {

@@ -176,10 +176,10 @@ type request struct {
 	exNext   uint32
 	slPrev   uint32
 	slNext   uint32
-	holds    []uint32 // holder records of its blocks (of random hashes without KV reuse); 0: private
+	holds    []uint32       // holder records of its blocks (of random hashes without KV reuse); 0: private
 	hashes   []wire.SeqHash // by block position: the hash of each private block (others unset)
-	npriv    uint32   // private blocks (Scheduler.promote)
-	privLo   uint32   // the position of the first private block, if any
+	npriv    uint32         // private blocks (Scheduler.promote)
+	privLo   uint32         // the position of the first private block, if any
 	nextFree uint32
 	// stretch: its private blocks are one stretch, privLo to the end,
 	// with one table cell, privLo's (Config.ChainedHashes).

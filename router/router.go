@@ -187,6 +187,11 @@ func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
 	if cfg.ID == "" {
 		cfg.ID = fmt.Sprintf("kvroute-%d-%08x", os.Getpid(), rand.Uint32())
 	}
+	// Every block list the router gives the scheduler is a prompt's chained
+	// sequence hashes (wire.SequenceHashes, here or in a peer replica's
+	// decision), so the scheduler may index a request's unshared blocks
+	// once per stretch (sched.Config.ChainedHashes).
+	cfg.Sched.ChainedHashes = true
 	s, err := sched.New(cfg.Sched, cfg.Seed)
 	if err != nil {
 		return nil, err

@@ -273,35 +273,40 @@ func (b *blockIndex) newRec() uint32 {
 
 // add appends slot, with a new record of one reference, to vector v's
 // holders and returns the record; prev is the booking's previous record.
+// Fields are set one by one and a new chunk's holders are not cleared (only
+// the first n of a vector's holders are read): composite literals are built
+// and copied (cachegrind).
 func (b *blockIndex) add(v, slot, prev uint32) uint32 {
 	id := b.newRec()
-	rec := holderRec{vec: v, rc: 1, prev: prev}
 	vec := &b.vecs[v]
 	k := vec.n
-	if k > 0 && (k-1)%chunkHolders == 0 {
-		c := b.free
-		if c != 0 {
-			b.free = b.chunks[c].next
-		} else {
-			b.chunks = append(b.chunks, holderChunk{})
-			c = uint32(len(b.chunks) - 1)
-		}
-		b.chunks[c] = holderChunk{prev: vec.tail}
-		if vec.tail != 0 {
-			b.chunks[vec.tail].next = c
-		} else {
-			vec.head = c
-		}
-		vec.tail = c
-	}
+	pos := uint32(0)
 	if k == 0 {
 		vec.first = hentry{slot, id}
 	} else {
+		if (k-1)%chunkHolders == 0 {
+			c := b.free
+			if c != 0 {
+				b.free = b.chunks[c].next
+			} else {
+				b.chunks = append(b.chunks, holderChunk{})
+				c = uint32(len(b.chunks) - 1)
+			}
+			ch := &b.chunks[c]
+			ch.prev, ch.next = vec.tail, 0
+			if vec.tail != 0 {
+				b.chunks[vec.tail].next = c
+			} else {
+				vec.head = c
+			}
+			vec.tail = c
+		}
 		o := (k - 1) % chunkHolders
 		b.chunks[vec.tail].hs[o] = hentry{slot, id}
-		rec.pos = vec.tail<<3 | o
+		pos = vec.tail<<3 | o
 	}
-	b.recs[id] = rec
+	rec := &b.recs[id]
+	rec.vec, rec.rc, rec.pos, rec.prev = v, 1, pos, prev
 	vec.n++
 	b.live++
 	return id
@@ -337,15 +342,14 @@ func (b *blockIndex) release(id uint32) bool {
 			*hole = moved
 			b.recs[moved.id].pos = pos
 		}
-		tail.hs[j] = hentry{}
-		if j == 0 { // the tail chunk emptied
+		if j == 0 { // the tail chunk emptied: free it (add sets its links)
 			vec.tail = tail.prev
 			if vec.tail != 0 {
 				b.chunks[vec.tail].next = 0
 			} else {
 				vec.head = 0
 			}
-			b.chunks[tc] = holderChunk{next: b.free}
+			tail.next = b.free
 			b.free = tc
 		}
 	}

@@ -265,3 +265,69 @@ func TestPrivateBlocks(t *testing.T) {
 		t.Fatal("nothing promoted")
 	}
 }
+
+// Private stretches (Config.ChainedHashes, session 10): a request's blocks
+// found nowhere are one stretch with one table cell, its first block's. A
+// walk sharing a prefix of the stretch promotes that prefix (each promoted
+// block indexed) and indexes the stretch's new first block; a booking of
+// the same prompt on another rank does the same; freeing deletes the one
+// cell. Held counts match the per-block index's.
+func TestPrivateStretch(t *testing.T) {
+	cfg := testConfig()
+	cfg.ChainedHashes = true
+	s, err := New(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1, w2 := wire.WorkerKey{Worker: 1}, wire.WorkerKey{Worker: 2}
+	for _, w := range []wire.WorkerKey{w1, w2} {
+		s.AddWorker(w, Capacity{TotalBlocks: 1000})
+	}
+	seq := func(locals ...uint64) []wire.SeqHash {
+		ls := make([]wire.BlockHash, len(locals))
+		for i, l := range locals {
+			ls[i] = wire.BlockHash(l)
+		}
+		return wire.SequenceHashes(nil, ls)
+	}
+	state := func(step string, npriv, live, cells int) {
+		t.Helper()
+		if err := s.CheckInvariants(); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if s.blocks.npriv != npriv || s.blocks.live != live || s.blocks.heads.n != cells {
+			t.Fatalf("%s: %d private, %d records, %d cells; want %d, %d, %d", step, s.blocks.npriv, s.blocks.live, s.blocks.heads.n, npriv, live, cells)
+		}
+	}
+	held := func(step string, blocks []wire.SeqHash, want [2]uint32) {
+		t.Helper()
+		for k, l := range s.AppendLoads(nil, blocks, 0) {
+			if l.HeldBlocks != want[k] {
+				t.Fatalf("%s: worker %d holds %d, want %d", step, k+1, l.HeldBlocks, want[k])
+			}
+		}
+	}
+	if err := s.AddRequest(1, w1, seq(1, 2, 3, 4, 5, 6), 24, 0, PrefillLoadHint{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	state("one request", 6, 0, 1)
+	held("walk of a shared prefix", seq(1, 2, 3, 9), [2]uint32{3, 0}) // promotes 1..3
+	state("after the walk", 3, 3, 3+1)                                // 3 vectors, the stretch from 4
+	held("walk of the rest", seq(1, 2, 3, 4, 5, 6), [2]uint32{6, 0})  // promotes 4..6
+	state("all promoted", 0, 6, 6)
+	if err := s.AddRequest(2, w2, seq(7, 8, 9, 10), 16, 0, PrefillLoadHint{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddRequest(3, w1, seq(7, 8, 11), 12, 0, PrefillLoadHint{}, 0); err != nil {
+		t.Fatal(err) // a booking finds request 2's stretch: promotes 7, 8
+	}
+	state("a booking shares a prefix", 2+1, 6+2+2, 6+2+1+1)
+	held("both", seq(7, 8, 9), [2]uint32{2, 3})
+	for id := uint64(1); id <= 3; id++ {
+		s.Free(id, 0)
+		if err := s.CheckInvariants(); err != nil {
+			t.Fatalf("free %d: %v", id, err)
+		}
+	}
+	state("after freeing all", 0, 0, 0)
+}

@@ -141,6 +141,7 @@ func (s *Scheduler) CheckInvariants() error {
 
 	// Requests.
 	live, npriv := 0, 0
+	stretchPriv := map[holderKey]bool{} // private blocks without a cell
 	for r := 1; r < len(s.reqs); r++ {
 		rq := &s.reqs[r]
 		if !rq.live {
@@ -157,11 +158,29 @@ func (s *Scheduler) CheckInvariants() error {
 			return fmt.Errorf("request id %d on dead slot %d", rq.id, rq.slot)
 		}
 		rpriv := 0
+		if rq.npriv > 0 && rq.stretch != s.cfg.ChainedHashes {
+			return fmt.Errorf("request id %d: %d private blocks, stretch %v, chained hashes %v", rq.id, rq.npriv, rq.stretch, s.cfg.ChainedHashes)
+		}
 		for j, id := range rq.holds {
-			if id == 0 { // private: indexed under its hash as this request's
-				h := rq.hashes[j]
-				if got := s.blocks.heads.get(h, s.blocks.vecs, s.reqs); got != privBit|uint32(r) {
-					return fmt.Errorf("request id %d block %d: private hash %x, lookup finds %x", rq.id, j, h, got)
+			if rq.stretch && rq.npriv > 0 && (id == 0) != (j >= int(rq.privLo)) {
+				return fmt.Errorf("request id %d block %d: record %d, its private stretch starts at %d", rq.id, j, id, rq.privLo)
+			}
+			if id == 0 {
+				// Private: indexed under its hash as this request's; in a
+				// stretch only the first is, and chained hashes leave no
+				// other block of that hash.
+				h := uint64(rq.hashes[j])
+				want := privBit | uint32(r)
+				if rq.stretch && j > int(rq.privLo) {
+					want = 0
+					stretchPriv[holderKey{h, rq.slot}] = true
+				}
+				got := s.blocks.heads.get(h, s.blocks.vecs, s.reqs)
+				if want == 0 && got == privBit|uint32(r) && vtFingerprint(h) == vtFingerprint(uint64(rq.hashes[rq.privLo])) {
+					got = 0 // found through the first block's cell, sharing its fingerprint
+				}
+				if got != want {
+					return fmt.Errorf("request id %d block %d: private hash %x, lookup finds %x, want %x", rq.id, j, h, got, want)
 				}
 				rc[holderKey{h, rq.slot}]++
 				activeBy[rq.slot]++
@@ -192,7 +211,11 @@ func (s *Scheduler) CheckInvariants() error {
 			}
 			rc[holderKey{s.blocks.vecs[v].hash, rq.slot}]++
 		}
-		if rpriv != int(rq.npriv) || rpriv != privCells[uint32(r)] {
+		cells := rpriv
+		if rq.stretch && rpriv > 0 {
+			cells = 1
+		}
+		if rpriv != int(rq.npriv) || cells != privCells[uint32(r)] {
 			return fmt.Errorf("request id %d: %d private blocks, counted %d, %d table cells", rq.id, rpriv, rq.npriv, privCells[uint32(r)])
 		}
 		npriv += rpriv
@@ -210,6 +233,8 @@ func (s *Scheduler) CheckInvariants() error {
 			if s.reqs[v&^privBit].slot == k.slot {
 				got = 1
 			}
+		} else if v == 0 && stretchPriv[k] {
+			got = 1
 		} else if v != 0 {
 			for _, p := range s.blocks.appendHolders(nil, v) {
 				if p.slot == k.slot {

@@ -130,6 +130,18 @@ type Config struct {
 	// seeded RNG, so nothing is deduplicated.
 	AssumeKVReuse bool
 
+	// ChainedHashes asserts that every block list given (Request.Blocks,
+	// AddRequest's blocks) is a prompt's chained sequence hashes from its
+	// first block, as wire.SequenceHashes makes them: a hash determines its
+	// position and every hash before it, so whoever holds a block holds its
+	// whole prefix. The router sets it. The block index then keeps one
+	// table cell per request's stretch of unshared blocks instead of one
+	// per block (doc.go § Session 10); decisions are the same. Default
+	// false: arbitrary hash lists (tests, other callers) keep a cell per
+	// block. With lists that break the assertion, held-block counts may
+	// miss blocks; the index stays consistent.
+	ChainedHashes bool
+
 	// Expiry force-frees requests booked longer ago than this, on Tick.
 	// Default 300 s; ≤ 0 disables expiry.
 	Expiry time.Duration

@@ -504,6 +504,53 @@
 // verified against request.hashes) would remove ~1.5-2k: the next step,
 // needing the caller to assert chained hashes (a Config flag).
 //
+// # Session 10 (issue 17 §3, sixth step): private stretches
+//
+// Config.ChainedHashes (set by the router, whose lists are
+// wire.SequenceHashes) asserts that a hash determines its position and its
+// whole prefix, so whoever holds a block holds every block before it.
+// Changes (exact):
+//
+//   - Booking looks blocks up only to the first found nowhere; it and all
+//     after it are one private stretch (request.stretch, privLo to the end)
+//     with one table cell, its first block's, and the hashes copied once. A
+//     lookup can reach the stretch only through that block (a walk goes
+//     from block 0; a booking found the same prefix): privPos's loop finds
+//     it at its first step (a separate stretch case kept cellIs from
+//     inlining into find). Promotion indexes each promoted block
+//     (vecTable.insert) and the stretch's new first block; freeing deletes
+//     one cell.
+//   - A fresh booking under chained hashes adds each cached block's holder
+//     without acquireNew's search (no block repeats); add and release set
+//     chunk and record fields one by one and no longer clear a 64-byte
+//     chunk; freeReq drops a still-held record's reference inline.
+//   - vecTable's fingerprint folds the key's high half in (k ^ k>>32) before
+//     the Fibonacci multiply: BenchmarkDecide's family-prefix keys
+//     (fam<<40 | j) clustered (mean displacement 0.55 at load 0.14, runs of
+//     9); with random keys the fold costs ~30 instructions per decision.
+//
+// Decisions are unchanged: TestHeapMatchesScan runs every other round with
+// chained lists and the flag against a third scheduler without it;
+// TestModel and FuzzOps set it on half their inputs; TestPrivateStretch;
+// CheckInvariants checks a stretch (a suffix, one cell, no other block of
+// its hashes) also with -tags invariants; and a digest of 72 random
+// histories (chained lists over alphabets of 2, 12, 60 and 2^64 block
+// hashes) is the same on main, with the flag and without.
+//
+// Measured per decision (cachegrind, BenchmarkDecide, 300/900 ops), main →
+// now: 8 ranks 13,800 → 8,734 (−36.7%); 256 ranks 16,217 → 14,669 (−9.5%);
+// 7,000 ranks 31,548 → 29,454 (−6.6%); DecideVariants at 8 ranks
+// blocks=512 153,802 → 70,425, reuse=false (no private blocks) 18,843 →
+// 19,082 (+1.3%, the fold). Steps at 8 ranks (200/400 ops): the stretch
+// 13,828 → 9,846, the fresh loop and field stores 9,480, the hash copy and
+// inline release 9,326, the fold 8,760 (with hashed family prefixes the
+// fold is 8,787 → 8,817: the stretch work alone reaches ~8.8k on random
+// keys). CPU time: docs/ARCHITECTURE.md (issue 17 §3, session 10). What
+// remains at 8 ranks: ~5.0k in the blocks (the walk 0.9k, release 0.8k,
+// book 0.75k, freeReq 0.6k, add 0.5k, promotion 0.8k: the shared prefix's
+// per-block vectors and records), ~3.1k routing (heap, costs, overlap
+// lookups, the rank mirror).
+//
 // # API
 //
 //	New(cfg, seed) (*Scheduler, error); DefaultConfig(); Config.Validate()

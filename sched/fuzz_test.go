@@ -32,6 +32,7 @@ func FuzzOps(f *testing.F) {
 		cfg.BusyPrefillTokens = 40
 		cfg.Temperature = float64(data[1]%3) / 2
 		cfg.CreditCost = data[2]%2 == 1
+		cfg.ChainedHashes = data[3]/4%2 == 1 // the lists are chained (chain below)
 		s, err := New(cfg, uint64(data[0]))
 		if err != nil {
 			t.Fatal(err)

@@ -17,13 +17,16 @@ import (
 // ticks, tree sizes), one deciding through the plain-rank heap where it
 // applies and one always by the scan, and requires identical decisions,
 // effects and stats at every step. Loads are small integers so equal costs
-// (and the tie break by tree size and seeded RNG) are frequent.
+// (and the tie break by tree size and seeded RNG) are frequent. Every other
+// round's block lists are chained and both schedulers set
+// Config.ChainedHashes; a third scheduler without it (a cell per private
+// block) must then decide the same.
 func TestHeapMatchesScan(t *testing.T) {
 	rounds, steps := 60, 1500
 	if testing.Short() {
 		rounds = 15
 	}
-	var heapUsed, decisions, pruned, chained, promoted uint64
+	var heapUsed, decisions, pruned, chained, promoted, stretched uint64
 	for round := range rounds {
 		seed := uint64(round)*0x9e3779b97f4a7c15 + 1
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -53,13 +56,24 @@ func TestHeapMatchesScan(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			cfg.BusyDecodeFrac = 0.8
 		}
+		chainedOnly := round%2 == 1
+		cfg.ChainedHashes = chainedOnly
 		hs, err := New(cfg, seed)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ss, _ := New(cfg, seed)
 		ss.forceScan = true
+		var cs *Scheduler // chained rounds: the reference without stretches
 		both := func(f func(s *Scheduler)) { f(hs); f(ss) }
+		if chainedOnly {
+			ccfg := cfg
+			ccfg.ChainedHashes = false
+			cs, _ = New(ccfg, seed)
+			both = func(f func(s *Scheduler)) { f(hs); f(ss); f(cs) }
+		}
+		var cd []Decision
+		var ce []Effect
 
 		nWorkers := 2 + rng.IntN(40)
 		multi := rng.IntN(3) == 0
@@ -73,7 +87,7 @@ func TestHeapMatchesScan(t *testing.T) {
 		chain := func(n int) []wire.SeqHash {
 			fam := uint64(rng.IntN(5))
 			hs := make([]wire.SeqHash, n)
-			arbitrary := rng.IntN(5) == 0 // repeats, disagreeing predecessors
+			arbitrary := rng.IntN(5) == 0 && !chainedOnly // repeats, disagreeing predecessors
 			for i := range hs {
 				if arbitrary {
 					hs[i] = wire.SeqHash(fam<<32 | uint64(rng.IntN(3)+1))
@@ -147,6 +161,11 @@ func TestHeapMatchesScan(t *testing.T) {
 					if a != b || !reflect.DeepEqual(hc, sc) {
 						t.Fatalf("round %d step %d: explained decision %+v, scan %+v", round, step, a, b)
 					}
+					if cs != nil {
+						if c, cc := cs.DecideExplained(nil, &batch[0], ovs[0], now); c != a || !reflect.DeepEqual(hc, cc) {
+							t.Fatalf("round %d step %d: explained decision %+v, without stretches %+v", round, step, a, c)
+						}
+					}
 					break
 				}
 				if rng.IntN(4) == 0 {
@@ -156,6 +175,11 @@ func TestHeapMatchesScan(t *testing.T) {
 				sd = ss.Decide(sd[:0], batch, ovs, now)
 				if !reflect.DeepEqual(hd, sd) {
 					t.Fatalf("round %d step %d (%+v): heap decided\n%+v\nscan decided\n%+v", round, step, cfg, hd, sd)
+				}
+				if cs != nil {
+					if cd = cs.Decide(cd[:0], batch, ovs, now); !reflect.DeepEqual(hd, cd) {
+						t.Fatalf("round %d step %d (%+v): decided\n%+v\nwithout stretches\n%+v", round, step, cfg, hd, cd)
+					}
 				}
 				decisions += uint64(len(hd))
 			case op < 14:
@@ -176,9 +200,25 @@ func TestHeapMatchesScan(t *testing.T) {
 			if !reflect.DeepEqual(he, se) || hs.Stats() != ss.Stats() {
 				t.Fatalf("round %d step %d: effects or stats differ:\n%+v %+v\n%+v %+v", round, step, he, hs.Stats(), se, ss.Stats())
 			}
+			if cs != nil {
+				if ce = cs.Drain(ce[:0]); !reflect.DeepEqual(he, ce) || hs.Stats() != cs.Stats() {
+					t.Fatalf("round %d step %d: effects or stats differ without stretches:\n%+v %+v\n%+v %+v", round, step, he, hs.Stats(), ce, cs.Stats())
+				}
+				if hs.blocks.live+hs.blocks.npriv != cs.blocks.live+cs.blocks.npriv || hs.blocks.npriv != cs.blocks.npriv {
+					t.Fatalf("round %d step %d: %d records + %d private, without stretches %d + %d", round, step, hs.blocks.live, hs.blocks.npriv, cs.blocks.live, cs.blocks.npriv)
+				}
+			}
 			if step%50 == 0 {
 				if err := hs.CheckInvariants(); err != nil {
 					t.Fatalf("round %d step %d: %v", round, step, err)
+				}
+				if cs != nil {
+					if hs.blocks.npriv > 0 {
+						stretched++
+					}
+					if err := cs.CheckInvariants(); err != nil {
+						t.Fatalf("round %d step %d, without stretches: %v", round, step, err)
+					}
 				}
 			}
 		}
@@ -193,6 +233,9 @@ func TestHeapMatchesScan(t *testing.T) {
 	t.Logf("%d decisions, %d took the heap path, %d touched ranks left uncosted, %d bookings followed record links, %d requests' private blocks promoted", decisions, heapUsed, pruned, chained, promoted)
 	if promoted == 0 {
 		t.Fatal("no private block was promoted")
+	}
+	if stretched == 0 {
+		t.Fatal("no chained round held a private stretch at a check")
 	}
 	if chained == 0 {
 		t.Fatal("no booking followed the record links")

@@ -151,6 +151,7 @@ func testModel(t *testing.T, seed uint64, steps int) {
 	cfg.QueueDepth = 3
 	cfg.Expiry = 50 * time.Second
 	cfg.BusyPrefillTokens = 60
+	cfg.ChainedHashes = seed%2 == 0 // the lists are chained (chain below)
 	s, err := New(cfg, seed)
 	if err != nil {
 		t.Fatal(err)

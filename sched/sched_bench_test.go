@@ -135,6 +135,9 @@ func (f *fleet) step() {
 
 func benchOpts(workers int) fleetOpts {
 	cfg := testConfig()
+	// The prompts' hashes are chained (a family prefix, then hashes of
+	// their own), as the router's are, and the router sets the flag.
+	cfg.ChainedHashes = true
 	return fleetOpts{
 		workers:    workers,
 		blocks:     32, // 512-token prompts at block size 16

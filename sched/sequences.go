@@ -86,6 +86,20 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 	// The active count is summed in a local and stored once: a store
 	// through h per block cost more (cachegrind).
 	added := int64(0)
+	if fresh && s.cfg.ChainedHashes && j < cached {
+		// Chained hashes repeat no block, so each is new on slot i:
+		// acquireNew's search for an earlier reference is not needed.
+		added = int64(cached - j)
+		n0 := len(holds)
+		holds = slices.Grow(holds, cached-j)[:n0+cached-j]
+		for k, v := range s.vecCache[j:cached] {
+			s.blocks.link(v, pred)
+			id := s.blocks.add(v, i, prev)
+			pred, prev = v, id
+			holds[n0+k] = id
+		}
+		j = cached
+	}
 	for ; j < cached; j++ {
 		v := s.vecCache[j]
 		var id uint32
@@ -101,7 +115,40 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		pred, prev = v, id
 		holds = append(holds, id)
 	}
-	if j < len(blocks) {
+	if j < len(blocks) && s.cfg.ChainedHashes {
+		// Chained hashes: the rest is looked up by hash up to the first
+		// block found nowhere. Every block after it is nowhere too (whoever
+		// held one would hold its prefix), so it starts this request's
+		// private stretch: the rest of the blocks, private, with one table
+		// cell, its own (Config.ChainedHashes; promote).
+		holds = slices.Grow(holds, len(blocks)-j)
+		for ; j < len(blocks); j++ {
+			k := uint64(blocks[j])
+			found, cell := s.blocks.heads.find(k, s.blocks.vecs, s.reqs)
+			if found&privBit != 0 { // another request's stretch
+				found = s.promoteWalk(found&^privBit, k, blocks[j+1:])
+			}
+			if found == 0 {
+				s.blocks.heads.put(cell, k, privBit|r)
+				hashes = slices.Grow(hashes, len(blocks))[:len(blocks)]
+				copy(hashes[j:], blocks[j:])
+				rq.hashes = hashes
+				n := len(blocks) - j
+				rq.privLo, rq.npriv, rq.stretch = uint32(j), uint32(n), true
+				holds = holds[:len(blocks)]
+				clear(holds[j:])
+				s.blocks.npriv += n
+				added += int64(n)
+				break
+			}
+			id, became := s.blocks.acquire(found, i, pred, prev)
+			if became {
+				added++
+			}
+			pred, prev = found, id
+			holds = append(holds, id)
+		}
+	} else if j < len(blocks) {
 		// The rest is looked up by hash. A block found nowhere becomes
 		// private: its table cell names this request (privBit | r), and
 		// it gets no vector or record until another lookup finds it
@@ -127,7 +174,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 				if rq.npriv == 0 {
 					rq.privLo = uint32(len(holds))
 				}
-				hashes[len(holds)] = k
+				hashes[len(holds)] = hash
 				holds = append(holds, 0)
 				// A later block of this request may find this one:
 				// privPos reads the request's holds up to its last
@@ -190,10 +237,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 // following the links back from deep, or empty if a record is not the
 // block's (which nesting rules out; the caller then searches).
 func (s *Scheduler) chainHolds(holds []uint32, deep uint32, n int) []uint32 {
-	holds = holds[:0]
-	for range n {
-		holds = append(holds, 0)
-	}
+	holds = slices.Grow(holds[:0], n)[:n] // every entry is set below
 	id := deep
 	for k := n - 1; k >= 0; k-- {
 		if id == 0 || s.blocks.recs[id].vec != s.vecCache[k] {
@@ -312,11 +356,24 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 				left++
 			}
 		}
+	} else if rq.stretch { // holds[privLo:] are private, one cell
+		lo := rq.privLo
+		recs := s.blocks.recs // release does not grow it
+		for _, id := range rq.holds[:lo] {
+			if rec := &recs[id]; rec.rc > 1 { // still held: release's first step, inline
+				rec.rc--
+			} else if s.blocks.release(id) {
+				left++
+			}
+		}
+		s.blocks.heads.del(uint64(rq.hashes[lo]), privBit|r)
+		left += int64(rq.npriv)
+		s.blocks.npriv -= int(rq.npriv)
 	} else {
 		left = int64(rq.npriv)
 		for j, id := range rq.holds {
 			if id == 0 {
-				s.blocks.heads.del(rq.hashes[j], privBit|r)
+				s.blocks.heads.del(uint64(rq.hashes[j]), privBit|r)
 			} else if s.blocks.release(id) {
 				left++
 			}
@@ -377,9 +434,13 @@ func (s *Scheduler) promote(r uint32, k int) {
 			prev = rq.holds[j-1]
 			pred = b.recs[prev].vec
 		}
-		hash := rq.hashes[j]
+		hash := uint64(rq.hashes[j])
 		v, nid := b.newSoleVec(hash, slot, pred, prev)
-		b.heads.repoint(hash, privBit|r, v)
+		if !rq.stretch || j == int(rq.privLo) {
+			b.heads.repoint(hash, privBit|r, v)
+		} else { // a stretch's block after its first has no cell
+			b.heads.insert(hash, v)
+		}
 		rq.holds[j] = nid
 		n++
 	}
@@ -391,6 +452,9 @@ func (s *Scheduler) promote(r uint32, k int) {
 			j++
 		}
 		rq.privLo = uint32(j)
+		if rq.stretch { // the stretch's new first block
+			b.heads.insert(uint64(rq.hashes[j]), privBit|r)
+		}
 	}
 	s.promotions++
 }

@@ -31,6 +31,7 @@ const vecTableMinCells = 16
 
 // fingerprint of a sequence hash: the top 32 bits of its Fibonacci product.
 func vtFingerprint(k uint64) uint32 {
+	k ^= k >> 32
 	return uint32((k * 0x9E3779B97F4A7C15) >> 32)
 }
 
@@ -107,6 +108,22 @@ func (t *vecTable) find(k uint64, vecs []blockVec, reqs []request) (uint32, uint
 // put stores vector v (≥ 1) of key k at the empty cell find returned.
 func (t *vecTable) put(cell uint64, k uint64, v uint32) {
 	t.cells[cell] = uint64(vtFingerprint(k))<<32 | uint64(v)
+	t.n++
+}
+
+// insert stores id v under key k without looking k up (the caller knows it
+// is absent, or accepts a second cell for it), growing the table first if
+// needed.
+func (t *vecTable) insert(k uint64, v uint32) {
+	if (t.n+1)*2 > len(t.cells) {
+		t.grow()
+	}
+	fp := vtFingerprint(k)
+	i := t.home(fp)
+	for t.cells[i] != 0 {
+		i = (i + 1) & t.mask
+	}
+	t.cells[i] = uint64(fp)<<32 | uint64(v)
 	t.n++
 }
 

@@ -7,7 +7,7 @@ import (
 
 // TestVecTable checks the fingerprint table against a Go map on random
 // inserts and deletions. Half the keys come in groups whose Fibonacci
-// products differ by a few units, so they share a fingerprint and a home
+// products (of the folded key, k ^ k>>32) differ by a few units, so they share a fingerprint and a home
 // and lookups must tell them apart by the vector's hash; the rest are
 // random. The table grows from empty and deletions shift long probe runs.
 func TestVecTable(t *testing.T) {
@@ -27,7 +27,8 @@ func TestVecTable(t *testing.T) {
 			base := rng.Uint64() &^ 0xffffffff // product's low half ≈ 0
 			base *= inv                        // key whose product is base
 			for j := range uint64(3) {
-				keys = append(keys, base+j*inv)
+				y := base + j*inv // the folded key (vtFingerprint)
+				keys = append(keys, y^y>>32)
 			}
 		}
 		shared := 0

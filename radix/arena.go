@@ -23,7 +23,7 @@ type node struct {
 	prev   uint32 // previous sibling
 	nchild uint32
 	n      uint32 // blocks in the run (0 only for the root)
-	run    uint32 // chunk index in runs class `class`
+	run    uint32 // the run's chunk: page<<runPageShift | offset (runStore)
 	class  uint8
 	live   bool
 }
@@ -48,18 +48,45 @@ const (
 // is 61).
 const numClasses = 64
 
-// runStore keeps every run's local hashes and block ids in size classes of
-// 1, 2, 3, 4, 6, 8, 12, 16, … blocks (powers of two and 1.5× powers of two,
-// runSize): class c holds chunks of runSize(c) blocks in loc[c] and ids[c],
-// a node's run field the offset of its chunk. Free chunks are linked
-// through ids[c][offset] (1 + the next one's offset, 0 = end). Half-steps
-// instead of powers of two (issue 17 §1): a run wastes ≈1.2× instead of
-// ≈1.4× its length (see doc.go).
+// runStore keeps every run's local hashes and block ids in chunks of size
+// classes of 1, 2, 3, 4, 6, 8, 12, 16, … blocks (powers of two and 1.5×
+// powers of two, runSize; half-steps instead of powers of two, issue 17 §1:
+// a run wastes ≈1.2× instead of ≈1.4× its length, see doc.go). The chunks
+// sit in pages (loc[p], ids[p]) of one class each: a page holds
+// max(1, runPage/size) chunks (a full page of small chunks is 8 KiB of
+// hashes and 4 KiB of ids, one capture page each), and a chunk's address is
+// page<<runPageShift | offset, which is a node's run field. Growth never
+// copies the arena: a class whose open page is full opens a fresh page, so
+// an event pays for the pages of its own runs, not for a doubling of the
+// class (issue 17 §2, session 10). Only a class's first page grows, by
+// doubling, up to full size, so a small tree stays small. Free chunks are
+// linked through the first block id of the chunk (1 + the next one's
+// address, 0 = end).
 type runStore struct {
-	loc  [numClasses][]wire.BlockHash
-	ids  [numClasses][]uint32
-	free [numClasses]uint32
+	loc [][]wire.BlockHash // pages; len = the blocks handed out in the page
+	ids [][]uint32
+	runMeta
+}
+
+// runMeta is the runs arena's scalar state (copied whole by captures and
+// the Copier).
+type runMeta struct {
+	open [numClasses]uint32 // 1 + the page class c hands out chunks from, 0 = none yet
+	free [numClasses]uint32 // 1 + the address of class c's first free chunk
 	live [numClasses]uint32
+}
+
+const (
+	runPageShift = 10
+	runPage      = 1 << runPageShift // the blocks a page of small chunks holds
+	runOffMask   = runPage - 1
+)
+
+// pageBlocks returns the blocks a full page of class c holds: whole
+// chunks only, so a page of 384-block chunks holds two (768), not 1,024.
+func pageBlocks(c uint8) int {
+	size := runSize(c)
+	return max(1, runPage/size) * size
 }
 
 // runSize returns the blocks a chunk of class c holds: 1, then 2^k for odd
@@ -95,29 +122,56 @@ func pow2Class(n int) uint8 {
 	return uint8(bits.Len(uint(n - 1)))
 }
 
+// allocRun returns the address of a free chunk of class c.
 func (t *Tree) allocRun(c uint8) uint32 {
 	r := &t.runs
 	r.live[c]++
 	if f := r.free[c]; f != 0 {
-		base := f - 1
-		r.free[c] = r.ids[c][base]
-		t.wRun(c, int(base), int(base)+1)
-		r.ids[c][base] = 0
-		return base
+		a := f - 1
+		pg, off := a>>runPageShift, a&runOffMask
+		r.free[c] = r.ids[pg][off]
+		t.wRun(a, 0, 1)
+		r.ids[pg][off] = 0
+		return a
 	}
 	size := runSize(c)
-	l := len(r.loc[c])
-	r.loc[c] = slices.Grow(r.loc[c], size)[:l+size]
-	r.ids[c] = slices.Grow(r.ids[c], size)[:l+size]
-	return uint32(l)
+	if o := r.open[c]; o != 0 {
+		pg := o - 1
+		l := len(r.loc[pg])
+		if l+size <= cap(r.loc[pg]) {
+			r.loc[pg], r.ids[pg] = r.loc[pg][:l+size], r.ids[pg][:l+size]
+			return pg<<runPageShift | uint32(l)
+		}
+		if full := pageBlocks(c); l < full {
+			// The class's first page, not yet full size: double it (a
+			// replaced array, which a capture keeps as it was).
+			n := min(full, 2*l)
+			loc := make([]wire.BlockHash, l+size, n)
+			ids := make([]uint32, l+size, n)
+			copy(loc, r.loc[pg])
+			copy(ids, r.ids[pg])
+			r.loc[pg], r.ids[pg] = loc, ids
+			return pg<<runPageShift | uint32(l)
+		}
+	}
+	n := size // a class's first page starts with one chunk
+	if r.open[c] != 0 {
+		n = pageBlocks(c)
+	}
+	pg := uint32(len(r.loc))
+	r.loc = append(r.loc, make([]wire.BlockHash, size, n))
+	r.ids = append(r.ids, make([]uint32, size, n))
+	r.open[c] = pg + 1
+	return pg << runPageShift
 }
 
-func (t *Tree) releaseRun(c uint8, base uint32) {
+// releaseRun frees the chunk of class c at address a.
+func (t *Tree) releaseRun(c uint8, a uint32) {
 	r := &t.runs
 	r.live[c]--
-	t.wRun(c, int(base), int(base)+1)
-	r.ids[c][base] = r.free[c]
-	r.free[c] = base + 1
+	t.wRun(a, 0, 1)
+	r.ids[a>>runPageShift][a&runOffMask] = r.free[c]
+	r.free[c] = a + 1
 }
 
 // Write barriers (see Capture): each is called before a write to an arena
@@ -155,39 +209,57 @@ func (t *Tree) wTiers(lo, hi int) {
 	}
 }
 
-// wRun precedes writes to elements [lo, hi) of class c's local hashes and
-// block ids.
-func (t *Tree) wRun(c uint8, lo, hi int) {
-	if t.cw != nil {
-		t.cw.loc[c].TouchRange(t.runs.loc[c], lo, hi)
-		t.cw.ids[c].TouchRange(t.runs.ids[c], lo, hi)
+// wRun precedes writes to blocks [lo, hi) of the chunk at address a (local
+// hashes and block ids).
+func (t *Tree) wRun(a uint32, lo, hi int) {
+	if cw := t.cw; cw != nil {
+		pg, off := int(a>>runPageShift), int(a&runOffMask)
+		if pg < len(cw.loc) {
+			cw.loc[pg].TouchRange(t.runs.loc[pg], off+lo, off+hi)
+			cw.ids[pg].TouchRange(t.runs.ids[pg], off+lo, off+hi)
+		}
 	}
 }
 
 func (r *runStore) bytes() int64 {
 	var b int64
-	for c := range numClasses {
-		b += int64(cap(r.loc[c]))*8 + int64(cap(r.ids[c]))*4
+	for p := range r.loc {
+		b += int64(cap(r.loc[p]))*8 + int64(cap(r.ids[p]))*4
 	}
 	return b
+}
+
+// blocks returns the blocks handed out in chunks (used or free).
+func (r *runStore) blocks() int {
+	n := 0
+	for _, pg := range r.loc {
+		n += len(pg)
+	}
+	return n
 }
 
 // runOf returns x's local hashes and block ids (length n).
 func (t *Tree) runOf(x uint32) ([]wire.BlockHash, []uint32) {
 	nd := &t.nodes[x]
-	c := nd.class
-	base := int(nd.run)
-	end := base + int(nd.n)
-	return t.runs.loc[c][base:end:end], t.runs.ids[c][base:end:end]
+	pg, off := nd.run>>runPageShift, int(nd.run&runOffMask)
+	end := off + int(nd.n)
+	return t.runs.loc[pg][off:end:end], t.runs.ids[pg][off:end:end]
+}
+
+// locOf returns x's local hashes (Match's half of runOf).
+func (t *Tree) locOf(x uint32) []wire.BlockHash {
+	nd := &t.nodes[x]
+	off := int(nd.run & runOffMask)
+	end := off + int(nd.n)
+	return t.runs.loc[nd.run>>runPageShift][off:end:end]
 }
 
 // chunkOf returns x's whole chunk (length = capacity).
 func (t *Tree) chunkOf(x uint32) ([]wire.BlockHash, []uint32) {
 	nd := &t.nodes[x]
-	c := nd.class
-	base := int(nd.run)
-	end := base + runSize(c)
-	return t.runs.loc[c][base:end:end], t.runs.ids[c][base:end:end]
+	pg, off := nd.run>>runPageShift, int(nd.run&runOffMask)
+	end := off + runSize(nd.class)
+	return t.runs.loc[pg][off:end:end], t.runs.ids[pg][off:end:end]
 }
 
 // moveRun moves x's run to a new chunk of class c (which must hold it).
@@ -195,10 +267,10 @@ func (t *Tree) moveRun(x uint32, c uint8) {
 	k := t.allocRun(c)
 	oldC, oldK := t.nodes[x].class, t.nodes[x].run
 	loc, ids := t.runOf(x)
-	base := int(k)
-	t.wRun(c, base, base+len(loc))
-	copy(t.runs.loc[c][base:], loc)
-	copy(t.runs.ids[c][base:], ids)
+	t.wRun(k, 0, len(loc))
+	pg, off := k>>runPageShift, int(k&runOffMask)
+	copy(t.runs.loc[pg][off:], loc)
+	copy(t.runs.ids[pg][off:], ids)
 	t.releaseRun(oldC, oldK)
 	nd := t.wNode(x)
 	nd.class, nd.run = c, k

@@ -3,6 +3,8 @@ package radix
 import (
 	"slices"
 	"testing"
+
+	"github.com/kvroute/kvroute/wire"
 )
 
 // TestBlockArenaChunks: block ids are dense and stable across chunks; every
@@ -104,5 +106,67 @@ func TestCaptureAcrossBlockChunks(t *testing.T) {
 	mustApply(t, img, &wl.build[half])
 	if err := img.CheckInvariants(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRunArenaPages: chunk addresses are page<<runPageShift | offset, each
+// page holds chunks of one class, a class's first page grows by doubling
+// from one chunk up to pageBlocks, every later page is made full size, and
+// no page is reallocated once full size (growth never copies the arena);
+// freed chunks are reused first.
+func TestRunArenaPages(t *testing.T) {
+	tr := New()
+	for _, c := range []uint8{0, 5, 12, 19, 21} { // 1, 6, 96, 768 and 1,536 blocks
+		size, full := runSize(c), pageBlocks(c)
+		n := 3*full/size + 1 // chunks: three full pages and one more
+		seen := map[uint32]bool{}
+		fullAt := map[uint32]*wire.BlockHash{} // page → its first element once full size
+		pages0 := len(tr.runs.loc)
+		var addrs []uint32
+		for range n {
+			a := tr.allocRun(c)
+			pg, off := a>>runPageShift, int(a&runOffMask)
+			if seen[a] || off%size != 0 || off+size > len(tr.runs.loc[pg]) || int(pg) < pages0 {
+				t.Fatalf("class %d: chunk %#x reused, misaligned or outside its page (len %d)", c, a, len(tr.runs.loc[pg]))
+			}
+			seen[a] = true
+			addrs = append(addrs, a)
+			for p := pages0; p < len(tr.runs.loc); p++ {
+				pgs := tr.runs.loc[p]
+				if cap(pgs) > full {
+					t.Fatalf("class %d: page %d capacity %d > %d", c, p, cap(pgs), full)
+				}
+				if cap(pgs) == full {
+					if f, ok := fullAt[uint32(p)]; ok && f != &pgs[:1][0] {
+						t.Fatalf("class %d: page %d reallocated after reaching full size", c, p)
+					}
+					fullAt[uint32(p)] = &pgs[:1][0]
+				}
+			}
+		}
+		if pages := len(tr.runs.loc) - pages0; pages != 4 {
+			t.Fatalf("class %d: %d chunks in %d pages, want 4", c, n, pages)
+		}
+		for p := pages0; p < len(tr.runs.loc)-1; p++ {
+			if len(tr.runs.loc[p]) != full || len(tr.runs.ids[p]) != full {
+				t.Fatalf("class %d: page %d holds %d blocks, want %d", c, p, len(tr.runs.loc[p]), full)
+			}
+		}
+		// Free two chunks: the next allocations take them back, last freed first.
+		tr.releaseRun(c, addrs[1])
+		tr.releaseRun(c, addrs[n-1])
+		if a, b := tr.allocRun(c), tr.allocRun(c); a != addrs[n-1] || b != addrs[1] {
+			t.Fatalf("class %d: reallocated %#x, %#x; want %#x, %#x", c, a, b, addrs[n-1], addrs[1])
+		}
+		if int(tr.runs.live[c]) != n {
+			t.Fatalf("class %d: live %d, want %d", c, tr.runs.live[c], n)
+		}
+	}
+	var want int64
+	for p := range tr.runs.loc {
+		want += int64(cap(tr.runs.loc[p]))*8 + int64(cap(tr.runs.ids[p]))*4
+	}
+	if got := tr.runs.bytes(); got != want {
+		t.Fatalf("bytes %d, want %d", got, want)
 	}
 }

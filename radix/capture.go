@@ -37,8 +37,8 @@ type Capture struct {
 	sp       cow.Slice[uint64]
 	blocks   []cow.Slice[block] // one per chunk at Begin
 	children cow.Slice[childEntry]
-	loc      [numClasses]cow.Slice[wire.BlockHash]
-	ids      [numClasses]cow.Slice[uint32]
+	loc      []cow.Slice[wire.BlockHash] // one per runs page at Begin
+	ids      []cow.Slice[uint32]
 	eng      []engCow // per slot at Begin
 
 	seg         int // Step's cursor over the arenas (see arena)
@@ -91,7 +91,7 @@ func (t *Tree) BeginCapture() *Capture {
 		freeSlots: slices.Clone(t.freeSlots),
 		slots:     make([]slotRec, len(t.slots)),
 	}
-	img.runs.free, img.runs.live = t.runs.free, t.runs.live
+	img.runs.runMeta = t.runs.runMeta
 	if t.tiers != nil {
 		img.act = make([]uint64, len(t.act))
 	}
@@ -105,9 +105,11 @@ func (t *Tree) BeginCapture() *Capture {
 		c.blocks[i].Begin(ch, pageBytes)
 	}
 	c.children.Begin(t.children.e, pageBytes)
-	for k := range numClasses {
-		c.loc[k].Begin(t.runs.loc[k], pageBytes)
-		c.ids[k].Begin(t.runs.ids[k], pageBytes)
+	c.loc = make([]cow.Slice[wire.BlockHash], len(t.runs.loc))
+	c.ids = make([]cow.Slice[uint32], len(t.runs.ids))
+	for p := range t.runs.loc {
+		c.loc[p].Begin(t.runs.loc[p], pageBytes)
+		c.ids[p].Begin(t.runs.ids[p], pageBytes)
 	}
 	c.eng = make([]engCow, len(t.slots))
 	for s := range t.slots {
@@ -137,7 +139,7 @@ func (t *Tree) BeginCapture() *Capture {
 func (t *Tree) Capturing() bool { return t.cw != nil }
 
 // arenas returns the number of arenas Step walks.
-func (c *Capture) arenas() int { return 5 + 2*numClasses + 2*len(c.eng) + len(c.blocks) }
+func (c *Capture) arenas() int { return 5 + 2*len(c.loc) + 2*len(c.eng) + len(c.blocks) }
 
 // pager is what Step and Stats need of a cow.Slice.
 type pager interface {
@@ -151,8 +153,8 @@ type pager interface {
 }
 
 // arena returns arena i: the node, set, tier, child and sparse-set arenas,
-// each class's local hashes and block ids, each slot's engine table, then
-// each chunk of block records.
+// each runs page's local hashes and block ids, each slot's engine table,
+// then each chunk of block records.
 func (c *Capture) arena(i int) pager {
 	switch {
 	case i == 0:
@@ -165,14 +167,14 @@ func (c *Capture) arena(i int) pager {
 		return &c.children
 	case i == 4:
 		return &c.sp
-	case i < 5+2*numClasses:
+	case i < 5+2*len(c.loc):
 		if k := (i - 5) / 2; (i-5)%2 == 0 {
 			return &c.loc[k]
 		} else {
 			return &c.ids[k]
 		}
 	}
-	j := i - 5 - 2*numClasses
+	j := i - 5 - 2*len(c.loc)
 	if j >= 2*len(c.eng) {
 		return &c.blocks[j-2*len(c.eng)]
 	}
@@ -268,8 +270,10 @@ func (c *Capture) Tree() *Tree {
 	for i := range c.blocks {
 		img.blocks.c[i] = c.blocks[i].Result()
 	}
-	for k := range numClasses {
-		img.runs.loc[k], img.runs.ids[k] = c.loc[k].Result(), c.ids[k].Result()
+	img.runs.loc = make([][]wire.BlockHash, len(c.loc))
+	img.runs.ids = make([][]uint32, len(c.ids))
+	for p := range c.loc {
+		img.runs.loc[p], img.runs.ids[p] = c.loc[p].Result(), c.ids[p].Result()
 	}
 	for s := range c.eng {
 		img.slots[s].eng.ctrl, img.slots[s].eng.e = c.eng[s].ctrl.Result(), c.eng[s].e.Result()
@@ -328,14 +332,14 @@ func sameArenas(a, b *Tree) error {
 		return fmt.Errorf("blocks differ")
 	case !slices.Equal(a.children.e, b.children.e) || a.children.count != b.children.count:
 		return fmt.Errorf("children differ")
-	case a.runs.free != b.runs.free || a.runs.live != b.runs.live:
-		return fmt.Errorf("run free lists differ")
+	case a.runs.runMeta != b.runs.runMeta || len(a.runs.loc) != len(b.runs.loc):
+		return fmt.Errorf("run free lists or pages differ")
 	case len(a.slots) != len(b.slots):
 		return fmt.Errorf("slots differ")
 	}
-	for k := range numClasses {
-		if !slices.Equal(a.runs.loc[k], b.runs.loc[k]) || !slices.Equal(a.runs.ids[k], b.runs.ids[k]) {
-			return fmt.Errorf("runs of class %d differ", k)
+	for p := range a.runs.loc {
+		if !slices.Equal(a.runs.loc[p], b.runs.loc[p]) || !slices.Equal(a.runs.ids[p], b.runs.ids[p]) {
+			return fmt.Errorf("runs page %d differs", p)
 		}
 	}
 	for s := range a.slots {

@@ -234,3 +234,60 @@ func feed(tr *Tree, m *model, g *gen, n int) {
 		tr.Apply(&ev)
 	}
 }
+
+// TestCaptureAcrossRunPages captures a tree whose runs span many pages
+// while the rest of the build opens new pages, splits and merges runs and a
+// removal frees (and the next stores reuse) chunks in pages the capture
+// began on: the image is the tree at BeginCapture. It fails if wRun's
+// barrier is skipped.
+func TestCaptureAcrossRunPages(t *testing.T) {
+	wl := newWorkload(smallParams, 4)
+	half := len(wl.build) / 2
+	tr := New()
+	for i := range wl.build[:half] {
+		mustApply(t, tr, &wl.build[i])
+	}
+	if len(tr.runs.loc) < 8 {
+		t.Fatalf("only %d runs pages: the test needs several", len(tr.runs.loc))
+	}
+	ref := tr.Clone()
+	want := sortedDump(ref)
+	pages := len(tr.runs.loc)
+	c := tr.BeginCapture()
+	next := half
+	for step := 0; !c.Step(2048); step++ {
+		if step == 3 {
+			tr.RemoveDpRank(wl.keys[0])
+		}
+		for range 4 {
+			if next < len(wl.build) {
+				tr.Apply(&wl.build[next]) // parents of the removed key may be missing
+				next++
+			}
+		}
+	}
+	for ; next < len(wl.build); next++ {
+		tr.Apply(&wl.build[next])
+	}
+	if len(tr.runs.loc) <= pages {
+		t.Fatalf("the runs arena did not grow during the capture (%d pages)", len(tr.runs.loc))
+	}
+	img := c.Tree()
+	if err := sameArenas(img, ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := img.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(sortedDump(img), want) {
+		t.Fatal("image content differs from the tree at BeginCapture")
+	}
+	if err := tr.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	// The image grows on its own.
+	mustApply(t, img, &wl.build[half])
+	if err := img.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}

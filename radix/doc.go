@@ -110,7 +110,16 @@
 //   - runs: each node's local hashes (8 bytes) and block ids (4 bytes) sit
 //     contiguously in a chunk of a size class (1, 2, 3, 4, 6, 8, 12, …
 //     blocks: powers of two and the half-steps between them), so matching a
-//     long shared prefix is a linear compare of consecutive hashes.
+//     long shared prefix is a linear compare of consecutive hashes. The
+//     chunks sit in pages of one class each (1,024 blocks of small chunks:
+//     8 KiB of hashes, 4 KiB of ids, one capture page each; whole chunks
+//     only, so a page of 384-block chunks holds 768), and a node's run
+//     field is the chunk's address, page<<10 | offset. A class that fills
+//     its page opens a fresh one, so the arena never doubles and copies a
+//     class inside one event (only a class's first page grows, by
+//     doubling, up to full size: a small tree stays small). Match pays one
+//     more indexed load per node on its path (the page's slice header), no
+//     instructions measurably (issue 17 §2, session 10: see below).
 //   - blocks (8 bytes): a stable block id → (node, offset). Splitting,
 //     merging or moving a run rewrites only these records, never the engine
 //     tables. The records sit in fixed chunks of 1,024 (8 KiB, one capture
@@ -370,6 +379,24 @@
 //     or tail first, so one pass of packed-position compares replaces the
 //     sort's comparator calls (sortByPosition; TestRemovedOrder takes all
 //     three paths).
+//
+// Session 10 (issue 17 §2): the runs arena in pages. Session 9 put the
+// block records in fixed chunks; the runs arena was still one slice per
+// size class, which append doubled and copied inside whichever event
+// filled it (≈40% of the page faults left in radix frames in the slowest
+// events at 256 workers). Now a class fills fixed pages (arena.go,
+// runStore). Measured against main interleaved (shared 2-vCPU machine,
+// load average 3–6): BenchmarkEventApplyTail, n = 10, at 256 workers the
+// event p99 27.9 → 19.4 µs (−30%, p < 0.001), p99.9 682 → 166 µs (p =
+// 0.023), faults per pass 373 → 159 (p = 0.001), bytes allocated per pass
+// −35%; at 7,000 workers p99 18.3 → 13.2 µs (−28%, p < 0.001), p99.9 213
+// → 103 µs (p = 0.007), CPU per pass −11% (p = 0.004). Match's own
+// instructions (cachegrind, BenchmarkMatch/runs, Match and its callees
+// over 42,000 requests) 266.7M → 266.4M: locOf, Match's half of runOf,
+// loads the page's slice header instead of the class's. Bytes per entry
+// (bench index): 256 workers 30.11 → 29.57, 7,000 workers 30.65 → 29.86
+// (a full page carries no doubling slack). TestRunArenaPages and
+// TestCaptureAcrossRunPages (fails if wRun's barrier is skipped).
 //
 // Tried and not kept: a displacement field in the control byte (4
 // fingerprint bits and 3 bits of distance from the home slot, so that a

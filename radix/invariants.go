@@ -145,25 +145,71 @@ func (t *Tree) CheckInvariants() error {
 	if liveB+freeB != t.blocks.len()-1 {
 		return fmt.Errorf("%d live + %d free blocks != %d", liveB, freeB, t.blocks.len()-1)
 	}
-	// Run chunks.
+	// Run chunks: every chunk of a page is of the page's class, used by one
+	// node or on its class's free list.
+	pageClass := make([]int, len(t.runs.loc))
+	for p := range pageClass {
+		pageClass[p] = -1
+	}
+	for c := range numClasses {
+		if o := t.runs.open[c]; o != 0 {
+			if int(o) > len(t.runs.loc) || pageClass[o-1] >= 0 {
+				return fmt.Errorf("class %d: open page %d out of range or shared", c, o-1)
+			}
+			pageClass[o-1] = c
+		}
+	}
+	for c := range numClasses {
+		for a := range chunkUse[c] {
+			p := int(a >> runPageShift)
+			if pageClass[p] < 0 {
+				pageClass[p] = c
+			} else if pageClass[p] != c {
+				return fmt.Errorf("page %d holds chunks of classes %d and %d", p, pageClass[p], c)
+			}
+		}
+	}
+	handed := t.runs.blocks()
 	for c := range numClasses {
 		size := runSize(uint8(c))
-		chunks := len(t.runs.loc[c]) / size
 		if len(chunkUse[c]) != int(t.runs.live[c]) {
 			return fmt.Errorf("class %d: %d chunks used, live %d", c, len(chunkUse[c]), t.runs.live[c])
 		}
 		nfree := 0
-		for f := t.runs.free[c]; f != 0; f = t.runs.ids[c][f-1] {
-			if int(f-1) >= chunks*size || int(f-1)%size != 0 || chunkUse[c][f-1] {
-				return fmt.Errorf("class %d: free chunk %d in use or out of range", c, f-1)
+		for f := t.runs.free[c]; f != 0; f = t.runs.ids[(f-1)>>runPageShift][(f-1)&runOffMask] {
+			a := f - 1
+			p, off := int(a>>runPageShift), int(a&runOffMask)
+			if p >= len(t.runs.loc) || off+size > len(t.runs.loc[p]) || off%size != 0 || chunkUse[c][a] {
+				return fmt.Errorf("class %d: free chunk %d in use or out of range", c, a)
 			}
-			chunkUse[c][f-1] = true
-			if nfree++; nfree > chunks {
+			if pageClass[p] < 0 {
+				pageClass[p] = c
+			} else if pageClass[p] != c {
+				return fmt.Errorf("page %d holds chunks of classes %d and %d", p, pageClass[p], c)
+			}
+			chunkUse[c][a] = true
+			if nfree++; nfree > handed {
 				return fmt.Errorf("class %d: free list cycles", c)
 			}
 		}
-		if len(chunkUse[c]) != chunks {
-			return fmt.Errorf("class %d: %d chunks used or free of %d", c, len(chunkUse[c]), chunks)
+	}
+	chunks := make([]int, numClasses)
+	for p, c := range pageClass {
+		if c < 0 {
+			return fmt.Errorf("runs page %d belongs to no class", p)
+		}
+		size := runSize(uint8(c))
+		if n := len(t.runs.loc[p]); n%size != 0 || len(t.runs.ids[p]) != n || cap(t.runs.loc[p]) > pageBlocks(uint8(c)) {
+			return fmt.Errorf("runs page %d of class %d: %d blocks, capacity %d", p, c, n, cap(t.runs.loc[p]))
+		}
+		if p+1 != int(t.runs.open[c]) && len(t.runs.loc[p]) != pageBlocks(uint8(c)) {
+			return fmt.Errorf("runs page %d of class %d is not full and not open", p, c)
+		}
+		chunks[c] += len(t.runs.loc[p]) / size
+	}
+	for c := range numClasses {
+		if len(chunkUse[c]) != chunks[c] {
+			return fmt.Errorf("class %d: %d chunks used or free of %d", c, len(chunkUse[c]), chunks[c])
 		}
 	}
 	return t.checkSlots(held)
@@ -175,7 +221,7 @@ func (t *Tree) checkNode(x uint32, held []int, seenBlock []bool, chunkUse []map[
 	if nd.n == 0 || int(nd.n) > runSize(nd.class) || (t.maxRun > 0 && int(nd.n) > t.maxRun) {
 		return fmt.Errorf("node %d: run of %d in class %d", x, nd.n, nd.class)
 	}
-	if int(nd.run)+runSize(nd.class) > len(t.runs.loc[nd.class]) || int(nd.run)%runSize(nd.class) != 0 {
+	if p, off := int(nd.run>>runPageShift), int(nd.run&runOffMask); p >= len(t.runs.loc) || off+runSize(nd.class) > len(t.runs.loc[p]) || off%runSize(nd.class) != 0 {
 		return fmt.Errorf("node %d: chunk %d of class %d out of range", x, nd.run, nd.class)
 	}
 	if chunkUse[nd.class][nd.run] {

@@ -21,7 +21,7 @@ func TestNoPointers(t *testing.T) {
 	tr := New()
 	for name, typ := range map[string]reflect.Type{
 		"nodes": reflect.TypeOf(tr.nodes), "blocks": reflect.TypeOf(tr.blocks.c[0]), "sets": reflect.TypeOf(tr.sets),
-		"runs.loc": reflect.TypeOf(tr.runs.loc[0]), "runs.ids": reflect.TypeOf(tr.runs.ids[0]),
+		"runs.loc": reflect.TypeOf(tr.runs.loc).Elem(), "runs.ids": reflect.TypeOf(tr.runs.ids).Elem(),
 		"children": reflect.TypeOf(tr.children.e), "eng": reflect.TypeOf(engineTable{}.e),
 	} {
 		if p := pointerPath(typ.Elem()); p != "" {

@@ -103,9 +103,7 @@ type arenaSizes struct {
 
 func arenaLens(tr *Tree) arenaSizes {
 	a := arenaSizes{nodes: len(tr.nodes), blocks: tr.blocks.len(), children: len(tr.children.e)}
-	for c := range numClasses {
-		a.chunks += len(tr.runs.loc[c])
-	}
+	a.chunks = tr.runs.blocks()
 	for i := range tr.slots {
 		a.engine += len(tr.slots[i].eng.e)
 	}

@@ -60,7 +60,7 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 		children: childTable{e: old.children.e, count: t.children.count},
 		slotOf:   make(map[wire.WorkerKey]uint32, len(t.slotOf)),
 	}
-	dst.runs.free, dst.runs.live = t.runs.free, t.runs.live
+	dst.runs.runMeta = t.runs.runMeta
 	for k, v := range t.slotOf {
 		dst.slotOf[k] = v
 	}
@@ -79,8 +79,13 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 		}
 		cp.segs = append(cp.segs, segOf(&dst.blocks.c[i], ch, int(blockBytes)))
 	}
-	for c := range numClasses {
-		cp.segs = append(cp.segs, segOf(&dst.runs.loc[c], t.runs.loc[c], 8), segOf(&dst.runs.ids[c], t.runs.ids[c], 4))
+	dst.runs.loc = make([][]wire.BlockHash, len(t.runs.loc))
+	dst.runs.ids = make([][]uint32, len(t.runs.ids))
+	for p := range t.runs.loc {
+		if p < len(old.runs.loc) {
+			dst.runs.loc[p], dst.runs.ids[p] = old.runs.loc[p], old.runs.ids[p]
+		}
+		cp.segs = append(cp.segs, segOf(&dst.runs.loc[p], t.runs.loc[p], 8), segOf(&dst.runs.ids[p], t.runs.ids[p], 4))
 	}
 	if t.tiers != nil {
 		dst.tiers = old.tiers

@@ -371,8 +371,7 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 		base := int(t.nodes[y].n)
 		loc, ids := t.chunkOf(y)
 		if t.cw != nil {
-			cb := int(t.nodes[y].run)
-			t.wRun(t.nodes[y].class, cb+base, cb+base+room)
+			t.wRun(t.nodes[y].run, base, base+room)
 		}
 		i := 0
 		for ; i < room; i++ {
@@ -436,7 +435,7 @@ func (t *Tree) split(x, j uint32) uint32 {
 	yn.class, yn.run, yn.n = c, k, uint32(tail)
 	xl, xi := t.runOf(x)
 	yl, yi := t.runOf(y)
-	t.wRun(c, int(k), int(k)+tail)
+	t.wRun(k, 0, tail)
 	copy(yl, xl[j:])
 	copy(yi, xi[j:])
 	for i, id := range yi {
@@ -468,8 +467,7 @@ func (t *Tree) tryMerge(x uint32) {
 		xl, xi := t.chunkOf(x)
 		cl, ci := t.runOf(c)
 		if t.cw != nil {
-			xb := int(t.nodes[x].run)
-			t.wRun(t.nodes[x].class, xb+xn, xb+xn+cn)
+			t.wRun(t.nodes[x].run, xn, xn+cn)
 		}
 		copy(xl[xn:], cl)
 		copy(xi[xn:], ci)
@@ -804,7 +802,7 @@ func (t *Tree) Match(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 	c := t.child(rootID, hashes[0])
 	depth := 0
 	for c != 0 {
-		loc, _ := t.runOf(c)
+		loc := t.locOf(c)
 		rest := hashes[depth:]
 		m := matchLen(loc, rest)
 		depth += m
@@ -836,7 +834,7 @@ func (t *Tree) matchSparse(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 	c := t.child(rootID, hashes[0])
 	depth := 0
 	for c != 0 {
-		loc, _ := t.runOf(c)
+		loc := t.locOf(c)
 		m := matchLen(loc, hashes[depth:])
 		depth += m
 		if m < len(loc) || depth == len(hashes) {
@@ -882,7 +880,7 @@ func (t *Tree) matchTiered(dst []Overlap, hashes []wire.BlockHash) []Overlap {
 	out := dst[base:]
 	depth := 0
 	for {
-		loc, _ := t.runOf(c)
+		loc := t.locOf(c)
 		before := depth
 		m := matchLen(loc, hashes[depth:])
 		depth += m

@@ -75,7 +75,12 @@
 // progress (a P held by a spinning caller delayed the goroutines readied
 // onto it: waits 0.8 → 13 µs p50; with Gosched in the spin no gain), and
 // Stored events in 16-block pieces (−13% events/s on 256-block events,
-// no p99 gain while a piece can hold a table resize).
+// no p99 gain while a piece can hold a table resize). Re-measured in
+// session 10 once the runs arena stopped copying itself inside events: the
+// p99 (≈10 µs, 7% of lookups waiting) is one event's own work (≈150 ns a
+// block, 10 µs p50 left when a tail lookup arrives) plus a 4.6 µs park/wake;
+// pieces cost 24% of block ops per CPU second without moving it, and the
+// spin made it worse (ARCHITECTURE.md, session 10, wait re-measured).
 //
 // Locking to a thread makes waking an idle shard an OS thread hand-off, so
 // unpinned shards are not locked unless RunnerConfig.LockOSThread asks: on a

@@ -193,6 +193,10 @@ type sim struct {
 func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 	sc := cfg.Sched
 	sc.Policy = p.Sched
+	// The workload's block lists are chained sequence hashes
+	// (wire.SequenceHashes), as the router's are: the scheduler runs as
+	// the router configures it (sched.Config.ChainedHashes).
+	sc.ChainedHashes = true
 	var schs []*sched.Scheduler
 	for r := range max(cfg.Routers, 1) {
 		sch, err := sched.New(sc, cfg.Seed+uint64(r))

@@ -3,6 +3,8 @@ package indexbench
 import (
 	"fmt"
 	"io"
+	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"time"
 
@@ -35,6 +37,15 @@ type Config struct {
 	// work per op, the floor under the sharded replay (Shards, CPUs and
 	// LockOSThread are ignored).
 	Direct bool
+	// NoSettle skips collecting and returning the heap to the OS before
+	// each run (runtime/debug.FreeOSMemory, not timed). Without the
+	// settling a run starts with whatever the caller left behind: after
+	// `kvroute bench index` builds a 7,000-worker stream, ≈7 GB of block
+	// managers' garbage that either holds the collector off for the whole
+	// run (every pass then faults fresh pages) or is scavenged during the
+	// timed passes. The method before session 10 (issue 17's figures);
+	// see doc.go.
+	NoSettle bool
 }
 
 // Result is one replay's outcome. JSON field names are part of the
@@ -89,6 +100,24 @@ type Result struct {
 	LookupWaits uint64 `json:"lookup_waits"`
 	LookupParks uint64 `json:"lookup_parks"`
 	RunnerParks uint64 `json:"runner_parks"`
+	// GCCycles counts the garbage collections that completed during the
+	// timed passes (runtime/metrics /gc/cycles/total:gc-cycles).
+	GCCycles int64 `json:"gc_cycles"`
+	// FirstPass is the first pass alone (a cold start: the index and the
+	// heap's pages fresh), so a multi-pass run shows what its later
+	// passes, each into an emptied index, pay that the first does not.
+	FirstPass Pass `json:"first_pass"`
+}
+
+// Pass is one pass's duration and the process's resources over it, as in
+// Result.
+type Pass struct {
+	Seconds        float64 `json:"seconds"`
+	OpsPerSec      float64 `json:"ops_per_sec"`
+	CPUUserSeconds float64 `json:"cpu_user_seconds"`
+	CPUSysSeconds  float64 `json:"cpu_sys_seconds"`
+	PageFaults     int64   `json:"page_faults"`
+	GCCycles       int64   `json:"gc_cycles"`
 }
 
 // Run replays s into a new shard.Index per repeat and returns the best run.
@@ -167,7 +196,24 @@ func newTarget(cfg Config) (target, error) {
 	return indexTarget{ix}, nil
 }
 
+// gcCycles reads the number of completed GC cycles without stopping the
+// world (runtime.ReadMemStats would).
+func gcCycles() int64 {
+	sample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(sample[0].Value.Uint64())
+}
+
 func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
+	if !cfg.NoSettle {
+		// Start from a collected heap whose free pages are back with the
+		// OS, as a process that never held the stream's build garbage
+		// (doc.go: what a run measures).
+		debug.FreeOSMemory()
+	}
 	ix, err := newTarget(cfg)
 	if err != nil {
 		return Result{}, err
@@ -195,7 +241,7 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 	var elapsed time.Duration
 	var used usage
 	for {
-		u0 := readUsage()
+		u0, gc0 := readUsage(), gcCycles()
 		start := time.Now()
 		for i := range s.Ops {
 			op := &s.Ops[i]
@@ -227,8 +273,17 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 		if err := ix.flush(); err != nil {
 			return res, err
 		}
-		elapsed += time.Since(start)
-		u1 := readUsage()
+		passTime := time.Since(start)
+		elapsed += passTime
+		u1, gc1 := readUsage(), gcCycles()
+		res.GCCycles += gc1 - gc0
+		if res.Passes == 0 {
+			res.FirstPass = Pass{
+				Seconds: passTime.Seconds(), OpsPerSec: float64(len(s.Ops)) / passTime.Seconds(),
+				CPUUserSeconds: float64(u1.userNs-u0.userNs) / 1e9, CPUSysSeconds: float64(u1.sysNs-u0.sysNs) / 1e9,
+				PageFaults: u1.minFlt - u0.minFlt, GCCycles: gc1 - gc0,
+			}
+		}
 		used.userNs += u1.userNs - u0.userNs
 		used.sysNs += u1.sysNs - u0.sysNs
 		used.minFlt += u1.minFlt - u0.minFlt

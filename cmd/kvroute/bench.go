@@ -42,6 +42,7 @@ func runBenchIndex(args []string) error {
 		minSecs   = fs.Float64("seconds", 0, "replay the trace again (into an emptied index, not timed) until a run lasts at least this many seconds, for stable p99s on short traces (0: one pass)")
 		lockOS    = fs.Bool("lock-os-thread", false, "lock unpinned shard goroutines to OS threads (slower hand-offs; pinned shards are always locked)")
 		direct    = fs.Bool("direct", false, "replay into one shard core on the replaying goroutine (no runner, queue or hand-off): the index's own cost per op")
+		settle    = fs.Bool("settle", true, "collect the heap and return its free pages to the OS before each run (not timed); false: the method before session 10, where the stream build's garbage stays in the heap")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -93,7 +94,7 @@ func runBenchIndex(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := indexbench.Run(s, indexbench.Config{Shards: *shards, CPUs: cpuList, MaxEventBatch: *batch, Repeat: *repeat, LockOSThread: *lockOS, MinSeconds: *minSecs, Direct: *direct})
+	res, err := indexbench.Run(s, indexbench.Config{Shards: *shards, CPUs: cpuList, MaxEventBatch: *batch, Repeat: *repeat, LockOSThread: *lockOS, MinSeconds: *minSecs, Direct: *direct, NoSettle: !*settle})
 	if err != nil {
 		return err
 	}

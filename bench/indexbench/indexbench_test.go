@@ -89,6 +89,31 @@ func TestReplayMinSeconds(t *testing.T) {
 	if res.Entries != one.Entries || res.ParentMissing != 0 || res.OverlapErrors > res.Passes*one.OverlapErrors+res.Passes {
 		t.Errorf("after %d passes: %d entries (one pass: %d), %d parent missing, %d overlap errors", res.Passes, res.Entries, one.Entries, res.ParentMissing, res.OverlapErrors)
 	}
+	// The first pass is reported alone: one pass's share of the run.
+	fp := res.FirstPass
+	if fp.Seconds <= 0 || fp.Seconds >= res.Seconds || fp.OpsPerSec <= 0 || fp.GCCycles > res.GCCycles {
+		t.Errorf("first pass %+v in a run of %.4fs and %d GC cycles", fp, res.Seconds, res.GCCycles)
+	}
+	if got, want := fp.OpsPerSec*fp.Seconds, float64(one.Ops); got < want*0.999 || got > want*1.001 {
+		t.Errorf("first pass: %.0f ops/s over %.4fs is %.0f ops, want %.0f", fp.OpsPerSec, fp.Seconds, got, want)
+	}
+	// Without settling, as before session 10: the same passes and index.
+	old, err := Run(s, Config{NoSettle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Ops != one.Ops || old.Entries != one.Entries || old.FirstPass.Seconds != old.Seconds {
+		t.Errorf("NoSettle: %d ops, %d entries, first pass %.4fs of %.4fs; want %d, %d and the whole run", old.Ops, old.Entries, old.FirstPass.Seconds, old.Seconds, one.Ops, one.Entries)
+	}
+}
+
+// gcCycles counts completed collections (Result.GCCycles).
+func TestGCCycles(t *testing.T) {
+	g0 := gcCycles()
+	runtime.GC()
+	if g1 := gcCycles(); g1 <= g0 {
+		t.Fatalf("gc cycles %d before runtime.GC, %d after", g0, g1)
+	}
 }
 
 // The trace replay in benchmark form, for `make bench` (short configuration

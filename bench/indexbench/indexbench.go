@@ -46,6 +46,14 @@ type Config struct {
 	// timed passes. The method before session 10 (issue 17's figures);
 	// see doc.go.
 	NoSettle bool
+	// Churn > 0 changes what a pass after the first replays (with
+	// MinSeconds): instead of the whole stream into an emptied index, the
+	// workers of one of Churn groups (worker mod Churn, in turn) are
+	// removed (not timed) and their part of the stream replayed alone,
+	// into an index that keeps every other worker: a router's workers
+	// leaving and rejoining, where the emptied index swings the whole heap
+	// every pass. Ops, BlockOps and the latencies count what was replayed.
+	Churn int
 }
 
 // Result is one replay's outcome. JSON field names are part of the
@@ -222,7 +230,7 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 	sc := s.Config()
 	res := Result{
 		Workers: sc.Workers, Shards: cfg.Shards, BlockSize: sc.BlockSize,
-		Requests: s.Counts.Requests, Events: s.Counts.Events, Ops: len(s.Ops), BlockOps: s.Counts.BlockOps(),
+		Requests: s.Counts.Requests, Events: s.Counts.Events,
 	}
 	if cfg.Direct {
 		res.Shards = 0
@@ -238,12 +246,33 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 		events = events[:0]
 		return err
 	}
+	var groups [][]int32 // Churn: each group's ops, in stream order
+	var groupBlockOps []int
+	if cfg.Churn > 0 {
+		groups, groupBlockOps = make([][]int32, cfg.Churn), make([]int, cfg.Churn)
+		for i := range s.Ops {
+			op := &s.Ops[i]
+			g := int(op.Worker) % cfg.Churn
+			groups[g] = append(groups[g], int32(i))
+			ev := s.Event(op)
+			groupBlockOps[g] += len(s.Hashes(op)) + len(ev.Blocks)
+		}
+	}
+	var sel []int32 // the ops of this pass; nil: all of them
 	var elapsed time.Duration
 	var used usage
 	for {
+		n := len(s.Ops)
+		if sel != nil {
+			n = len(sel)
+		}
 		u0, gc0 := readUsage(), gcCycles()
 		start := time.Now()
-		for i := range s.Ops {
+		for k := range n {
+			i := k
+			if sel != nil {
+				i = int(sel[k])
+			}
 			op := &s.Ops[i]
 			if op.Kind == tracestream.OpEvent {
 				events = append(events, s.Event(op))
@@ -289,13 +318,25 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 		used.minFlt += u1.minFlt - u0.minFlt
 		used.nvcsw += u1.nvcsw - u0.nvcsw
 		used.nivcsw += u1.nivcsw - u0.nivcsw
+		res.Ops += n
+		if sel == nil {
+			res.BlockOps += s.Counts.BlockOps()
+		} else {
+			res.BlockOps += groupBlockOps[(res.Passes-1)%cfg.Churn]
+		}
 		res.Passes++
 		if elapsed.Seconds() >= cfg.MinSeconds {
 			break
 		}
 		// Empty the index for the next pass (not timed): the stream
-		// assumes it starts from nothing.
-		for w := range sc.Workers {
+		// assumes it starts from nothing. With Churn, only the next
+		// group's workers, whose part of the stream starts from nothing.
+		step, first := 1, 0
+		if cfg.Churn > 0 {
+			step, first = cfg.Churn, (res.Passes-1)%cfg.Churn
+			sel = groups[first]
+		}
+		for w := first; w < sc.Workers; w += step {
 			if err := ix.removeWorker(s.WorkerKey(uint32(w)).Worker); err != nil {
 				return res, err
 			}
@@ -304,7 +345,6 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 			return res, err
 		}
 	}
-	res.Ops, res.BlockOps = res.Passes*len(s.Ops), res.Passes*s.Counts.BlockOps()
 	res.Seconds = elapsed.Seconds()
 	res.OpsPerSec = float64(res.Ops) / res.Seconds
 	res.BlockOpsPerSec = float64(res.BlockOps) / res.Seconds

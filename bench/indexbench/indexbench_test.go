@@ -107,6 +107,43 @@ func TestReplayMinSeconds(t *testing.T) {
 	}
 }
 
+// Churn replays one group's workers per pass after the first, into an
+// index that keeps the others: the counts add up to the groups replayed,
+// and the index ends exactly as after one pass.
+func TestReplayChurn(t *testing.T) {
+	s := build(t, 16, 64, 1)
+	one, err := Run(s, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const groups = 3
+	res, err := Run(s, Config{MinSeconds: 40 * one.Seconds, Churn: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Passes < 2 {
+		t.Fatalf("%d passes", res.Passes)
+	}
+	ops, blockOps := make([]int, groups), make([]int, groups)
+	for i := range s.Ops {
+		op := &s.Ops[i]
+		g := int(op.Worker) % groups
+		ops[g]++
+		blockOps[g] += len(s.Hashes(op)) + len(s.Event(op).Blocks)
+	}
+	wantOps, wantBlockOps := one.Ops, one.BlockOps
+	for p := 1; p < res.Passes; p++ {
+		wantOps += ops[(p-1)%groups]
+		wantBlockOps += blockOps[(p-1)%groups]
+	}
+	if res.Ops != wantOps || res.BlockOps != wantBlockOps {
+		t.Errorf("%d passes: ops %d, block ops %d; want %d, %d", res.Passes, res.Ops, res.BlockOps, wantOps, wantBlockOps)
+	}
+	if res.Entries != one.Entries || res.ParentMissing != 0 || res.OverlapErrors > res.Passes*one.OverlapErrors+res.Passes {
+		t.Errorf("after %d passes: %d entries (one pass: %d), %d parent missing, %d overlap errors", res.Passes, res.Entries, one.Entries, res.ParentMissing, res.OverlapErrors)
+	}
+}
+
 // gcCycles counts completed collections (Result.GCCycles).
 func TestGCCycles(t *testing.T) {
 	g0 := gcCycles()

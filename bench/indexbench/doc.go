@@ -21,7 +21,12 @@
 // multi-pass run shows what the later passes pay instead: the collector
 // (≈1.2 cycles per pass at 7,000 workers, GCCycles) and the pages the
 // scavenger returned while the emptied index's heap was small (≈2.3k
-// faults per pass). See docs/ARCHITECTURE.md (issue 17, session 10,
+// faults per pass). Config.Churn (`--churn N`) replays, after a first
+// full pass, one group of workers per pass (removed first, not timed) into
+// an index that keeps the others: a router's workers leaving and
+// rejoining, whose heap does not swing with the whole index; there the
+// faults and collections per op fall to a third or less, and the index's
+// own work per op rises. See docs/ARCHITECTURE.md (issue 17, session 10,
 // passes) for the measurements.
 // Alongside the throughput a Result carries the process's resources over
 // the timed passes (getrusage): user and system CPU seconds, block ops per

@@ -3,6 +3,8 @@ package indexbench
 import (
 	"fmt"
 	"io"
+	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"time"
 
@@ -35,6 +37,23 @@ type Config struct {
 	// work per op, the floor under the sharded replay (Shards, CPUs and
 	// LockOSThread are ignored).
 	Direct bool
+	// NoSettle skips collecting and returning the heap to the OS before
+	// each run (runtime/debug.FreeOSMemory, not timed). Without the
+	// settling a run starts with whatever the caller left behind: after
+	// `kvroute bench index` builds a 7,000-worker stream, ≈7 GB of block
+	// managers' garbage that either holds the collector off for the whole
+	// run (every pass then faults fresh pages) or is scavenged during the
+	// timed passes. The method before session 10 (issue 17's figures);
+	// see doc.go.
+	NoSettle bool
+	// Churn > 0 changes what a pass after the first replays (with
+	// MinSeconds): instead of the whole stream into an emptied index, the
+	// workers of one of Churn groups (worker mod Churn, in turn) are
+	// removed (not timed) and their part of the stream replayed alone,
+	// into an index that keeps every other worker: a router's workers
+	// leaving and rejoining, where the emptied index swings the whole heap
+	// every pass. Ops, BlockOps and the latencies count what was replayed.
+	Churn int
 }
 
 // Result is one replay's outcome. JSON field names are part of the
@@ -89,6 +108,24 @@ type Result struct {
 	LookupWaits uint64 `json:"lookup_waits"`
 	LookupParks uint64 `json:"lookup_parks"`
 	RunnerParks uint64 `json:"runner_parks"`
+	// GCCycles counts the garbage collections that completed during the
+	// timed passes (runtime/metrics /gc/cycles/total:gc-cycles).
+	GCCycles int64 `json:"gc_cycles"`
+	// FirstPass is the first pass alone (a cold start: the index and the
+	// heap's pages fresh), so a multi-pass run shows what its later
+	// passes, each into an emptied index, pay that the first does not.
+	FirstPass Pass `json:"first_pass"`
+}
+
+// Pass is one pass's duration and the process's resources over it, as in
+// Result.
+type Pass struct {
+	Seconds        float64 `json:"seconds"`
+	OpsPerSec      float64 `json:"ops_per_sec"`
+	CPUUserSeconds float64 `json:"cpu_user_seconds"`
+	CPUSysSeconds  float64 `json:"cpu_sys_seconds"`
+	PageFaults     int64   `json:"page_faults"`
+	GCCycles       int64   `json:"gc_cycles"`
 }
 
 // Run replays s into a new shard.Index per repeat and returns the best run.
@@ -167,7 +204,24 @@ func newTarget(cfg Config) (target, error) {
 	return indexTarget{ix}, nil
 }
 
+// gcCycles reads the number of completed GC cycles without stopping the
+// world (runtime.ReadMemStats would).
+func gcCycles() int64 {
+	sample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(sample[0].Value.Uint64())
+}
+
 func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
+	if !cfg.NoSettle {
+		// Start from a collected heap whose free pages are back with the
+		// OS, as a process that never held the stream's build garbage
+		// (doc.go: what a run measures).
+		debug.FreeOSMemory()
+	}
 	ix, err := newTarget(cfg)
 	if err != nil {
 		return Result{}, err
@@ -176,7 +230,7 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 	sc := s.Config()
 	res := Result{
 		Workers: sc.Workers, Shards: cfg.Shards, BlockSize: sc.BlockSize,
-		Requests: s.Counts.Requests, Events: s.Counts.Events, Ops: len(s.Ops), BlockOps: s.Counts.BlockOps(),
+		Requests: s.Counts.Requests, Events: s.Counts.Events,
 	}
 	if cfg.Direct {
 		res.Shards = 0
@@ -192,12 +246,33 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 		events = events[:0]
 		return err
 	}
+	var groups [][]int32 // Churn: each group's ops, in stream order
+	var groupBlockOps []int
+	if cfg.Churn > 0 {
+		groups, groupBlockOps = make([][]int32, cfg.Churn), make([]int, cfg.Churn)
+		for i := range s.Ops {
+			op := &s.Ops[i]
+			g := int(op.Worker) % cfg.Churn
+			groups[g] = append(groups[g], int32(i))
+			ev := s.Event(op)
+			groupBlockOps[g] += len(s.Hashes(op)) + len(ev.Blocks)
+		}
+	}
+	var sel []int32 // the ops of this pass; nil: all of them
 	var elapsed time.Duration
 	var used usage
 	for {
-		u0 := readUsage()
+		n := len(s.Ops)
+		if sel != nil {
+			n = len(sel)
+		}
+		u0, gc0 := readUsage(), gcCycles()
 		start := time.Now()
-		for i := range s.Ops {
+		for k := range n {
+			i := k
+			if sel != nil {
+				i = int(sel[k])
+			}
 			op := &s.Ops[i]
 			if op.Kind == tracestream.OpEvent {
 				events = append(events, s.Event(op))
@@ -227,20 +302,41 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 		if err := ix.flush(); err != nil {
 			return res, err
 		}
-		elapsed += time.Since(start)
-		u1 := readUsage()
+		passTime := time.Since(start)
+		elapsed += passTime
+		u1, gc1 := readUsage(), gcCycles()
+		res.GCCycles += gc1 - gc0
+		if res.Passes == 0 {
+			res.FirstPass = Pass{
+				Seconds: passTime.Seconds(), OpsPerSec: float64(len(s.Ops)) / passTime.Seconds(),
+				CPUUserSeconds: float64(u1.userNs-u0.userNs) / 1e9, CPUSysSeconds: float64(u1.sysNs-u0.sysNs) / 1e9,
+				PageFaults: u1.minFlt - u0.minFlt, GCCycles: gc1 - gc0,
+			}
+		}
 		used.userNs += u1.userNs - u0.userNs
 		used.sysNs += u1.sysNs - u0.sysNs
 		used.minFlt += u1.minFlt - u0.minFlt
 		used.nvcsw += u1.nvcsw - u0.nvcsw
 		used.nivcsw += u1.nivcsw - u0.nivcsw
+		res.Ops += n
+		if sel == nil {
+			res.BlockOps += s.Counts.BlockOps()
+		} else {
+			res.BlockOps += groupBlockOps[(res.Passes-1)%cfg.Churn]
+		}
 		res.Passes++
 		if elapsed.Seconds() >= cfg.MinSeconds {
 			break
 		}
 		// Empty the index for the next pass (not timed): the stream
-		// assumes it starts from nothing.
-		for w := range sc.Workers {
+		// assumes it starts from nothing. With Churn, only the next
+		// group's workers, whose part of the stream starts from nothing.
+		step, first := 1, 0
+		if cfg.Churn > 0 {
+			step, first = cfg.Churn, (res.Passes-1)%cfg.Churn
+			sel = groups[first]
+		}
+		for w := first; w < sc.Workers; w += step {
 			if err := ix.removeWorker(s.WorkerKey(uint32(w)).Worker); err != nil {
 				return res, err
 			}
@@ -249,7 +345,6 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 			return res, err
 		}
 	}
-	res.Ops, res.BlockOps = res.Passes*len(s.Ops), res.Passes*s.Counts.BlockOps()
 	res.Seconds = elapsed.Seconds()
 	res.OpsPerSec = float64(res.Ops) / res.Seconds
 	res.BlockOpsPerSec = float64(res.BlockOps) / res.Seconds

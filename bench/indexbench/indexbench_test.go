@@ -89,6 +89,68 @@ func TestReplayMinSeconds(t *testing.T) {
 	if res.Entries != one.Entries || res.ParentMissing != 0 || res.OverlapErrors > res.Passes*one.OverlapErrors+res.Passes {
 		t.Errorf("after %d passes: %d entries (one pass: %d), %d parent missing, %d overlap errors", res.Passes, res.Entries, one.Entries, res.ParentMissing, res.OverlapErrors)
 	}
+	// The first pass is reported alone: one pass's share of the run.
+	fp := res.FirstPass
+	if fp.Seconds <= 0 || fp.Seconds >= res.Seconds || fp.OpsPerSec <= 0 || fp.GCCycles > res.GCCycles {
+		t.Errorf("first pass %+v in a run of %.4fs and %d GC cycles", fp, res.Seconds, res.GCCycles)
+	}
+	if got, want := fp.OpsPerSec*fp.Seconds, float64(one.Ops); got < want*0.999 || got > want*1.001 {
+		t.Errorf("first pass: %.0f ops/s over %.4fs is %.0f ops, want %.0f", fp.OpsPerSec, fp.Seconds, got, want)
+	}
+	// Without settling, as before session 10: the same passes and index.
+	old, err := Run(s, Config{NoSettle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Ops != one.Ops || old.Entries != one.Entries || old.FirstPass.Seconds != old.Seconds {
+		t.Errorf("NoSettle: %d ops, %d entries, first pass %.4fs of %.4fs; want %d, %d and the whole run", old.Ops, old.Entries, old.FirstPass.Seconds, old.Seconds, one.Ops, one.Entries)
+	}
+}
+
+// Churn replays one group's workers per pass after the first, into an
+// index that keeps the others: the counts add up to the groups replayed,
+// and the index ends exactly as after one pass.
+func TestReplayChurn(t *testing.T) {
+	s := build(t, 16, 64, 1)
+	one, err := Run(s, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const groups = 3
+	res, err := Run(s, Config{MinSeconds: 40 * one.Seconds, Churn: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Passes < 2 {
+		t.Fatalf("%d passes", res.Passes)
+	}
+	ops, blockOps := make([]int, groups), make([]int, groups)
+	for i := range s.Ops {
+		op := &s.Ops[i]
+		g := int(op.Worker) % groups
+		ops[g]++
+		blockOps[g] += len(s.Hashes(op)) + len(s.Event(op).Blocks)
+	}
+	wantOps, wantBlockOps := one.Ops, one.BlockOps
+	for p := 1; p < res.Passes; p++ {
+		wantOps += ops[(p-1)%groups]
+		wantBlockOps += blockOps[(p-1)%groups]
+	}
+	if res.Ops != wantOps || res.BlockOps != wantBlockOps {
+		t.Errorf("%d passes: ops %d, block ops %d; want %d, %d", res.Passes, res.Ops, res.BlockOps, wantOps, wantBlockOps)
+	}
+	if res.Entries != one.Entries || res.ParentMissing != 0 || res.OverlapErrors > res.Passes*one.OverlapErrors+res.Passes {
+		t.Errorf("after %d passes: %d entries (one pass: %d), %d parent missing, %d overlap errors", res.Passes, res.Entries, one.Entries, res.ParentMissing, res.OverlapErrors)
+	}
+}
+
+// gcCycles counts completed collections (Result.GCCycles).
+func TestGCCycles(t *testing.T) {
+	g0 := gcCycles()
+	runtime.GC()
+	if g1 := gcCycles(); g1 <= g0 {
+		t.Fatalf("gc cycles %d before runtime.GC, %d after", g0, g1)
+	}
 }
 
 // The trace replay in benchmark form, for `make bench` (short configuration

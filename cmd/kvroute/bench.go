@@ -42,6 +42,8 @@ func runBenchIndex(args []string) error {
 		minSecs   = fs.Float64("seconds", 0, "replay the trace again (into an emptied index, not timed) until a run lasts at least this many seconds, for stable p99s on short traces (0: one pass)")
 		lockOS    = fs.Bool("lock-os-thread", false, "lock unpinned shard goroutines to OS threads (slower hand-offs; pinned shards are always locked)")
 		direct    = fs.Bool("direct", false, "replay into one shard core on the replaying goroutine (no runner, queue or hand-off): the index's own cost per op")
+		churn     = fs.Int("churn", 0, "with --seconds: each pass after the first removes the workers of one of N groups (not timed) and replays only their part of the trace, into an index that keeps the rest (workers leaving and rejoining); 0: every pass into an emptied index")
+		settle    = fs.Bool("settle", true, "collect the heap and return its free pages to the OS before each run (not timed); false: the method before session 10, where the stream build's garbage stays in the heap")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -50,6 +52,9 @@ func runBenchIndex(args []string) error {
 		if v <= 0 {
 			return fmt.Errorf("--%s must be > 0 (got %d)", name, v)
 		}
+	}
+	if *churn < 0 {
+		return fmt.Errorf("--churn must be >= 0 (got %d)", *churn)
 	}
 	if *minSecs < 0 {
 		return fmt.Errorf("--seconds must be >= 0 (got %g)", *minSecs)
@@ -93,7 +98,7 @@ func runBenchIndex(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := indexbench.Run(s, indexbench.Config{Shards: *shards, CPUs: cpuList, MaxEventBatch: *batch, Repeat: *repeat, LockOSThread: *lockOS, MinSeconds: *minSecs, Direct: *direct})
+	res, err := indexbench.Run(s, indexbench.Config{Shards: *shards, CPUs: cpuList, MaxEventBatch: *batch, Repeat: *repeat, LockOSThread: *lockOS, MinSeconds: *minSecs, Direct: *direct, NoSettle: !*settle, Churn: *churn})
 	if err != nil {
 		return err
 	}

@@ -86,7 +86,7 @@ func TestReplayMinSeconds(t *testing.T) {
 	if res.Ops != res.Passes*one.Ops || res.BlockOps != res.Passes*one.BlockOps {
 		t.Errorf("ops %d / block ops %d over %d passes, want %d / %d per pass", res.Ops, res.BlockOps, res.Passes, one.Ops, one.BlockOps)
 	}
-	if res.Entries != one.Entries || res.ParentMissing != 0 || res.OverlapErrors > res.Passes*one.OverlapErrors+res.Passes {
+	if res.Entries != one.Entries || res.ParentMissing != 0 || res.OverlapErrors > maxOverlapErrors(res.Passes*s.Counts.Requests) {
 		t.Errorf("after %d passes: %d entries (one pass: %d), %d parent missing, %d overlap errors", res.Passes, res.Entries, one.Entries, res.ParentMissing, res.OverlapErrors)
 	}
 	// The first pass is reported alone: one pass's share of the run.
@@ -124,25 +124,38 @@ func TestReplayChurn(t *testing.T) {
 	if res.Passes < 2 {
 		t.Fatalf("%d passes", res.Passes)
 	}
-	ops, blockOps := make([]int, groups), make([]int, groups)
+	ops, blockOps, lookups := make([]int, groups), make([]int, groups), make([]int, groups)
 	for i := range s.Ops {
 		op := &s.Ops[i]
 		g := int(op.Worker) % groups
 		ops[g]++
 		blockOps[g] += len(s.Hashes(op)) + len(s.Event(op).Blocks)
+		if op.Kind != tracestream.OpEvent {
+			lookups[g]++
+		}
 	}
-	wantOps, wantBlockOps := one.Ops, one.BlockOps
+	wantOps, wantBlockOps, wantLookups := one.Ops, one.BlockOps, s.Counts.Requests
 	for p := 1; p < res.Passes; p++ {
 		wantOps += ops[(p-1)%groups]
 		wantBlockOps += blockOps[(p-1)%groups]
+		wantLookups += lookups[(p-1)%groups]
 	}
 	if res.Ops != wantOps || res.BlockOps != wantBlockOps {
 		t.Errorf("%d passes: ops %d, block ops %d; want %d, %d", res.Passes, res.Ops, res.BlockOps, wantOps, wantBlockOps)
 	}
-	if res.Entries != one.Entries || res.ParentMissing != 0 || res.OverlapErrors > res.Passes*one.OverlapErrors+res.Passes {
+	if res.Entries != one.Entries || res.ParentMissing != 0 || res.OverlapErrors > maxOverlapErrors(wantLookups) {
 		t.Errorf("after %d passes: %d entries (one pass: %d), %d parent missing, %d overlap errors", res.Passes, res.Entries, one.Entries, res.ParentMissing, res.OverlapErrors)
 	}
 }
+
+// maxOverlapErrors bounds the lookups, of n, whose own-worker overlap may
+// differ from the block managers' truth: a lookup overtakes the writes still
+// queued for the shard, as often as the machine's load makes the runner lag
+// (45 of 8,400 once, with -race under load: more than the one a pass the
+// bound used to allow), so the bound is a share of the lookups. An index
+// left stale or corrupt by the emptying between passes misreports most
+// lookups (their prefixes overlap earlier requests').
+func maxOverlapErrors(n int) int { return n / 10 }
 
 // gcCycles counts completed collections (Result.GCCycles).
 func TestGCCycles(t *testing.T) {

@@ -68,21 +68,7 @@ func TestCaptureAcrossBlockChunks(t *testing.T) {
 	want := sortedDump(ref)
 	chunks := len(tr.blocks.c)
 	c := tr.BeginCapture()
-	next := half
-	for step := 0; !c.Step(2048); step++ {
-		if step == 3 {
-			tr.RemoveDpRank(wl.keys[0])
-		}
-		for range 4 {
-			if next < len(wl.build) {
-				tr.Apply(&wl.build[next]) // parents of the removed key may be missing
-				next++
-			}
-		}
-	}
-	for ; next < len(wl.build); next++ {
-		tr.Apply(&wl.build[next])
-	}
+	buildDuringCapture(tr, c, wl, half)
 	if len(tr.blocks.c) <= chunks {
 		t.Fatalf("the arena did not grow during the capture (%d chunks)", len(tr.blocks.c))
 	}
@@ -90,18 +76,7 @@ func TestCaptureAcrossBlockChunks(t *testing.T) {
 		t.Fatalf("the barrier copied no page: %+v", st)
 	}
 	img := c.Tree()
-	if err := sameArenas(img, ref); err != nil {
-		t.Fatal(err)
-	}
-	if err := img.CheckInvariants(); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(sortedDump(img), want) {
-		t.Fatal("image content differs from the tree at BeginCapture")
-	}
-	if err := tr.CheckInvariants(); err != nil {
-		t.Fatal(err)
-	}
+	checkImage(t, img, ref, want, tr)
 	// The image grows on its own (its last chunk came back at its length).
 	mustApply(t, img, &wl.build[half])
 	if err := img.CheckInvariants(); err != nil {
@@ -168,5 +143,45 @@ func TestRunArenaPages(t *testing.T) {
 	}
 	if got := tr.runs.bytes(); got != want {
 		t.Fatalf("bytes %d, want %d", got, want)
+	}
+}
+
+// buildDuringCapture applies wl.build[half:] to tr while c steps, removing
+// wl.keys[0] at the third step (its chunks freed and reused while the
+// capture reads them), then the rest after the capture ends.
+func buildDuringCapture(tr *Tree, c *Capture, wl *workload, half int) {
+	next := half
+	for step := 0; !c.Step(2048); step++ {
+		if step == 3 {
+			tr.RemoveDpRank(wl.keys[0])
+		}
+		for range 4 {
+			if next < len(wl.build) {
+				tr.Apply(&wl.build[next]) // parents of the removed key may be missing
+				next++
+			}
+		}
+	}
+	for ; next < len(wl.build); next++ {
+		tr.Apply(&wl.build[next])
+	}
+}
+
+// checkImage checks a capture's image against ref, the tree's clone at
+// BeginCapture (arenas and content, want its sortedDump), and both trees'
+// invariants.
+func checkImage(t *testing.T, img, ref *Tree, want []string, tr *Tree) {
+	t.Helper()
+	if err := sameArenas(img, ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := img.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(sortedDump(img), want) {
+		t.Fatal("image content differs from the tree at BeginCapture")
+	}
+	if err := tr.CheckInvariants(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -254,37 +254,12 @@ func TestCaptureAcrossRunPages(t *testing.T) {
 	want := sortedDump(ref)
 	pages := len(tr.runs.loc)
 	c := tr.BeginCapture()
-	next := half
-	for step := 0; !c.Step(2048); step++ {
-		if step == 3 {
-			tr.RemoveDpRank(wl.keys[0])
-		}
-		for range 4 {
-			if next < len(wl.build) {
-				tr.Apply(&wl.build[next]) // parents of the removed key may be missing
-				next++
-			}
-		}
-	}
-	for ; next < len(wl.build); next++ {
-		tr.Apply(&wl.build[next])
-	}
+	buildDuringCapture(tr, c, wl, half)
 	if len(tr.runs.loc) <= pages {
 		t.Fatalf("the runs arena did not grow during the capture (%d pages)", len(tr.runs.loc))
 	}
 	img := c.Tree()
-	if err := sameArenas(img, ref); err != nil {
-		t.Fatal(err)
-	}
-	if err := img.CheckInvariants(); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(sortedDump(img), want) {
-		t.Fatal("image content differs from the tree at BeginCapture")
-	}
-	if err := tr.CheckInvariants(); err != nil {
-		t.Fatal(err)
-	}
+	checkImage(t, img, ref, want, tr)
 	// The image grows on its own.
 	mustApply(t, img, &wl.build[half])
 	if err := img.CheckInvariants(); err != nil {

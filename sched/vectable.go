@@ -29,7 +29,9 @@ type vecTable struct {
 
 const vecTableMinCells = 16
 
-// fingerprint of a sequence hash: the top 32 bits of its Fibonacci product.
+// fingerprint of a sequence hash: the top 32 bits of the Fibonacci product
+// of the hash with its high half folded into its low half (structured keys
+// that differ in their high bits spread; doc.go § Session 10).
 func vtFingerprint(k uint64) uint32 {
 	k ^= k >> 32
 	return uint32((k * 0x9E3779B97F4A7C15) >> 32)

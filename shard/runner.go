@@ -49,9 +49,10 @@ const (
 	// waiting lookup callers (Runner.credit; counted since the last
 	// hand-off, not since the step began, so a lookup that arrives after
 	// an idle spell or a long stretch of writes waits for the current
-	// event only): the writes' share when lookups come back to back. Each hand-off costs
-	// about one Match plus two cache-line transfers of the lock, so steps
-	// much shorter than this cost ingest throughput (BenchmarkMatchUnderLoad).
+	// event only): the writes' share when lookups come back to back. Each
+	// hand-off costs about one Match plus two cache-line transfers of the
+	// lock, so steps much shorter than this cost ingest throughput
+	// (BenchmarkMatchUnderLoad).
 	lookupStepBlocks = 32
 )
 
@@ -119,9 +120,9 @@ type Runner struct {
 	// in entered once they hold it. While arrived != entered the runner
 	// ends its step after the current event once it has applied
 	// lookupStepBlocks since callers last took mu (credit), and after each
-	// step lets in every caller that had
-	// arrived by then (a ticket hand-off: later arrivals wait for the next
-	// step, so writes are never starved).
+	// step lets in every caller that had arrived by then (a ticket
+	// hand-off: later arrivals wait for the next step, so writes are never
+	// starved).
 	_       [cacheLine]byte
 	arrived atomic.Uint64
 	entered atomic.Uint64

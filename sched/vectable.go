@@ -120,13 +120,18 @@ func (t *vecTable) insert(k uint64, v uint32) {
 	if (t.n+1)*2 > len(t.cells) {
 		t.grow()
 	}
-	fp := vtFingerprint(k)
-	i := t.home(fp)
+	t.place(uint64(vtFingerprint(k))<<32 | uint64(v))
+	t.n++
+}
+
+// place stores cell c (fingerprint<<32 | id) in the first empty cell of its
+// probe run.
+func (t *vecTable) place(c uint64) {
+	i := t.home(uint32(c >> 32))
 	for t.cells[i] != 0 {
 		i = (i + 1) & t.mask
 	}
-	t.cells[i] = uint64(fp)<<32 | uint64(v)
-	t.n++
+	t.cells[i] = c
 }
 
 // del removes vector v, indexed under key k.
@@ -199,13 +204,8 @@ func (t *vecTable) grow() {
 	t.mask = uint64(size - 1)
 	t.shift = 32 - bits
 	for _, c := range old {
-		if c == 0 {
-			continue
+		if c != 0 {
+			t.place(c)
 		}
-		i := t.home(uint32(c >> 32))
-		for t.cells[i] != 0 {
-			i = (i + 1) & t.mask
-		}
-		t.cells[i] = c
 	}
 }

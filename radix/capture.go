@@ -114,7 +114,7 @@ func (t *Tree) BeginCapture() *Capture {
 	c.eng = make([]engCow, len(t.slots))
 	for s := range t.slots {
 		src := &t.slots[s]
-		img.slots[s] = slotRec{key: src.key, live: src.live, eng: engineTable{count: src.eng.count}}
+		img.slots[s] = slotRec{key: src.key, live: src.live, size: src.size, eng: engineTable{count: src.eng.count}}
 		if src.eng.e != nil {
 			img.pool.live += src.eng.bytes()
 			c.eng[s].ctrl.Begin(src.eng.ctrl, pageBytes)
@@ -344,7 +344,7 @@ func sameArenas(a, b *Tree) error {
 	}
 	for s := range a.slots {
 		x, y := &a.slots[s], &b.slots[s]
-		if x.key != y.key || x.live != y.live || x.eng.count != y.eng.count {
+		if x.key != y.key || x.live != y.live || x.size != y.size || x.eng.count != y.eng.count {
 			return fmt.Errorf("slot %d differs", s)
 		}
 		if x.live && (!slices.Equal(x.eng.ctrl, y.eng.ctrl) || !slices.Equal(x.eng.e, y.eng.e)) {

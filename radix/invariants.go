@@ -282,7 +282,7 @@ func (t *Tree) checkSlots(held []int) error {
 	for s := range t.slots {
 		sl := &t.slots[s]
 		if !sl.live {
-			if !isFree[s] || sl.eng.count != 0 || held[s] != 0 {
+			if !isFree[s] || sl.eng.count != 0 || sl.size != 0 || held[s] != 0 {
 				return fmt.Errorf("dead slot %d not free or not empty", s)
 			}
 			continue
@@ -296,6 +296,9 @@ func (t *Tree) checkSlots(held []int) error {
 		}
 		if sl.eng.count == 0 {
 			return fmt.Errorf("slot %d is live but empty", s)
+		}
+		if sl.size != sl.eng.count {
+			return fmt.Errorf("slot %d (%v): size %d, table count %d", s, sl.key, sl.size, sl.eng.count)
 		}
 		if int(sl.eng.count) != held[s] {
 			return fmt.Errorf("slot %d (%v): table holds %d, nodes %d", s, sl.key, sl.eng.count, held[s])

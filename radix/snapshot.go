@@ -94,7 +94,7 @@ func (t *Tree) CopyTo(dst *Tree) *Copier {
 	}
 	for s := range t.slots {
 		src, d := &t.slots[s], &dst.slots[s]
-		d.key, d.live, d.eng.count = src.key, src.live, src.eng.count
+		d.key, d.live, d.size, d.eng.count = src.key, src.live, src.size, src.eng.count
 		if src.eng.e != nil {
 			cp.segs = append(cp.segs, segOf(&d.eng.ctrl, src.eng.ctrl, 1), segOf(&d.eng.e, src.eng.e, 12))
 			dst.pool.live += src.eng.bytes()

@@ -109,6 +109,10 @@ type Tree struct {
 	// pool recycles the engine tables' arrays (table.go); counted in Bytes.
 	pool engPool
 
+	// quiet, when set (SetQuiet), is told as Apply enters and leaves the
+	// stretches in which it writes nothing Match reads (see SetQuiet).
+	quiet func(bool)
+
 	// cw is the capture in progress (BeginCapture), nil otherwise: every
 	// write to an arena calls its barrier first (the w* helpers in arena.go).
 	cw *Capture
@@ -126,6 +130,10 @@ type Tree struct {
 type slotRec struct {
 	key  wire.WorkerKey
 	live bool
+	// size is eng.count as of the end of the last event, what Match,
+	// Workers and TreeSize report: Apply's quiet stretches change eng
+	// while a Match may read the slot (SetQuiet).
+	size uint32
 	eng  engineTable
 }
 
@@ -139,6 +147,7 @@ func New() *Tree {
 func (t *Tree) init() {
 	*t = Tree{
 		maxRun: t.maxRun,
+		quiet:  t.quiet,
 		nodes:  make([]node, rootID+1),
 		w:      1,
 		blocks: newBlockArena(),
@@ -215,6 +224,36 @@ func (t *Tree) releaseSlot(s uint32) {
 	eng.release(&t.pool, eng.e, eng.ctrl)
 	t.slots[s] = slotRec{}
 	t.freeSlots = append(t.freeSlots, s)
+}
+
+// beQuiet tells the quiet hook (SetQuiet), if any, that a quiet stretch
+// of work on slot s's blocks begins, first publishing s's size: the
+// blocks a Match can see s hold are in its table already (a block enters
+// the table before the tree, and leaves it before the tree, in a quiet
+// stretch whose Matches see the size from before), so the size a Match
+// reports is at least the blocks it finds.
+func (t *Tree) beQuiet(s uint32) {
+	if t.quiet != nil {
+		t.slots[s].size = t.slots[s].eng.count
+		t.quiet(true)
+	}
+}
+
+// beBusy tells the quiet hook, if any, that a quiet stretch ends.
+func (t *Tree) beBusy() {
+	if t.quiet != nil {
+		t.quiet(false)
+	}
+}
+
+// publishSize makes slot s's block count the size Match reports, or frees
+// the slot when it holds nothing, at the end of an event.
+func (t *Tree) publishSize(s uint32) {
+	if t.slots[s].eng.count == 0 {
+		t.releaseSlot(s)
+		return
+	}
+	t.slots[s].size = t.slots[s].eng.count
 }
 
 // applyStored walks the event's blocks from the parent position, block by
@@ -311,9 +350,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 			x, j = b.node, int(b.off)
 		}
 	}
-	if t.slots[s].eng.count == 0 {
-		t.releaseSlot(s)
-	}
+	t.publishSize(s)
 	if conflict {
 		res.Conflicts = len(blks)
 		return res, ErrConflict
@@ -342,15 +379,17 @@ func (t *Tree) addTier(x, s uint32, a, k int, tb uint8) {
 // it stored.
 func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 	eng := &t.slots[s].eng
+	t.beQuiet(s)
 	eng.reserve(&t.pool, len(blks))
 	t.sink += eng.touch(blks)
+	t.beBusy()
 	stored := 0
 	for stored < len(blks) { // once, unless maxRun caps the run length
 		rest := blks[stored:]
 		if eng.get(rest[0].Engine) != 0 {
 			break
 		}
-		y, room := x, len(rest)
+		y, room, fresh := x, len(rest), false
 		if n := int(t.nodes[x].n); x != rootID && t.nodes[x].nchild == 0 && t.onlyMember(x, s) && (t.maxRun == 0 || n < t.maxRun) && (t.tiers == nil || t.maskOf(x, s) == tb) {
 			if t.maxRun > 0 {
 				room = min(room, t.maxRun-n)
@@ -360,19 +399,22 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 			if t.maxRun > 0 {
 				room = min(room, t.maxRun)
 			}
-			y = t.allocNode()
+			// The new leaf is filled before it is linked: a Match in
+			// the quiet stretch below cannot reach it.
+			y, fresh = t.allocNode(), true
 			c := classFor(room)
 			k := t.allocRun(c)
 			nd := t.wNode(y)
 			nd.class, nd.run, nd.head = c, k, rest[0].Local
-			t.setBit(y, s, tb)
-			t.link(x, y)
 		}
 		base := int(t.nodes[y].n)
 		loc, ids := t.chunkOf(y)
 		if t.cw != nil {
 			t.wRun(t.nodes[y].run, base, base+room)
 		}
+		// Quiet: the blocks go past the end of y's run (or into a leaf no
+		// Match can reach), into the block arena and the engine table.
+		t.beQuiet(s)
 		i := 0
 		for ; i < room; i++ {
 			id := t.allocBlock(y, uint32(base+i))
@@ -381,6 +423,13 @@ func (t *Tree) storeNew(x, s uint32, blks []wire.Block, tb uint8) int {
 				break
 			}
 			loc[base+i], ids[base+i] = rest[i].Local, id
+		}
+		t.beBusy()
+		if fresh {
+			// i >= 1: rest[0]'s engine hash is new (checked above) and
+			// the table has room for it (reserve).
+			t.setBit(y, s, tb)
+			t.link(x, y)
 		}
 		t.wNode(y).n = uint32(base + i)
 		stored += i
@@ -402,6 +451,7 @@ func (t *Tree) join(x, c, s uint32, blks []wire.Block, tb uint8) (int, uint32) {
 	for m < len(loc) && m < len(blks) && loc[m] == blks[m].Local {
 		m++
 	}
+	t.beQuiet(s) // the engine table only, until the split
 	eng.reserve(&t.pool, m)
 	t.sink += eng.touch(blks[:m])
 	k := 0
@@ -411,6 +461,7 @@ func (t *Tree) join(x, c, s uint32, blks []wire.Block, tb uint8) (int, uint32) {
 		}
 		k++
 	}
+	t.beBusy()
 	if k == 0 {
 		return 0, 0
 	}
@@ -515,6 +566,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 		return res
 	}
 	eng := &t.slots[s].eng
+	t.beQuiet(s) // the engine table only, until the blocks leave the tree
 	t.sink += eng.touch(ev.Blocks)
 	ids := t.ids[:0]
 	for _, b := range ev.Blocks {
@@ -525,6 +577,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 		}
 	}
 	t.ids = ids
+	t.beBusy()
 	// Shallowest offset first within a run: removing it takes the rest of the
 	// run with it, where the reverse order (engines evict tails first) would
 	// split the run once per block.
@@ -539,9 +592,7 @@ func (t *Tree) applyRemoved(ev *wire.Event) Result {
 	if res.Removed > len(ids) {
 		t.sweep(s)
 	}
-	if t.slots[s].eng.count == 0 {
-		t.releaseSlot(s)
-	}
+	t.publishSize(s)
 	return res
 }
 
@@ -653,9 +704,7 @@ func (t *Tree) applyRemovedTiered(ev *wire.Event, s uint32, tb uint8) Result {
 			t.sweep(s)
 		}
 	}
-	if t.slots[s].eng.count == 0 {
-		t.releaseSlot(s)
-	}
+	t.publishSize(s)
 	return res
 }
 
@@ -784,6 +833,17 @@ func (t *Tree) RemoveDpRank(k wire.WorkerKey) int {
 	t.afterMutation()
 	return n
 }
+
+// SetQuiet sets fn (nil: none) to be called by Apply around the stretches
+// of its work that write nothing Match, Workers or TreeSize read (the engine
+// tables, the block arena, a new leaf before it is linked, the runs' unused
+// tails): fn(true) as one begins, fn(false) as it ends. Between the two, the
+// goroutine that owns the tree may let another run those read-only calls
+// concurrently (shard.Runner releases its core lock): they see the tree as
+// it was when the stretch began. fn must not call into the tree itself.
+// Those stretches are most of a Stored event's time (the engine-table
+// inserts and their growth).
+func (t *Tree) SetQuiet(fn func(quiet bool)) { t.quiet = fn }
 
 // Match appends to dst one Overlap per worker key that holds at least the
 // first block of hashes, with the number of leading blocks it holds, and
@@ -983,7 +1043,7 @@ func (t *Tree) emit(dst []Overlap, word int, bitsSet uint64, depth int) []Overla
 		o := &dst[n]
 		o.Worker = sl.key
 		o.Blocks, o.Host, o.Disk = uint32(depth), 0, 0
-		o.TreeSize = sl.eng.count
+		o.TreeSize = sl.size
 	}
 	return dst
 }
@@ -993,7 +1053,7 @@ func (t *Tree) emit(dst []Overlap, word int, bitsSet uint64, depth int) []Overla
 func (t *Tree) Workers(dst []Overlap) []Overlap {
 	for i := range t.slots {
 		if sl := &t.slots[i]; sl.live {
-			dst = append(dst, Overlap{Worker: sl.key, TreeSize: sl.eng.count})
+			dst = append(dst, Overlap{Worker: sl.key, TreeSize: sl.size})
 		}
 	}
 	return dst
@@ -1002,7 +1062,7 @@ func (t *Tree) Workers(dst []Overlap) []Overlap {
 // TreeSize returns the number of blocks k holds.
 func (t *Tree) TreeSize(k wire.WorkerKey) uint32 {
 	if s, ok := t.slotOf[k]; ok {
-		return t.slots[s].eng.count
+		return t.slots[s].size
 	}
 	return 0
 }

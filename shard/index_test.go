@@ -940,25 +940,30 @@ func TestStepEndsForWaitingLookup(t *testing.T) {
 		w.add(&ev)
 	}
 	w.seal()
+	step := func(w *work) bool { // as the runner does, holding the core (its quiet stretches let it go)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.step(w)
+	}
 	r.arrived.Add(1) // a lookup caller waits for the core
-	if done := r.step(w); done || w.pos != 1 {
+	if done := step(w); done || w.pos != 1 {
 		t.Fatalf("with a lookup waiting: done %v after %d events, want 1 event and not done", done, w.pos)
 	}
 	w.pos = 10
 	// The credit of the 41-block event is still there: one event.
-	if done := r.step(w); done || w.pos != 11 {
+	if done := step(w); done || w.pos != 11 {
 		t.Fatalf("with a lookup waiting and credit %d: done %v at event %d, want 11", r.credit, done, w.pos)
 	}
 	r.credit = 0 // lookups took the core (yieldToLookups)
-	if done := r.step(w); done || w.pos != 11+lookupStepBlocks/2 {
+	if done := step(w); done || w.pos != 11+lookupStepBlocks/2 {
 		t.Fatalf("with a lookup waiting: done %v at event %d, want %d", done, w.pos, 11+lookupStepBlocks/2)
 	}
 	r.credit = lookupStepBlocks // the runner idled
-	if done := r.step(w); done || w.pos != 12+lookupStepBlocks/2 {
+	if done := step(w); done || w.pos != 12+lookupStepBlocks/2 {
 		t.Fatalf("with a lookup waiting after idling: done %v at event %d, want %d", done, w.pos, 12+lookupStepBlocks/2)
 	}
 	r.entered.Add(1) // it took the core
-	if done := r.step(w); !done || w.pos != 50 {
+	if done := step(w); !done || w.pos != 50 {
 		t.Fatalf("with no lookup waiting: done %v at event %d, want all 50", done, w.pos)
 	}
 	if ov := r.match(nil, locals(1, 2, 3)); len(ov) != 1 || ov[0].Blocks != 3 {

@@ -133,7 +133,8 @@ type Runner struct {
 	// only, so on their own cache line, away from arrived and entered.
 	lookupParks, runnerParks atomic.Uint64
 	_                        [cacheLine - 16]byte
-	spin                     bool // more than one P: spinning on mu can succeed
+	spin                     bool       // more than one P: spinning on mu can succeed
+	quiet                    func(bool) // the tree's quiet hook in event steps (quietHook)
 
 	evq  *queue[work]
 	lkq  *queue[lookup]
@@ -180,7 +181,7 @@ func NewRunner(core *Core, cfg RunnerConfig) *Runner {
 	if cfg.works == nil {
 		cfg.works = newWorkPool(cfg.QueueSize + 2)
 	}
-	return &Runner{
+	r := &Runner{
 		core:    core,
 		cfg:     cfg,
 		spin:    runtime.GOMAXPROCS(0) > 1,
@@ -192,6 +193,20 @@ func NewRunner(core *Core, cfg RunnerConfig) *Runner {
 		stop:    make(chan struct{}),
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
+	}
+	r.quiet = r.quietHook
+	return r
+}
+
+// quietHook is the tree's quiet hook (radix.Tree.SetQuiet) during event
+// steps: in a quiet stretch the runner lets the core go, so a Match caller
+// need not wait for the event (most of a Stored event's time is its
+// engine-table work, which no Match reads), and takes it back after.
+func (r *Runner) quietHook(quiet bool) {
+	if quiet {
+		r.mu.Unlock()
+	} else {
+		r.lockStep()
 	}
 }
 
@@ -487,6 +502,8 @@ func (r *Runner) step(w *work) bool {
 		}
 		budget := r.cfg.StepBlocks
 		i := w.pos
+		c.tree.SetQuiet(r.quiet)
+		defer c.tree.SetQuiet(nil)
 		for ; i < len(w.events) && budget > 0; i++ {
 			ev := &w.events[i]
 			c.applyEvent(ev)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -1032,6 +1033,128 @@ func TestLookupWaitCounters(t *testing.T) {
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// TestMatchInQuietStretches runs Matches against a runner applying long
+// Stored events, so that they take the core in the events' quiet stretches
+// (radix.Tree.SetQuiet: the runner lets the core go while the tree writes
+// only what no Match reads). Under -race this checks that claim on memory;
+// in any build, that every overlap a matcher sees is one the tree could
+// hold between two events' blocks: at most the probe's length (the shared
+// prefix for other workers), a tree size no smaller than its blocks, and
+// never less than the same matcher saw before (events only add blocks).
+func TestMatchInQuietStretches(t *testing.T) {
+	ix := newTestIndex(t, Config{Shards: 1})
+	r := ix.runners[0]
+	const (
+		workers = 16
+		shared  = 48 // blocks of a round every worker stores
+		own     = 48 // then blocks of its own
+		rounds  = 40
+	)
+	local := func(round, w, j int) wire.BlockHash { return wire.BlockHash(uint64(round)<<32 | uint64(w)<<16 | uint64(j) + 1) }
+	event := func(round, w int) wire.Event {
+		ev := wire.Event{Worker: wire.WorkerKey{Worker: uint64(w + 1)}, Kind: wire.KindStored}
+		for j := range shared + own {
+			l := local(round, 0, j) // the shared prefix
+			if j >= shared {
+				l = local(round, w+1, j)
+			}
+			ev.Blocks = append(ev.Blocks, wire.Block{Engine: wire.EngineHash(l), Local: l})
+		}
+		return ev
+	}
+	probe := func(round, w int) []wire.BlockHash {
+		ev := event(round, w)
+		hs := make([]wire.BlockHash, len(ev.Blocks))
+		for j, b := range ev.Blocks {
+			hs[j] = b.Local
+		}
+		return hs
+	}
+	var applied atomic.Int32 // rounds queued
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	for m := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(m), 7))
+			seen := map[[3]int]uint32{} // (round, probe's worker, worker) → blocks seen
+			var dst []radix.Overlap
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				n := int(applied.Load())
+				if n == 0 {
+					runtime.Gosched()
+					continue
+				}
+				round, w := rng.IntN(n), rng.IntN(workers)
+				dst = r.match(dst[:0], probe(round, w))
+				for _, o := range dst {
+					ow := int(o.Worker.Worker) - 1
+					limit := uint32(shared)
+					if ow == w {
+						limit = shared + own
+					}
+					key := [3]int{round, w, ow}
+					if o.Blocks == 0 || o.Blocks > limit || o.TreeSize < o.Blocks || o.Blocks < seen[key] {
+						errs <- fmt.Errorf("round %d, worker %d's probe: overlap %+v (limit %d, seen %d before)", round, w, o, limit, seen[key])
+						return
+					}
+					seen[key] = o.Blocks
+				}
+			}
+		}()
+	}
+	for round := range rounds {
+		evs := make([]wire.Event, workers)
+		for w := range workers {
+			evs[w] = event(round, w)
+		}
+		if err := ix.Apply(evs); err != nil {
+			t.Fatal(err)
+		}
+		applied.Store(int32(round + 1))
+	}
+	if err := ix.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var shared2 uint64
+	if err := r.Do(func(*Core) { shared2 = r.quietShared }); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d quiet stretches ended with a Match holding the core", shared2)
+	if shared2 == 0 {
+		t.Fatal("no Match ran in a quiet stretch: the test did not exercise them")
+	}
+	for w := range workers { // and after the last event, the whole probe
+		ov, err := ix.Match(nil, probe(rounds-1, w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range ov {
+			if want := map[bool]uint32{true: shared + own, false: shared}[int(o.Worker.Worker) == w+1]; o.Blocks != want {
+				t.Fatalf("after the last round, worker %d's probe: %+v, want %d blocks", w, o, want)
+			}
+		}
+		if len(ov) != workers {
+			t.Fatalf("after the last round, worker %d's probe: %d overlaps, want %d", w, len(ov), workers)
 		}
 	}
 }

@@ -160,10 +160,13 @@ type Runner struct {
 	// took the core from the runner (lookupStepBlocks once it has idled):
 	// a step ends for a waiting lookup after the current event once
 	// credit reaches lookupStepBlocks.
-	credit  int
-	copyDue int // budget of the capture copy step due before the next event step (capture.pace)
-	pinned  []int
-	pinErr  error
+	credit int
+	// quietShared counts quiet stretches at whose end a lookup caller held
+	// the core (it matched while the event was applied).
+	quietShared uint64
+	copyDue     int // budget of the capture copy step due before the next event step (capture.pace)
+	pinned      []int
+	pinErr      error
 }
 
 // NewRunner returns a Runner that will own core. It does not start it.
@@ -205,7 +208,10 @@ func NewRunner(core *Core, cfg RunnerConfig) *Runner {
 func (r *Runner) quietHook(quiet bool) {
 	if quiet {
 		r.mu.Unlock()
-	} else {
+		return
+	}
+	if !r.mu.TryLock() {
+		r.quietShared++ // a Match holds the core: it ran in the stretch
 		r.lockStep()
 	}
 }

@@ -32,16 +32,16 @@ func TestQuietStretches(t *testing.T) {
 			g.tierPct = 40
 		}
 		var (
-			probes       [][]wire.BlockHash
-			atStart      [][]Overlap
-			inside       [][][]Overlap // per stretch, per probe
-			quiet        bool
-			stretches    int
-			partial      int // stretches that showed part of an event
-			quietEnds    int
-			scratch      []Overlap
-			matchAll     func() [][]Overlap
-			curWorker    wire.WorkerKey
+			probes        [][]wire.BlockHash
+			atStart       [][]Overlap
+			inside        [][][]Overlap // per stretch, per probe
+			quiet         bool
+			stretches     int
+			partial       int // stretches that showed part of an event
+			quietEnds     int
+			scratch       []Overlap
+			matchAll      func() [][]Overlap
+			curWorker     wire.WorkerKey
 			before, after [][]Overlap
 		)
 		matchAll = func() [][]Overlap {

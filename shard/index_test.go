@@ -1054,7 +1054,9 @@ func TestMatchInQuietStretches(t *testing.T) {
 		own     = 48 // then blocks of its own
 		rounds  = 40
 	)
-	local := func(round, w, j int) wire.BlockHash { return wire.BlockHash(uint64(round)<<32 | uint64(w)<<16 | uint64(j) + 1) }
+	local := func(round, w, j int) wire.BlockHash {
+		return wire.BlockHash(uint64(round)<<32 | uint64(w)<<16 | uint64(j) + 1)
+	}
 	event := func(round, w int) wire.Event {
 		ev := wire.Event{Worker: wire.WorkerKey{Worker: uint64(w + 1)}, Kind: wire.KindStored}
 		for j := range shared + own {

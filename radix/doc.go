@@ -6,6 +6,23 @@
 // A Tree is a deterministic, single-owner core (DESIGN.md §4.2, §4.5): no
 // goroutines, locks, clocks or randomness; one shard goroutine owns it.
 //
+// Quiet stretches (issue 17 §2, session 11). Apply tells a hook set with
+// SetQuiet when it enters and leaves the stretches of its work that write
+// nothing Match, Workers or TreeSize read: a Stored event's engine-table
+// reservation (a resize) and its inserts, which fill a new leaf before it is
+// linked or a leaf's run past its published length and the block arena; a
+// Removed event's engine-table deletes. They are most of an event's time.
+// The shard's runner lets its core lock go in them, so a lookup need not
+// wait for the event. What Match reports there is a tree between the one
+// before the event and the one after: the event's worker holds a depth
+// between its two depths, nobody else changes (TestQuietStretches, on random
+// sequences with tiers and one block per node, matching at both ends of every
+// stretch; shard's TestMatchInQuietStretches checks the memory side under
+// -race, and failed there when a leaf was linked inside a stretch). A slot's
+// size as Match reports it (slotRec.size, its table's count) is published
+// as each stretch begins and at the event's end, not per insert, so the
+// tree a Match sees has sizes no smaller than the blocks it finds.
+//
 // # Semantics (DESIGN.md §5)
 //
 //   - Stored with no parent starts at the root; with a parent, the parent

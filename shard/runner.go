@@ -102,9 +102,11 @@ type RunnerConfig struct {
 // Matches do not go through the queue (unless RunnerConfig.QueuedLookups):
 // the caller takes the core's lock and runs Core.Match itself, so a lookup
 // never waits for the runner's goroutine to be scheduled or woken. The
-// runner holds the lock for one step at a time and ends a step after the
-// current event when a caller is waiting for it, so a lookup waits for at
-// most one event (see doc.go for the measurements).
+// runner holds the lock for one step at a time, lets it go in every quiet
+// stretch of the events it applies (radix.Tree.SetQuiet: the engine-table
+// work that no Match reads, most of an event's time), and ends a step after
+// the current event when a caller is waiting for it, so a lookup waits for
+// at most the busy part of one event (see doc.go for the measurements).
 //
 // Runner's methods are goroutine-safe. The zero value is not usable; create
 // one with NewRunner and Start it. After Start, the Core belongs to the

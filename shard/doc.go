@@ -82,6 +82,24 @@
 // pieces cost 24% of block ops per CPU second without moving it, and the
 // spin made it worse (ARCHITECTURE.md, session 10, wait re-measured).
 //
+// Quiet stretches (issue 17 §2, session 11): most of a Stored event's time
+// is its engine-table work (a resize, then one insert per block), which no
+// Match reads. radix.Tree.SetQuiet reports those stretches, and during an
+// event step the runner lets the core's lock go in each of them and takes
+// it back after (Runner.quietHook; one Unlock and one TryLock a stretch, two
+// or three stretches an event): a lookup arriving then takes the core at
+// once, and one already waiting gets it in the next stretch instead of after
+// the event. What it sees is the tree part-way through the event: the
+// event's worker holds some of the event's blocks (radix TestQuietStretches,
+// shard TestMatchInQuietStretches under -race). The trace replay, old and
+// new binaries interleaved, 6 pairs each at 256 and 7,000 workers (load
+// average 1.4–1.7): Match p99 14.6 → 2.2 µs and 14.9 → 2.5 µs (−85%, −83%,
+// p = 0.002), ops/s +12% (418k → 469k, p = 0.041) and +19% (438k → 519k,
+// p = 0.015): fewer lookups park (the caller's hand-off, not the runner's
+// work, was much of the replay's critical path), at a Match p50 of 216 →
+// 259 ns (+20%, p = 0.041: more lookups now run beside the runner's writes
+// on the other core).
+//
 // Locking to a thread makes waking an idle shard an OS thread hand-off, so
 // unpinned shards are not locked unless RunnerConfig.LockOSThread asks: on a
 // 2-vCPU VM the trace replay (W=256, B=512) ran at 13.7M block ops/s and

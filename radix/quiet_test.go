@@ -41,7 +41,6 @@ func TestQuietStretches(t *testing.T) {
 			quietEnds     int
 			scratch       []Overlap
 			matchAll      func() [][]Overlap
-			curWorker     wire.WorkerKey
 			before, after [][]Overlap
 		)
 		matchAll = func() [][]Overlap {
@@ -82,7 +81,6 @@ func TestQuietStretches(t *testing.T) {
 					probes = append(probes, slices.Clone(hs))
 				}
 			}
-			curWorker = ev.Worker
 			before, inside = matchAll(), inside[:0]
 			applyBoth(t, tr, m, &ev)
 			if quiet {
@@ -92,7 +90,7 @@ func TestQuietStretches(t *testing.T) {
 			for _, mid := range inside {
 				changed := false
 				for i := range probes {
-					if !inBetween(before[i], mid[i], after[i], curWorker) {
+					if !inBetween(before[i], mid[i], after[i], &ev) {
 						t.Fatalf("%s: probe %v inside a quiet stretch\nbefore %v\ninside %v\nafter  %v", fmtEvent(ev), probes[i], before[i], mid[i], after[i])
 					}
 					changed = changed || (!slices.Equal(mid[i], before[i]) && !slices.Equal(mid[i], after[i]))
@@ -109,10 +107,17 @@ func TestQuietStretches(t *testing.T) {
 	}
 }
 
-// inBetween reports whether mid (sorted overlaps) lies between a and b: every
-// worker but w as in both, w's depths and size each between its values in
-// a and b (absent counts as zero), and no size below the blocks found.
-func inBetween(a, mid, b []Overlap, w wire.WorkerKey) bool {
+// inBetween reports whether mid (sorted overlaps) lies between a and b, the
+// overlaps before and after ev: every worker ev does not change as in both,
+// the ones it changes with depths and size each between their values in a
+// and b (absent counts as zero), and no size below the blocks found.
+func inBetween(a, mid, b []Overlap, ev *wire.Event) bool {
+	changes := func(k wire.WorkerKey) bool {
+		if ev.Kind == wire.KindCleared || ev.Kind == 101 { // every dp rank of the worker
+			return k.Worker == ev.Worker.Worker
+		}
+		return k == ev.Worker
+	}
 	find := func(o []Overlap, k wire.WorkerKey) Overlap {
 		for _, v := range o {
 			if v.Worker == k {
@@ -121,24 +126,36 @@ func inBetween(a, mid, b []Overlap, w wire.WorkerKey) bool {
 		}
 		return Overlap{Worker: k}
 	}
-	in := func(x, p, q uint32) bool { return min(p, q) <= x && x <= max(p, q) }
 	for _, o := range mid {
 		if o.TreeSize < o.Blocks+o.Host+o.Disk {
 			return false
 		}
-		if o.Worker == w {
+		if changes(o.Worker) {
+			if !betweenOne(o, find(a, o.Worker), find(b, o.Worker)) {
+				return false
+			}
 			continue
 		}
 		if find(a, o.Worker) != o || find(b, o.Worker) != o {
 			return false
 		}
 	}
-	for _, o := range a { // nobody but w leaves
-		if o.Worker != w && find(mid, o.Worker) != o {
+	for _, o := range a { // nobody else leaves, and a leaving worker is between too
+		if x := find(mid, o.Worker); changes(o.Worker) {
+			if !betweenOne(x, o, find(b, o.Worker)) {
+				return false
+			}
+		} else if x != o {
 			return false
 		}
 	}
-	x, p, q := find(mid, w), find(a, w), find(b, w)
+	return true
+}
+
+// betweenOne reports whether x's depths (per tier level) and size are each
+// between p's and q's.
+func betweenOne(x, p, q Overlap) bool {
+	in := func(x, p, q uint32) bool { return min(p, q) <= x && x <= max(p, q) }
 	return in(x.Blocks, p.Blocks, q.Blocks) && in(x.Blocks+x.Host, p.Blocks+p.Host, q.Blocks+q.Host) &&
 		in(x.Blocks+x.Host+x.Disk, p.Blocks+p.Host+p.Disk, q.Blocks+q.Host+q.Disk) && in(x.TreeSize, p.TreeSize, q.TreeSize)
 }

@@ -534,10 +534,9 @@ func (t *Tree) tryMerge(x uint32) {
 	}
 }
 
-// dropNode unlinks x (which has no children and an empty set) and releases
-// its blocks and run.
-func (t *Tree) dropNode(x uint32) {
-	t.unlink(x)
+// freeDetached releases x's blocks, run and node; x is unlinked, has no
+// children and an empty set, so no Match can reach it.
+func (t *Tree) freeDetached(x uint32) {
 	_, ids := t.runOf(x)
 	for _, id := range ids {
 		t.releaseBlock(id)
@@ -765,9 +764,23 @@ func (t *Tree) removeSubtree(s, y uint32) int {
 			}
 		}
 	}
-	// Popped in preorder, so reversed the descendants come first.
+	// Popped in preorder, so reversed the descendants come first: each is
+	// childless when it is unlinked. Once all are, no Match can reach them,
+	// and freeing their blocks, runs and nodes is a quiet stretch.
 	for i := len(doomed) - 1; i >= 0; i-- {
-		t.dropNode(doomed[i])
+		t.unlink(doomed[i])
+	}
+	if len(doomed) > 0 {
+		// Not beQuiet: a removal's table deletes came first, so s's size
+		// stays the one published before them, which still covers the
+		// blocks of s that Match can see (they only shrink).
+		if t.quiet != nil {
+			t.quiet(true)
+		}
+		for i := len(doomed) - 1; i >= 0; i-- {
+			t.freeDetached(doomed[i])
+		}
+		t.beBusy()
 	}
 	for _, z := range surv {
 		if t.nodes[z].live {

@@ -850,7 +850,8 @@ func (t *Tree) RemoveDpRank(k wire.WorkerKey) int {
 // SetQuiet sets fn (nil: none) to be called by Apply around the stretches
 // of its work that write nothing Match, Workers or TreeSize read (the engine
 // tables, the block arena, a new leaf before it is linked, the runs' unused
-// tails): fn(true) as one begins, fn(false) as it ends. Between the two, the
+// tails, the nodes a removal has unlinked): fn(true) as one begins,
+// fn(false) as it ends. Between the two, the
 // goroutine that owns the tree may let another run those read-only calls
 // concurrently (shard.Runner releases its core lock): they see the tree as
 // it was when the stretch began. fn must not call into the tree itself.

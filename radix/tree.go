@@ -239,6 +239,15 @@ func (t *Tree) beQuiet(s uint32) {
 	}
 }
 
+// beQuietAsIs is beQuiet without publishing a size, for the stretches of a
+// removal after its table deletes: the size published before them still
+// covers the blocks Match can see the worker hold (they only shrink).
+func (t *Tree) beQuietAsIs() {
+	if t.quiet != nil {
+		t.quiet(true)
+	}
+}
+
 // beBusy tells the quiet hook, if any, that a quiet stretch ends.
 func (t *Tree) beBusy() {
 	if t.quiet != nil {
@@ -724,12 +733,16 @@ func (t *Tree) clearTier(s, x, a, e uint32, tb uint8) {
 	t.tryMerge(t.nodes[x].parent)
 }
 
-// sweep deletes slot s's table entries for blocks it no longer holds.
+// sweep deletes slot s's table entries for blocks it no longer holds: a
+// quiet stretch (it reads the tree and writes only the table), after a
+// removal's deletes.
 func (t *Tree) sweep(s uint32) {
+	t.beQuietAsIs()
 	t.slots[s].eng.filter(&t.pool, func(_ wire.EngineHash, id uint32) bool {
 		b := t.blocks.at(id)
 		return b.off != freeOff && t.has(b.node, s)
 	})
+	t.beBusy()
 }
 
 // removeFrom removes slot s from block off of x and from everything s holds
@@ -771,12 +784,7 @@ func (t *Tree) removeSubtree(s, y uint32) int {
 		t.unlink(doomed[i])
 	}
 	if len(doomed) > 0 {
-		// Not beQuiet: a removal's table deletes came first, so s's size
-		// stays the one published before them, which still covers the
-		// blocks of s that Match can see (they only shrink).
-		if t.quiet != nil {
-			t.quiet(true)
-		}
+		t.beQuietAsIs()
 		for i := len(doomed) - 1; i >= 0; i-- {
 			t.freeDetached(doomed[i])
 		}

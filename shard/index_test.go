@@ -1038,13 +1038,16 @@ func TestLookupWaitCounters(t *testing.T) {
 }
 
 // TestMatchInQuietStretches runs Matches against a runner applying long
-// Stored events, so that they take the core in the events' quiet stretches
+// Stored events and removals of their tails (named by their first block, so
+// the removal frees a detached subtree and sweeps the table), so that they
+// take the core in the events' quiet stretches
 // (radix.Tree.SetQuiet: the runner lets the core go while the tree writes
 // only what no Match reads). Under -race this checks that claim on memory;
 // in any build, that every overlap a matcher sees is one the tree could
 // hold between two events' blocks: at most the probe's length (the shared
 // prefix for other workers), a tree size no smaller than its blocks, and
-// never less than the same matcher saw before (events only add blocks).
+// for other workers' shared prefix never less than the same matcher saw
+// before (nothing removes it).
 func TestMatchInQuietStretches(t *testing.T) {
 	ix := newTestIndex(t, Config{Shards: 1})
 	r := ix.runners[0]
@@ -1108,7 +1111,7 @@ func TestMatchInQuietStretches(t *testing.T) {
 						limit = shared + own
 					}
 					key := [3]int{round, w, ow}
-					if o.Blocks == 0 || o.Blocks > limit || o.TreeSize < o.Blocks || o.Blocks < seen[key] {
+					if o.Blocks == 0 || o.Blocks > limit || o.TreeSize < o.Blocks || (ow != w && o.Blocks < seen[key]) {
 						errs <- fmt.Errorf("round %d, worker %d's probe: overlap %+v (limit %d, seen %d before)", round, w, o, limit, seen[key])
 						return
 					}
@@ -1121,6 +1124,13 @@ func TestMatchInQuietStretches(t *testing.T) {
 		evs := make([]wire.Event, workers)
 		for w := range workers {
 			evs[w] = event(round, w)
+		}
+		if round >= 2 { // each worker drops its own blocks of two rounds ago, named by the first
+			for w := range workers {
+				first := local(round-2, w+1, shared)
+				evs = append(evs, wire.Event{Worker: wire.WorkerKey{Worker: uint64(w + 1)}, Kind: wire.KindRemoved,
+					Blocks: []wire.Block{{Engine: wire.EngineHash(first), Local: first}}})
+			}
 		}
 		if err := ix.Apply(evs); err != nil {
 			t.Fatal(err)
@@ -1145,18 +1155,24 @@ func TestMatchInQuietStretches(t *testing.T) {
 	if shared2 == 0 {
 		t.Fatal("no Match ran in a quiet stretch: the test did not exercise them")
 	}
-	for w := range workers { // and after the last event, the whole probe
-		ov, err := ix.Match(nil, probe(rounds-1, w))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range ov {
-			if want := map[bool]uint32{true: shared + own, false: shared}[int(o.Worker.Worker) == w+1]; o.Blocks != want {
-				t.Fatalf("after the last round, worker %d's probe: %+v, want %d blocks", w, o, want)
+	for w := range workers { // and after the last event: the last round whole, an older one without its own part
+		for round, ownKept := range map[int]bool{rounds - 1: true, rounds - 3: false} {
+			ov, err := ix.Match(nil, probe(round, w))
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if len(ov) != workers {
-			t.Fatalf("after the last round, worker %d's probe: %d overlaps, want %d", w, len(ov), workers)
+			for _, o := range ov {
+				want := uint32(shared)
+				if int(o.Worker.Worker) == w+1 && ownKept {
+					want = shared + own
+				}
+				if o.Blocks != want {
+					t.Fatalf("after the last round, worker %d's probe of round %d: %+v, want %d blocks", w, round, o, want)
+				}
+			}
+			if len(ov) != workers {
+				t.Fatalf("after the last round, worker %d's probe of round %d: %d overlaps, want %d", w, round, len(ov), workers)
+			}
 		}
 	}
 }

@@ -83,8 +83,9 @@
 // spin made it worse (ARCHITECTURE.md, session 10, wait re-measured).
 //
 // Quiet stretches (issue 17 §2, session 11): most of a Stored event's time
-// is its engine-table work (a resize, then one insert per block), which no
-// Match reads. radix.Tree.SetQuiet reports those stretches, and during an
+// is its engine-table work (a resize, then one insert per block), and most
+// of a removal's is its table deletes, freeing the subtree it cut off and
+// sweeping the table, none of which a Match reads. radix.Tree.SetQuiet reports those stretches, and during an
 // event step the runner lets the core's lock go in each of them and takes
 // it back after (Runner.quietHook; one Unlock and one TryLock a stretch, two
 // or three stretches an event): a lookup arriving then takes the core at
@@ -98,7 +99,9 @@
 // p = 0.015): fewer lookups park (the caller's hand-off, not the runner's
 // work, was much of the replay's critical path), at a Match p50 of 216 →
 // 259 ns (+20%, p = 0.041: more lookups now run beside the runner's writes
-// on the other core).
+// on the other core). With removals (BenchmarkLookupAfterApply, n = 8)
+// Match p99 30.8 → 12.7 µs (−59%, p = 0.000); its tail is now the removals'
+// and stores' busy parts (splits, bit clearing, node and run allocation).
 //
 // Locking to a thread makes waking an idle shard an OS thread hand-off, so
 // unpinned shards are not locked unless RunnerConfig.LockOSThread asks: on a

@@ -21,7 +21,7 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_shard_lookup_batches_total", Type: promtext.Counter, Help: "Batches the lookups came in"},
 	{Name: "kvroute_shard_event_batches_total", Type: promtext.Counter, Help: "KV event batches applied"},
 	{Name: "kvroute_shard_decisions_total", Type: promtext.Counter, Help: "Routing decisions recorded (approximate mode)"},
-	{Name: "kvroute_shard_lookup_waits_total", Type: promtext.Counter, Help: "Match calls that found the shard's core taken (the shard was applying events) and waited for it"},
+	{Name: "kvroute_shard_lookup_waits_total", Type: promtext.Counter, Help: "Match calls that found the shard's core taken (the busy part of an event, outside its quiet stretches, or another lookup) and waited for it"},
 	{Name: "kvroute_shard_lookup_parks_total", Type: promtext.Counter, Help: "Match calls whose wait outlasted the short spin, so they waited in the shard's mutex and were woken (a scheduler hand-off of several µs)"},
 	{Name: "kvroute_shard_runner_parks_total", Type: promtext.Counter, Help: "Event steps of the shard that waited in its mutex for Match calls holding the core"},
 	{Name: "kvroute_shard_producer_stalls_total", Type: promtext.Counter, Help: "Times a producer found the shard's queue full and waited (backpressure)"},

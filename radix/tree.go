@@ -68,7 +68,9 @@ type Stats struct {
 // block hashes whose nodes are runs of blocks held by the same worker set
 // (see doc.go for the layout).
 //
-// A Tree is not safe for concurrent use: one goroutine owns it. The zero
+// A Tree is not safe for concurrent use: one goroutine owns it (the one
+// exception, read-only calls during Apply's quiet stretches, is SetQuiet's,
+// and the owner's to arrange). The zero
 // value is an empty tree ready to use; New is equivalent. Slices returned by
 // Match, Workers and Dump are the caller's dst, appended to; Tree keeps no
 // reference to them, and Dump's event Blocks are freshly allocated.

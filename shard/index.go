@@ -113,7 +113,8 @@ type ShardStats struct {
 	ProducerStalls  uint64
 	// How lookups met the runner (Match and MatchBatch on the caller's
 	// goroutine): LookupWaits counts lookup calls that found the shard's
-	// core taken and waited for it, LookupParks those of them whose short
+	// core taken (outside an event's quiet stretches) and waited for it,
+	// LookupParks those of them whose short
 	// spin failed so that they waited in the mutex (asleep unless it came
 	// free within the mutex's own brief spin; woken by the runner's
 	// unlock); RunnerParks counts the runner's steps that found lookup
@@ -164,7 +165,9 @@ func Sum(stats []ShardStats) ShardStats {
 // CheckInvariants) run after every write queued before them on the shards
 // involved. Lookups (Match, MatchBatch, Workers, TreeSize, Stats, Gaps)
 // overtake queued writes: a shard answers them between bounded steps of
-// event work. Call Flush first to read your own writes.
+// event work, and Match and MatchBatch also inside an event's quiet
+// stretches (radix.Tree.SetQuiet), where they see the event part-applied.
+// Call Flush first to read your own writes.
 //
 // All methods are goroutine-safe. The zero value is not usable; create one
 // with NewIndex and Close it when done. After Close every method returns
@@ -541,9 +544,11 @@ func (ix *Index) broadcast(lk *lookup) error {
 
 // Match appends to dst the overlap of every worker holding at least the
 // first of hashes, from every shard in shard order. It runs on the caller's
-// goroutine, taking each shard's core in turn between two of its events
-// (Config.QueuedLookups: one lookup broadcast the shards answer between
-// steps). hashes is not retained. Amortized, Match does not allocate.
+// goroutine, taking each shard's core in turn between two of its events or
+// in a quiet stretch of one (its worker then holds part of the event's
+// blocks; Config.QueuedLookups: one lookup broadcast the shards answer
+// between steps). hashes is not retained. Amortized, Match does not
+// allocate.
 func (ix *Index) Match(dst []radix.Overlap, hashes []wire.BlockHash) ([]radix.Overlap, error) {
 	if ix.closed.Load() {
 		return dst, ErrClosed

@@ -22,7 +22,7 @@ func TestQuietStretches(t *testing.T) {
 	if testing.Short() {
 		steps = 700
 	}
-	for round := range uint64(3) {
+	for round := range uint64(4) {
 		tr, m := New(), newModel()
 		g := newGen(seed+round, m)
 		if round == 2 {
@@ -31,6 +31,10 @@ func TestQuietStretches(t *testing.T) {
 		if round == 1 {
 			g.tierPct = 40
 		}
+		if round == 3 { // long paths, announced again (the check of held blocks)
+			g.alpha, g.maxLen = 2, 40
+		}
+		again := 0
 		var (
 			probes        [][]wire.BlockHash
 			atStart       [][]Overlap
@@ -69,6 +73,12 @@ func TestQuietStretches(t *testing.T) {
 		})
 		for range steps {
 			ev := g.next()
+			if round == 3 && g.r.IntN(4) == 0 {
+				if re, ok := announceAgain(g, m); ok {
+					ev = re
+					again++
+				}
+			}
 			probes = g.probes()
 			if ev.Kind == wire.KindStored {
 				path := ""
@@ -100,8 +110,8 @@ func TestQuietStretches(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("round %d: %d quiet stretches, %d showed part of an event", round, stretches, partial)
-		if stretches == 0 || stretches != quietEnds || partial == 0 {
+		t.Logf("round %d: %d quiet stretches, %d showed part of an event, %d events announced held paths again", round, stretches, partial, again)
+		if stretches == 0 || stretches != quietEnds || partial == 0 || (round == 3 && again == 0) {
 			t.Fatalf("round %d: %d stretches, %d ended, %d partial: the test did not exercise them", round, stretches, quietEnds, partial)
 		}
 	}
@@ -158,4 +168,26 @@ func betweenOne(x, p, q Overlap) bool {
 	in := func(x, p, q uint32) bool { return min(p, q) <= x && x <= max(p, q) }
 	return in(x.Blocks, p.Blocks, q.Blocks) && in(x.Blocks+x.Host, p.Blocks+p.Host, q.Blocks+q.Host) &&
 		in(x.Blocks+x.Host+x.Disk, p.Blocks+p.Host+p.Disk, q.Blocks+q.Host+q.Disk) && in(x.TreeSize, p.TreeSize, q.TreeSize)
+}
+
+// announceAgain returns a Stored event from the root that names again a
+// path a random worker holds, at least quietMinCheck blocks long, with its
+// engine hashes (all held already: Apply only checks them).
+func announceAgain(g *gen, m *model) (wire.Event, bool) {
+	k := g.keys[g.r.IntN(len(g.keys))]
+	var long []string
+	for _, p := range m.heldPaths(k) {
+		if len(p)/8 >= quietMinCheck {
+			long = append(long, p)
+		}
+	}
+	if len(long) == 0 {
+		return wire.Event{}, false
+	}
+	p := long[g.r.IntN(len(long))]
+	ev := wire.Event{Worker: k, Kind: wire.KindStored}
+	for i, h := range pathHashes(p) {
+		ev.Blocks = append(ev.Blocks, wire.Block{Engine: m.held[k][p[:8*(i+1)]], Local: h})
+	}
+	return ev, true
 }

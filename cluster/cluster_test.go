@@ -19,13 +19,13 @@ import (
 
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
-	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 

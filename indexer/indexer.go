@@ -16,15 +16,15 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/ingest/recovery"
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
-	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/proxy"
-	"github.com/kvroute/kvroute/wire/recovery"
 )
 
 // DefaultTenant is the tenant of requests that name none (as in Dynamo).

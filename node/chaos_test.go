@@ -31,12 +31,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvroute/kvroute/bench/mock"
+	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/ingest/recovery"
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/internal/syncbuf"
 	"github.com/kvroute/kvroute/shard"
-	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
-	"github.com/kvroute/kvroute/wire/recovery"
 )
 
 // chaosDeadline is each scenario's safety limit for 100% agreement after

@@ -1,7 +1,7 @@
 // Package node provides the part of a kvroute process that every service
 // shares: the NATS connection (an embedded nats-server with JetStream, or an
 // external server or cluster), the sharded KV index (shard.Index) and KV-event
-// ingest (wire/ingest) feeding it from NATS and ZMQ. The router service
+// ingest (ingest) feeding it from NATS and ZMQ. The router service
 // (package router) and the standalone indexer build on one Node each instead
 // of assembling these parts themselves.
 //

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
-	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 

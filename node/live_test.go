@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
-	"github.com/kvroute/kvroute/wire/ingest"
 )
 
 // liveRef publishes snapshotEvent i as a native message with per-worker ids

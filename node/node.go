@@ -18,12 +18,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/ingest/recovery"
 	"github.com/kvroute/kvroute/internal/natsembed"
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/shard"
-	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
-	"github.com/kvroute/kvroute/wire/recovery"
 )
 
 // Config configures a Node. Plain data; cmd/kvroute fills it from flags.

@@ -16,12 +16,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/bench/mock"
+	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/ingest/recovery"
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
-	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
-	"github.com/kvroute/kvroute/wire/recovery"
 )
 
 // entry is one (block, worker) entry: what the index holds and what a

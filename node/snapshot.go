@@ -16,9 +16,9 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/shard"
-	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 

@@ -13,13 +13,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
 	"github.com/kvroute/kvroute/internal/syncbuf"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
-	"github.com/kvroute/kvroute/wire/ingest"
 )
 
 // dumpStrings is the index's content as sorted strings.

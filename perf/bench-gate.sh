@@ -14,7 +14,7 @@ cd "$top"
 # The gated set: index Match and Apply, lookup from tokens through the
 # shards, the scheduler's Decide, the /route handler, NATS ingest.
 GATE_BENCH=${GATE_BENCH:-'^Benchmark(Match|Apply|IndexMatch|IndexApply|Decide|Route|NATSIngest)$'}
-GATE_PKGS=${GATE_PKGS:-"./radix ./shard ./sched ./router ./wire/ingest"}
+GATE_PKGS=${GATE_PKGS:-"./radix ./shard ./sched ./router ./ingest"}
 if [ "${1:-}" = --files ]; then
   old=$2 new=$3 margin=${4:-0.05}
 else

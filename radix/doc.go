@@ -379,7 +379,7 @@
 //
 // # Apply on NATS ingest's events (issue 17, session 8)
 //
-// BenchmarkApplyIngest replays wire/ingest's BenchmarkNATSIngest events on
+// BenchmarkApplyIngest replays ingest's BenchmarkNATSIngest events on
 // a tree alone: 16 workers storing prefixes of 16–64 fresh blocks from the
 // root and removing each, head first, four prefixes later. Measured by
 // instruction counts (cachegrind, the difference of two run lengths; wall

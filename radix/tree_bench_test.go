@@ -407,7 +407,7 @@ func BenchmarkEngineTableFill(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n*workers*perWorker), "ns/insert")
 }
 
-// ingestCycle is BenchmarkNATSIngest's event cycle (wire/ingest): 16 workers,
+// ingestCycle is BenchmarkNATSIngest's event cycle (ingest): 16 workers,
 // each storing 32 prefixes of 16..64 fresh blocks from the root and removing
 // each, head first, four prefixes later, interleaved round robin; the tree is
 // empty again at the end of a cycle.

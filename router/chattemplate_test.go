@@ -10,11 +10,11 @@ import (
 
 	"github.com/valyala/fastjson"
 
-	"github.com/kvroute/kvroute/wire/chattmpl"
+	"github.com/kvroute/kvroute/prompt/chattmpl"
 )
 
 // llamaStyle is a Llama-3-style chat template (real ones are in
-// wire/chattmpl's parity test); it refuses a conversation ending with an
+// prompt/chattmpl's parity test); it refuses a conversation ending with an
 // assistant turn when a generation prompt is asked for.
 const llamaStyle = `{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>
 

@@ -60,7 +60,7 @@ type Config struct {
 	// --no-kv-events) instead of relying on the engines' KV events.
 	Approx bool
 	// Tokenizer turns text prompts into tokens (--tokenizer): bytes, or a
-	// Hugging Face tokenizer (wire/tokenizer) matching the engines'. Default
+	// Hugging Face tokenizer (prompt/tokenizer) matching the engines'. Default
 	// bytes.
 	Tokenizer openai.Tokenizer
 	// ChatTemplate renders chat messages into the prompt text that is

@@ -9,13 +9,13 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/puzpuzpuz/xsync/v4"
 
+	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/ingest/recovery"
 	"github.com/kvroute/kvroute/internal/promhist"
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
-	"github.com/kvroute/kvroute/wire/ingest"
-	"github.com/kvroute/kvroute/wire/recovery"
 )
 
 // endpoint indexes the HTTP endpoints in metrics.

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvroute/kvroute/ingest"
+	"github.com/kvroute/kvroute/ingest/recovery"
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/internal/promtext/promtexttest"
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/shard"
-	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
-	"github.com/kvroute/kvroute/wire/recovery"
 )
 
 // TestMetricsExposition scrapes a real router (ZMQ ingest from a simulated

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/wire/chattmpl"
+	"github.com/kvroute/kvroute/prompt/chattmpl"
+	"github.com/kvroute/kvroute/prompt/tokenizer"
 	"github.com/kvroute/kvroute/wire/openai"
-	"github.com/kvroute/kvroute/wire/tokenizer"
 	"github.com/valyala/fastjson"
 )
 

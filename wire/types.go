@@ -94,3 +94,19 @@ type Event struct {
 	// are those of the GPU block of the same hash).
 	ByEngine bool
 }
+
+// Overlap is one worker key's match against a request (a plain value).
+//
+// Blocks is the device-tier overlap: the leading blocks the worker key holds
+// on its device (GPU). Host is how many blocks further the prefix extends
+// when host copies count too (every block of it on the device or in host
+// memory), and Disk how many further still with the disk and external tiers
+// (the prefix held in any tier is Blocks + Host + Disk). A tree that has
+// only seen device-tier events reports Host = Disk = 0.
+type Overlap struct {
+	Worker   WorkerKey
+	Blocks   uint32 // leading blocks held on the device
+	Host     uint32 // further leading blocks held on the device or the host
+	Disk     uint32 // further leading blocks held in any tier
+	TreeSize uint32 // blocks this worker key holds in this tree, in any tier
+}

@@ -71,10 +71,10 @@
 //
 // Prompts are token-id arrays or text tokenized by Config.Tokenizer: UTF-8
 // bytes by default (one token per byte, openai.BytesTokenizer), or a real
-// Hugging Face tokenizer (kvroute mock --tokenizer, wire/tokenizer), so
+// Hugging Face tokenizer (kvroute mock --tokenizer, prompt/tokenizer), so
 // usage and cached_tokens count real tokens; chat messages are rendered with
 // the ChatML template of openai.RenderChat first, or with Config.ChatTemplate
-// (a real model's template, wire/chattmpl) when one is set, as the router does. max_tokens (default 16) is the exact
+// (a real model's template, prompt/chattmpl) when one is set, as the router does. max_tokens (default 16) is the exact
 // output length. Prompt blocks are hashed with wire.LocalHashes (seed
 // wire.SaltSeed of lora_name and cache_salt, multimodal objects folded in
 // with wire.LocalHashesMM), so a router hashing the same

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kvroute/kvroute/wire/chattmpl"
+	"github.com/kvroute/kvroute/prompt/chattmpl"
 	"github.com/kvroute/kvroute/wire/openai"
 )
 

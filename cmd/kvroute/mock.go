@@ -16,8 +16,8 @@ import (
 	"github.com/kvroute/kvroute/bench/engine"
 	"github.com/kvroute/kvroute/bench/mock"
 	"github.com/kvroute/kvroute/internal/natsembed"
-	"github.com/kvroute/kvroute/wire/chattmpl"
-	"github.com/kvroute/kvroute/wire/openai"
+	"github.com/kvroute/kvroute/prompt"
+	"github.com/kvroute/kvroute/prompt/chattmpl"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -76,7 +76,7 @@ func runMock(args []string) error {
 		}
 		cfg.ChatTemplate = t
 	}
-	tok, err := openai.NewTokenizer(*tokenizer)
+	tok, err := prompt.NewTokenizer(*tokenizer)
 	if err != nil {
 		return fmt.Errorf("--tokenizer: %w", err)
 	}

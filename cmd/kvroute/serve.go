@@ -16,13 +16,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/bench/mock"
+	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/cpuset"
 	"github.com/kvroute/kvroute/node"
+	"github.com/kvroute/kvroute/prompt"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
-	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/proxy"
@@ -218,7 +219,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	if err != nil {
 		return cfg, o, fmt.Errorf("--namespace/--component: %w", err)
 	}
-	tok, err := openai.NewTokenizer(*tokenizer)
+	tok, err := prompt.NewTokenizer(*tokenizer)
 	if err != nil {
 		return cfg, o, fmt.Errorf("--tokenizer: %w", err)
 	}
@@ -435,7 +436,7 @@ func parseModelTokenizers(vals []string, defPath string, def openai.Tokenizer) (
 			tok, ok := byPath[path]
 			if !ok {
 				var err error
-				if tok, err = openai.NewTokenizer(path); err != nil {
+				if tok, err = prompt.NewTokenizer(path); err != nil {
 					return nil, fmt.Errorf("--model-tokenizer %s: %w", model, err)
 				}
 				byPath[path] = tok

@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/shard"
 	"github.com/kvroute/kvroute/wire"
-	"github.com/kvroute/kvroute/wire/ingest"
 )
 
 func TestSnapshotInspect(t *testing.T) {

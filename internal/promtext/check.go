@@ -14,7 +14,7 @@ import (
 // an unregistered family includes it.
 const WhereToDeclare = "declare a promtext.Family{Name, Type, Help} for it next to the code that writes it: " +
 	"router counters and histograms in routerFamilies (router/metrics.go), the index in shard/metrics.go, " +
-	"ingest in wire/ingest/metrics.go, the mock worker in bench/mock/http.go, Go runtime and process in internal/promtext/process.go"
+	"ingest in ingest/metrics.go, the mock worker in bench/mock/http.go, Go runtime and process in internal/promtext/process.go"
 
 // Check parses a text exposition (format 0.0.4) and returns every problem
 // it finds, joined, or nil. It checks what promtool's parser and linter

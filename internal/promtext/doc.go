@@ -10,7 +10,7 @@
 // internal/promhist.
 //
 // Families are declared next to the code that writes them (router/metrics.go,
-// shard/metrics.go, wire/ingest/metrics.go, bench/mock/http.go, and
+// shard/metrics.go, ingest/metrics.go, bench/mock/http.go, and
 // ProcessFamilies here) and combined by NewRegistry, which panics on a
 // duplicate. A sample of an undeclared family is still written, under
 // UnregisteredHelp and an inferred type, and Check reports it with where to

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/kvroute/kvroute/wire/chattmpl"
+	"github.com/kvroute/kvroute/prompt/chattmpl"
 )
 
 func mustTemplate(t *testing.T, src string) *chattmpl.Template {

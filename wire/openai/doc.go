@@ -13,11 +13,11 @@
 //
 // Content may be a string or a list of parts of which the "text" parts are
 // concatenated. ParseWith renders a model's real chat template instead
-// (ChatTemplate, implemented by wire/chattmpl from a tokenizer_config.json);
+// (ChatTemplate, implemented by prompt/chattmpl from a tokenizer_config.json);
 // a render error is a 400 naming "messages".
 //
 // Tokenizers. NewTokenizer gives BytesTokenizer ("bytes") or a Hugging Face
-// tokenizer.json loaded by wire/tokenizer; ModelTokenizers picks one per
+// tokenizer.json loaded by prompt/tokenizer; ModelTokenizers picks one per
 // request model (Parse asks it after reading "model"). A completion's text
 // prompt is encoded with EncodeSpecial when the tokenizer has it
 // (SpecialEncoder: the BOS an engine adds), chat text with Encode; Request.

@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 
-	"github.com/kvroute/kvroute/wire/tokenizer"
 	"github.com/valyala/fastjson"
 
 	"github.com/kvroute/kvroute/wire"
@@ -43,30 +41,6 @@ func (BytesTokenizer) Name() string { return "bytes" }
 type SpecialEncoder interface {
 	EncodeSpecial(dst []uint32, text []byte) []uint32
 }
-
-// NewTokenizer returns the tokenizer named by a --tokenizer flag value:
-// bytes, or the path of a Hugging Face tokenizer.json or of a directory
-// holding one (and tokenizer_config.json), loaded by wire/tokenizer.
-func NewTokenizer(name string) (Tokenizer, error) {
-	switch name {
-	case "bytes", "":
-		return BytesTokenizer{}, nil
-	}
-	if _, err := os.Stat(name); err != nil {
-		return nil, fmt.Errorf("%q is neither bytes nor a tokenizer.json file or directory: %w", name, err)
-	}
-	t, err := tokenizer.Load(name)
-	if err != nil {
-		return nil, err // names the file
-	}
-	return t, nil
-}
-
-// A wire/tokenizer Tokenizer is a Tokenizer and adds special tokens.
-var (
-	_ Tokenizer      = (*tokenizer.Tokenizer)(nil)
-	_ SpecialEncoder = (*tokenizer.Tokenizer)(nil)
-)
 
 // ModelTokenizers is a Tokenizer that picks the tokenizer of a request's
 // model (--model-tokenizer MODEL=PATH): Parse asks it For the body's "model";

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/wire"
 )
 
@@ -29,7 +28,7 @@ import (
 //
 // The flags fields are for extensions that change the body. FlagTiers on a
 // query request asks for per-tier overlaps; on its reply it says that each
-// overlap carries host and disk (radix.Overlap's: the further leading
+// overlap carries host and disk (wire.Overlap's: the further leading
 // blocks held on the host, then in any tier) after tree, so that a remote
 // router weighs tiers as a local one does. A decoder rejects flags it does
 // not know, so an old serving index answers a new router with an error
@@ -313,7 +312,7 @@ type QueryReply struct {
 	Flags  uint16
 	Err    string // ReplyError
 	// QueryMatch: prompt i's overlaps are Overlaps[Ends[i-1]:Ends[i]].
-	Overlaps []radix.Overlap
+	Overlaps []wire.Overlap
 	Ends     []int
 	// QueryPing: the serving instance.
 	Approx bool
@@ -321,7 +320,7 @@ type QueryReply struct {
 }
 
 // Prompt returns the overlaps of prompt i.
-func (r *QueryReply) Prompt(i int) []radix.Overlap {
+func (r *QueryReply) Prompt(i int) []wire.Overlap {
 	start := 0
 	if i > 0 {
 		start = r.Ends[i-1]
@@ -346,13 +345,13 @@ func AppendReplyHeaderFlags(dst []byte, n int, flags uint16) []byte {
 
 // AppendReplyPrompt appends one prompt's overlaps (at most
 // MaxQueryOverlaps are sent; an index has far fewer worker keys).
-func AppendReplyPrompt(dst []byte, ovs []radix.Overlap) []byte {
+func AppendReplyPrompt(dst []byte, ovs []wire.Overlap) []byte {
 	return AppendReplyPromptFlags(dst, ovs, 0)
 }
 
 // AppendReplyPromptFlags is AppendReplyPrompt of a reply begun with flags:
 // with FlagTiers each overlap also carries its host and disk blocks.
-func AppendReplyPromptFlags(dst []byte, ovs []radix.Overlap, flags uint16) []byte {
+func AppendReplyPromptFlags(dst []byte, ovs []wire.Overlap, flags uint16) []byte {
 	ovs = ovs[:min(len(ovs), MaxQueryOverlaps)]
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(ovs)))
 	for _, o := range ovs {
@@ -452,7 +451,7 @@ func DecodeQueryReply(src []byte, kind QueryKind, r *QueryReply) error {
 		}
 		for j := range m {
 			b := src[size*j:]
-			o := radix.Overlap{
+			o := wire.Overlap{
 				Worker:   wire.WorkerKey{Worker: binary.LittleEndian.Uint64(b), Dp: binary.LittleEndian.Uint32(b[8:])},
 				Blocks:   binary.LittleEndian.Uint32(b[12:]),
 				TreeSize: binary.LittleEndian.Uint32(b[16:]),

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/wire"
 )
 
@@ -97,7 +96,7 @@ func TestQueryRejects(t *testing.T) {
 }
 
 func TestQueryReplyRoundTrip(t *testing.T) {
-	ovs := [][]radix.Overlap{
+	ovs := [][]wire.Overlap{
 		{{Worker: wire.WorkerKey{Worker: 1, Dp: 0}, Blocks: 3, TreeSize: 10}, {Worker: wire.WorkerKey{Worker: 2, Dp: 1}, Blocks: 1, TreeSize: 4}},
 		nil,
 	}
@@ -152,7 +151,7 @@ func TestQueryTiers(t *testing.T) {
 		t.Fatal("FlagTiers on a ping was accepted")
 	}
 
-	ovs := []radix.Overlap{{Worker: wire.WorkerKey{Worker: 1, Dp: 2}, Blocks: 3, Host: 4, Disk: 5, TreeSize: 20}, {Worker: wire.WorkerKey{Worker: 7}, Host: 1, TreeSize: 1}}
+	ovs := []wire.Overlap{{Worker: wire.WorkerKey{Worker: 1, Dp: 2}, Blocks: 3, Host: 4, Disk: 5, TreeSize: 20}, {Worker: wire.WorkerKey{Worker: 7}, Host: 1, TreeSize: 1}}
 	r := AppendReplyPromptFlags(AppendReplyHeaderFlags(nil, 1, FlagTiers), ovs, FlagTiers)
 	var rep QueryReply
 	if err := DecodeQueryReply(r, QueryMatch, &rep); err != nil || rep.Flags != FlagTiers || !slices.Equal(rep.Prompt(0), ovs) {
@@ -184,7 +183,7 @@ func TestWorkersQuery(t *testing.T) {
 	if err := DecodeQuery(append(AppendWorkersQuery(nil), 0), &q); err == nil {
 		t.Fatal("a workers query with a body was accepted")
 	}
-	ws := []radix.Overlap{{Worker: wire.WorkerKey{Worker: 1}, TreeSize: 30}, {Worker: wire.WorkerKey{Worker: 2, Dp: 1}, TreeSize: 5}}
+	ws := []wire.Overlap{{Worker: wire.WorkerKey{Worker: 1}, TreeSize: 30}, {Worker: wire.WorkerKey{Worker: 2, Dp: 1}, TreeSize: 5}}
 	var r QueryReply
 	if err := DecodeQueryReply(AppendReplyPrompt(AppendReplyHeader(nil, 1), ws), QueryWorkers, &r); err != nil || len(r.Ends) != 1 || !slices.Equal(r.Prompt(0), ws) {
 		t.Fatalf("workers reply: %v %+v", err, r)
@@ -239,12 +238,12 @@ func FuzzDecodeQuery(f *testing.F) {
 // more overlaps than the input holds.
 func FuzzDecodeQueryReply(f *testing.F) {
 	b := AppendReplyHeader(nil, 2)
-	b = AppendReplyPrompt(b, []radix.Overlap{{Worker: wire.WorkerKey{Worker: 1}, Blocks: 2, TreeSize: 3}})
+	b = AppendReplyPrompt(b, []wire.Overlap{{Worker: wire.WorkerKey{Worker: 1}, Blocks: 2, TreeSize: 3}})
 	b = AppendReplyPrompt(b, nil)
 	f.Add(b, uint8(QueryMatch))
 	f.Add(AppendErrorReply(nil, "no"), uint8(QueryMatch))
 	b = AppendReplyHeaderFlags(nil, 1, FlagTiers)
-	f.Add(AppendReplyPromptFlags(b, []radix.Overlap{{Worker: wire.WorkerKey{Worker: 1}, Blocks: 2, TreeSize: 9, Host: 3, Disk: 1}}, FlagTiers), uint8(QueryMatch))
+	f.Add(AppendReplyPromptFlags(b, []wire.Overlap{{Worker: wire.WorkerKey{Worker: 1}, Blocks: 2, TreeSize: 9, Host: 3, Disk: 1}}, FlagTiers), uint8(QueryMatch))
 	f.Add(AppendPingReply(nil, true, "x"), uint8(QueryPing))
 	f.Add([]byte{1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, uint8(QueryMatch))
 	f.Fuzz(func(t *testing.T, b []byte, kind uint8) {

@@ -1,6 +1,6 @@
 // bench.mjs: the reference's time to encode the benchmark prompt
-// (english32k.txt), to compare with `go test -bench Encode ./wire/tokenizer/`.
-//   node wire/tokenizer/testdata/bench.mjs out/tokenizers out/tokref [iterations]
+// (english32k.txt), to compare with `go test -bench Encode ./prompt/tokenizer/`.
+//   node prompt/tokenizer/testdata/bench.mjs out/tokenizers out/tokref [iterations]
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';

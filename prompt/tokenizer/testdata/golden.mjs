@@ -1,8 +1,8 @@
 // golden.mjs: the reference token ids for the parity test (parity_test.go).
 //
 // Usage (from the repository root): make golden, which runs
-//   node wire/tokenizer/testdata/golden.mjs out/tokenizers out/tokref
-// It writes wire/tokenizer/testdata/golden.json.gz.
+//   node prompt/tokenizer/testdata/golden.mjs out/tokenizers out/tokref
+// It writes prompt/tokenizer/testdata/golden.json.gz.
 //
 // The reference is Hugging Face tokenizers (Rust) through its Node binding,
 // @anush008/tokenizers. Each corpus case is read as bytes and decoded with

@@ -1,8 +1,8 @@
-// Renders every (template, conversation) pair of wire/chattmpl's parity test
+// Renders every (template, conversation) pair of prompt/chattmpl's parity test
 // with the reference Jinja renderer, @huggingface/jinja, into golden strings.
 //
 //   make tokenizers                       # fetches the tokenizer configs
-//   cd wire/chattmpl/testdata/ref && npm ci && node render.mjs [TOKDIR]
+//   cd prompt/chattmpl/testdata/ref && npm ci && node render.mjs [TOKDIR]
 //
 // TOKDIR (default ../../../../out/tokenizers) holds NAME/tokenizer_config.json.
 // Writes ../golden/NAME.json: the template's sha256 (the Go test checks the
@@ -17,7 +17,7 @@
 // Each case is rendered twice: "raw", the messages as the request sent them
 // (transformers' semantics), and "vllm", the messages as vLLM's
 // parse_chat_messages hands them to the template (normalize below, restated
-// from vllm/entrypoints/chat_utils.py; wire/chattmpl's normalize.go is the
+// from vllm/entrypoints/chat_utils.py; prompt/chattmpl's normalize.go is the
 // same rules in Go).
 import { Template } from "@huggingface/jinja";
 import { createHash } from "node:crypto";

@@ -14,9 +14,9 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/promtext"
 	"github.com/kvroute/kvroute/wire"
-	"github.com/kvroute/kvroute/wire/ingest"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 

@@ -31,7 +31,7 @@ type historyWord struct {
 var historyWords = []historyWord{
 	{name: "numbered session", re: regexp.MustCompile(`(?i)\bsessions?[ -]#?[0-9]`)},
 	{name: "issue number", re: regexp.MustCompile(`(?i)\bissues?[ -]#?[0-9]|Issue[0-9]`)},
-	{name: "an issue's targets or findings", re: regexp.MustCompile(`(?i)\bthe issue's\b|\bissue'?s? (targets?|findings?|scale|remainder)\b|Issue(Targets?|Findings?)`)},
+	{name: "cited targets or findings", re: regexp.MustCompile(`(?i)\bthe issue's\b|\bissue'?s? (targets?|findings?|scale|remainder)\b|Issue(Targets?|Findings?)`)},
 	{
 		name: "section cite (§N)", re: regexp.MustCompile(`§ ?[0-9]`),
 		// A section of a document in this repository may be cited by
@@ -39,7 +39,7 @@ var historyWords = []historyWord{
 		allow: regexp.MustCompile(`[A-Za-z0-9_]\.md ?§ ?[0-9]+`),
 	},
 	{name: "numbered fix of a finding", re: regexp.MustCompile(`\b[Ff]ix(es)? [0-9]+\b[:).,–-]`)},
-	{name: "subagent", re: regexp.MustCompile(`(?i)\bsub-?agents?\b`)},
+	{name: "agent as an author", re: regexp.MustCompile(`(?i)\bsub-?agents?\b`)},
 	{name: "helper as an author", re: regexp.MustCompile("(?i)\\bhelpers? [`\"'][A-Za-z]|\\bhelper(s|'s)? (measured|found|wrote|ran|reported|argued|suggested|proposed|measurement|branch|area|notes?|report|finding)s?\\b")},
 }
 

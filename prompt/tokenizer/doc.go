@@ -1,6 +1,7 @@
-// Package tokenizer encodes text into token ids exactly as Hugging Face
-// tokenizers (Rust) does with a model's tokenizer.json, in pure Go, so the
-// router hashes the same KV blocks a vLLM or SGLang engine publishes.
+// Package tokenizer provides a pure-Go encoder of text into token ids that
+// gives exactly what Hugging Face tokenizers (Rust) gives with a model's
+// tokenizer.json, so the router hashes the same KV blocks a vLLM or SGLang
+// engine publishes.
 //
 // Load reads tokenizer.json (a file, or a directory holding it and
 // tokenizer_config.json, whose bos_token, eos_token, tokenizer_class and

@@ -51,7 +51,7 @@ type scenario struct {
 	clients, between int
 }
 
-// rig is the topology of issue 16 §4 on loopback: a 3-node NATS cluster,
+// rig is the scale-out topology on loopback: a 3-node NATS cluster,
 // one standalone indexer (JetStream R3 event stream), router replicas with
 // replica sync and the remote indexer, and a simulated fleet.
 type rig struct {

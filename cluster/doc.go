@@ -1,5 +1,6 @@
-// Package cluster holds no code: its tests run kvroute's scale-out
-// topology end to end in one process, on real parts: a 3-node NATS cluster
+// Package cluster provides the end-to-end tests of kvroute's scale-out
+// topology and holds no code: its tests run the topology in one process,
+// on real parts: a 3-node NATS cluster
 // (in-process nats-server/v2 nodes on loopback, internal/natstest), the
 // standalone indexer (indexer.Service, `kvroute indexer`), router replicas
 // (router.Service, `kvroute serve`) with --router-replica-sync and

@@ -9,7 +9,7 @@
 //
 // The HTTP API follows Dynamo's standalone KV indexer (`dynamo-kv-indexer`,
 // docs/components/router/standalone-indexer.md in ai-dynamo/dynamo), which
-// follows the Mooncake KV Indexer RFC (kvcache-ai/Mooncake issue 1403):
+// follows the Mooncake KV Indexer RFC (kvcache-ai/Mooncake#1403):
 //
 //	POST /register     {instance_id, endpoint, model_name, block_size, tenant_id?, dp_rank?}
 //	                   subscribes to the engine's ZMQ KV events (rank dp_rank)

@@ -10,13 +10,16 @@
 // returns an error that names the flag at fault. Close stops them in reverse
 // order. A Node is goroutine-safe; its exported fields are for reading.
 //
-// The NATS connection reconnects forever. A loss is logged (Warn, with the
-// error) and counted, a reconnection too (Info); EventPlane reports the loss
-// (the router's /ready answers 503 meanwhile) and WriteMetrics exports
-// kvroute_nats_connected, kvroute_nats_disconnects_total and
-// kvroute_nats_reconnects_total. After a reconnection the ingest is told that
-// events may have been lost (ingest.Ingest.MarkReconnected) and a warning
-// says so.
+//	n, err := node.Start(cfg) // NATS, index, ingest (and recovery, snapshots)
+//	defer n.Close()
+//	overlaps := n.Index.MatchBatch(...)
+//
+// The NATS connection reconnects forever. A loss is logged (Warn) and
+// counted, a reconnection too (Info); EventPlane reports the loss (the
+// router's /ready answers 503 meanwhile) and WriteMetrics exports
+// kvroute_nats_{connected,disconnects_total,reconnects_total}. After a
+// reconnection the ingest is told that events may have been lost
+// (ingest.Ingest.MarkReconnected).
 //
 // With Config.JetStream and Config.LiveEvents (kvroute serve
 // --events-jetstream; --events-live is the binary's default) the live KV
@@ -28,8 +31,7 @@
 // checkStream hands a recreated stream over with SetLiveStream. Snapshots
 // are then taken from the snapshotter's loop (startLive: every Interval,
 // after Events NATS messages or on TriggerSnapshot) inside ingest's
-// Checkpoint at the safe sequence, not on a consumer goroutine. The ratio
-// to core NATS ingest is ~1 (ingest's doc and docs/ARCHITECTURE.md).
+// Checkpoint at the safe sequence, not on a consumer goroutine.
 //
 // With Config.JetStream alone (--events-live=false) the KV
 // events are consumed from the JetStream stream instead: Start creates or binds the
@@ -144,22 +146,15 @@
 // collects the decisions that arrived meanwhile: concurrent lookups are
 // coalesced there, not here.
 //
-// BenchmarkRemoteLookup measures a 512-block prompt against a local lookup,
-// with the serving index in a process of its own (the test binary, started
-// by startServeChild), at 1, 4 and 16 concurrent requesters and in batches
-// of 32: p50/p99/p99.9 over every request after a warm-up, the requesters'
-// CPU per lookup and the serving process's lookups per CPU-second (its
-// capacity apart from the requesters and the nats-server sharing the
-// machine), and per request each process's thread sleeps (wake-ups) and
-// run-queue wait; KVROUTE_BENCH_NATS_PROC=1 puts the nats-server in a
-// process of its own to measure it apart too. The serving process spends
-// most of its CPU in syscalls and in the Go scheduler waking idle Ps for
-// each goroutine hand-off (reader, handler, nats.go's flusher) and sysmon
-// out of its deep sleep; at GOMAXPROCS=1 it answers 1.3–1.6× the lookups
-// per CPU-second, with GODEBUG=schedtrace=2147483647 besides (sysmon never
-// parks) 1.5–2×, which is why a dedicated, query-heavy `kvroute indexer`
-// is better run as several such instances than one wide one. Writing
-// replies synchronously (no flusher) and one or two handlers measured no
-// difference. Figures and the decision: docs/ARCHITECTURE.md
-// (issue 16 §2, remote lookup).
+// BenchmarkRemoteLookup measures a 512-block prompt remotely against a
+// local lookup, with the serving index in a process of its own (the test
+// binary, startServeChild), at 1, 4 and 16 concurrent requesters and in
+// batches of 32: latency percentiles, the requesters' CPU per lookup, the
+// serving process's lookups per CPU-second, and per request each process's
+// wake-ups and run-queue wait; KVROUTE_BENCH_NATS_PROC=1 runs the
+// nats-server apart too. The serving process's CPU goes mostly to syscalls
+// and to waking idle Ps for each hand-off, which is why a query-heavy
+// `kvroute indexer` is better run as several narrow instances
+// (GOMAXPROCS=1) than one wide one; the figures and the decision are in
+// the served-index record under docs/decisions/.
 package node

@@ -12,9 +12,9 @@ import (
 )
 
 // FleetConfig bounds what workers that never registered can put in the
-// index, and what registered workers can (issue 15: 20,000 unregistered ids
-// × 100 blocks took 424 MB; one worker's tree grew to 2,005,456 blocks
-// against its declared 16,384).
+// index, and what registered workers can. Unbounded, 20,000 unregistered
+// ids × 100 blocks took 424 MB, and one worker's tree grew to 2,005,456
+// blocks against its declared 16,384.
 type FleetConfig struct {
 	// Filter turns the unknown-worker filter on (router.StartService does
 	// outside approximate mode): KV events on NATS from a worker that is

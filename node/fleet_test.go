@@ -46,7 +46,7 @@ func metricsText(n *Node) string {
 	return b.String()
 }
 
-// TestUnknownWorkersBounded reproduces issue 15's 20,000 unregistered ids
+// TestUnknownWorkersBounded floods the index with unregistered worker ids
 // (here 40 × 20 blocks): at most MaxPending unknown workers reach the index,
 // capped, and only for the grace; a worker that registers within its grace
 // keeps its blocks; a static (Known) worker is never filtered; the rest are

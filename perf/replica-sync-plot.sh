@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make replica-sync-plot: the offline replica-sync sweep of issue 16 §1 as a
-# figure. It writes a bursty trace (Mooncake format) and runs
+# make replica-sync-plot: the offline replica-sync sweep as a figure. It
+# writes a bursty trace (Mooncake format) and runs
 # `kvroute replay --routers 3 --sync-delays ...` over it: window max/mean
 # worker share and hit ratio against the sync delay, against one router
 # and the replicas without sync. Deterministic (a simulation).

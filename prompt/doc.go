@@ -1,11 +1,16 @@
-// Package prompt turns request text into the token ids the index hashes.
+// Package prompt provides the step from request text to the token ids the
+// index hashes: NewTokenizer resolves a --tokenizer value (bytes, or a
+// Hugging Face tokenizer.json file or directory) into an openai.Tokenizer.
 //
-// Its subpackages do the work: prompt/tokenizer is a Hugging Face
-// tokenizer.json encoder (BPE, WordPiece and Unigram models with their
-// pre-tokenizers and normalizers), and prompt/chattmpl renders a model's Jinja
-// chat template into the text the engine tokenizes. This package joins them
-// to the OpenAI request parser in wire/openai: NewTokenizer resolves a
-// --tokenizer flag value into an openai.Tokenizer.
+// Its subpackages do the work: prompt/tokenizer encodes text exactly as
+// Hugging Face tokenizers does with a model's tokenizer.json (BPE models,
+// byte-level or with byte fallback), and prompt/chattmpl renders a model's
+// Jinja chat template into the text the engine tokenizes. wire/openai's
+// request parser calls them through its Tokenizer and ChatTemplate
+// interfaces, so it imports neither.
 //
-// Everything here is goroutine-safe once loaded and keeps no global state.
+//	tok, err := prompt.NewTokenizer("out/tokenizers/qwen3") // or "bytes"
+//
+// Everything here is immutable and goroutine-safe once loaded, and keeps no
+// global state.
 package prompt

@@ -212,8 +212,8 @@ func (m *engineTable) insertNew(p *engPool, k wire.EngineHash, v uint32) bool {
 // inserting k more keys one at a time (the smallest class that holds
 // count+k under the maximum load), so an event that adds k blocks to a
 // worker resizes its table at most once instead of once per class it
-// passes (issue 17, session 9: a new worker's first 41-block event went
-// 8 → 14 → 22 → 35 → 54 slots, four rehashes and four fresh arrays). The
+// passes (a new worker's first 41-block event went 8 → 14 → 22 → 35 → 54
+// slots: four rehashes and four fresh arrays). The
 // table ends in the same class as without it, so memory is unchanged;
 // callers pass an upper bound of the keys they insert (fewer are inserted
 // only on a conflict, an error path).
@@ -386,7 +386,7 @@ func growCap(count int) int { return max(minTableCap, 2*count) }
 
 // Engine tables fill to 7/8 and grow to 7/4 of their count (load 4/7 after
 // growing, 1.53× per resize): their average load is ≈0.71 instead of ≈0.64
-// with the 4/5 and 2× of the other tables (issue 17 §1; doc.go).
+// with the 4/5 and 2× of the other tables (doc.go).
 const engMaxLoadNum, engMaxLoadDen = 7, 8
 
 func engGrowCap(count int) int { return max(minTableCap, count*7/4) }
@@ -439,7 +439,7 @@ const engArraysBytes = 48
 // the bytes of the tree's live tables (live), so recycling adds at most that
 // fraction to the tables' memory; an array that would exceed it is dropped
 // to the garbage collector as before. 1/8 cost 2.3 B per entry at 7,000
-// workers (30.6 → 32.8, over the issue's 32) and 1/16 1.3; 1/32 costs 0.7
+// workers (30.6 → 32.8, over the 32-byte bound per entry) and 1/16 1.3; 1/32 costs 0.7
 // and measured as fast (doc.go § Engine tables).
 const engPoolDen = 32
 

@@ -26,8 +26,8 @@ func (e *env) publish(subject string, v any) {
 	}
 }
 
-// TestRegistrationsValidatedAndOwned reproduces issue 15's control-plane
-// findings against a live router: invalid registrations (worker 0, ftp://,
+// TestRegistrationsValidatedAndOwned sends hostile control-plane messages
+// to a live router: invalid registrations (worker 0, ftp://,
 // an empty URL, transport bogus, zmq without an endpoint, 100,000 dp ranks)
 // are refused and counted; a registration reusing the live worker's id from
 // another URL does not take its traffic; a withdrawal without the worker's
@@ -100,7 +100,8 @@ func TestRegistrationsValidatedAndOwned(t *testing.T) {
 
 // TestPromptBounds: a prompt longer than --max-prompt-tokens, or needing
 // more blocks than the largest worker's KV cache, is answered 400 before it
-// is booked (issue 15: four 15 MB prompts made the fleet refuse all traffic).
+// is booked (unbounded, four 15 MB prompts made the fleet refuse all
+// traffic).
 func TestPromptBounds(t *testing.T) {
 	e := startEnv(t, envOptions{workers: 2, kvBlocks: 64}) // 64 blocks × 16 tokens = 1,024 tokens
 	long := promptJSON(tokens(1, 0, 1100, 0))
@@ -177,7 +178,7 @@ func trickle(t *testing.T, addr string, n int) net.Conn {
 	return c
 }
 
-// TestInflightBodyBudget: issue 15's 50 connections trickling 16 MB bodies
+// TestInflightBodyBudget: unbounded, 50 connections trickling 16 MB bodies
 // took 847 MB. Bodies are accounted by declared length before fasthttp
 // allocates them; one that does not fit gets 503 unread, and the budget
 // comes back when the trickling connections go.
@@ -250,8 +251,8 @@ func TestMaxConns(t *testing.T) {
 }
 
 // TestBookingFitsCapacity: a prompt of more blocks than a worker's KV cache
-// is never booked on it (issue 15's 983,040-block bookings on workers of
-// 16,384): it goes to a worker it fits, and pinning it on one it does not
+// is never booked on it (unbounded, workers of 16,384 blocks were booked
+// 983,040): it goes to a worker it fits, and pinning it on one it does not
 // fit is a 400.
 func TestBookingFitsCapacity(t *testing.T) {
 	big := StaticWorker{ID: 200, URL: "http://127.0.0.1:1", Capacity: sched.Capacity{TotalBlocks: 1000}}

@@ -30,8 +30,8 @@ type StaticWorker struct {
 // default is tight; nginx allows 8 KiB per header line.
 const DefaultMaxHeaderBytes = 16 << 10
 
-// Defaults of the bounds (issue 15: each was exhausted by one client or one
-// forged control message).
+// Defaults of the bounds. Unbounded, each was exhausted by one client or
+// one forged control message.
 const (
 	// DefaultMaxWorkers is far above any fleet one router serves (the
 	// scheduler scans every rank per decision) and far below the 10,000

@@ -49,7 +49,7 @@ func TestPrefixAffinityAndBalance(t *testing.T) {
 	}
 	// Balance under a burst: 64 concurrent requests over the 8 families.
 	// The cost weighs a worker's booked decode blocks against the prefill a
-	// cache hit saves (DESIGN.md §5), so a busy home sheds some requests;
+	// cache hit saves (sched.Config.Weight), so a busy home sheds some requests;
 	// no worker may get more than 1.5x its share, and most requests must
 	// still hit their prefix.
 	var (
@@ -488,8 +488,8 @@ func TestBusyWindow(t *testing.T) {
 		t.Errorf("remote busy counted %v", v)
 	}
 	// A peer asking for an hour gets this router's window (300 ms): the
-	// window closes again (issue 15: five messages throttled an idle fleet
-	// for 9 s).
+	// window closes again (unclamped, five messages throttled an idle
+	// fleet for 9 s).
 	waitFor(t, "remote window closed", func() bool {
 		c, _, _ := e.do("POST", "/v1/completions", `{"prompt":"hello","max_tokens":1}`)
 		return c == 200

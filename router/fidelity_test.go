@@ -138,7 +138,7 @@ func TestEngineFidelityThroughRoute(t *testing.T) {
 		return out
 	}
 
-	// Fix 2: a hybrid model's sliding-window group stores and then drops
+	// A hybrid model's sliding-window group stores and then drops
 	// the same block hashes as its full-attention group; the prefix stays.
 	t.Run("hybrid groups", func(t *testing.T) {
 		h := hashes(1000, 3)
@@ -158,7 +158,7 @@ func TestEngineFidelityThroughRoute(t *testing.T) {
 		waitFor(t, "cleared", func() bool { return route("")[101] == 0 })
 	})
 
-	// Fix 3: blocks holding an image fold its hash in; the same
+	// Blocks holding an image fold its hash in; the same
 	// placeholder tokens with another image match only the text before it.
 	t.Run("multimodal", func(t *testing.T) {
 		const imageA = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"
@@ -182,7 +182,7 @@ func TestEngineFidelityThroughRoute(t *testing.T) {
 		}
 	})
 
-	// Fix 4: SGLang's EAGLE pages (bigram token_ids) are indexed, hashed
+	// SGLang's EAGLE pages (bigram token_ids) are indexed, hashed
 	// as plain pages.
 	t.Run("eagle bigrams", func(t *testing.T) {
 		sglang.publish(t, wire.AppendVLLMBatch(nil, &wire.VLLMBatch{Events: []wire.VLLMEvent{
@@ -235,7 +235,7 @@ func TestEngineFidelityThroughRoute(t *testing.T) {
 		waitFor(t, "cleared", func() bool { return route("")[101] == 0 })
 	})
 
-	// Fix 6: a salted SGLang event is one tenant's; a request with that
+	// A salted SGLang event is one tenant's; a request with that
 	// cache_salt matches it, other requests do not, and the unsalted copy on
 	// another worker is not the tenant's.
 	t.Run("cache salt", func(t *testing.T) {
@@ -244,7 +244,7 @@ func TestEngineFidelityThroughRoute(t *testing.T) {
 		}}, wire.VLLMEncoding{Compact: true}))
 		salted := wire.LocalHashes(nil, prompt, bs, wire.SaltSeed(nil, []byte("tenant-a")))
 		e.waitIndexed(sglang, salted, 4)
-		// And Fix 7 alongside: Dynamo's legacy JSON RouterEvent on
+		// And alongside: Dynamo's legacy JSON RouterEvent on
 		// ...kv_events, the unsalted copy.
 		ev := wire.Event{Worker: wire.WorkerKey{Worker: 103}, ID: 1, Kind: wire.KindStored}
 		for i, l := range plain {

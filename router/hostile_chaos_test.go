@@ -2,8 +2,9 @@
 
 package router
 
-// Hostile input for `make chaos` (build tag chaos), at the scale of issue
-// 15's findings, against a real router, NATS and simulated fleet. Each
+// Hostile input for `make chaos` (build tag chaos), at the scale that broke
+// an unbounded router (floods of tens of thousands of ids, 16 MB bodies),
+// against a real router, NATS and simulated fleet. Each
 // scenario prints
 //
 //	chaos: <scenario> key=value ...

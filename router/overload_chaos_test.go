@@ -2,7 +2,7 @@
 
 package router
 
-// Overload for `make chaos` (issue 15 §3): a real router, NATS and
+// Overload for `make chaos`: a real router, NATS and
 // simulated fleet (4 workers, real-time engine steps) under 3× its measured
 // capacity for 20 s, once with the reference behaviour (--max-queue-wait 0:
 // the queue fills, the all-workers-busy window opens, ...) and once with
@@ -13,7 +13,7 @@ package router
 // (per second of sending: requests offered, answered 200, 429, 503, the
 // 200s' latency quantiles; done = 200s completed in that second), a summary
 // line, and out/overload-timeline.svg plots both. The shedding run fails when
-// a target of issue 15 §3 does not hold over the steady seconds (5 to 18):
+// one of these targets does not hold over the steady seconds (5 to 18):
 //
 //   - the 200s' p99 latency ≤ 2 × the unloaded p99 + --max-queue-wait;
 //   - the 200s completed per second at least 90% of the capacity on average

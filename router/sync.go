@@ -262,7 +262,7 @@ func (r *Router) applySync(msg *plane.SyncMessage) {
 		// the other; core NATS does not redeliver). It may have held
 		// frees: the bookings made before it are uncertain, and kept
 		// they would be phantom load for as long as the other replica
-		// lives (issue 16 §4, found by cluster.TestClusterKills). Drop
+		// lives (cluster.TestClusterKills showed it). Drop
 		// them: the other replica's requests then in flight are not
 		// seen until they end, as on a new replica, never held forever.
 		r.m.sync.gaps.Add(int(msg.Seq - p.seq - 1))

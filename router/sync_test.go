@@ -241,7 +241,7 @@ func measureReplicas(t *testing.T, routers []*env, workers int) syncQuality {
 	return syncQuality{maxMean: maxMean / bursts, hit: float64(cached) / float64(prompt)}
 }
 
-// The routing-quality measure of issue 16: 3 replicas in front of 8
+// The routing-quality measure of replica sync: 3 replicas in front of 8
 // simulated workers, each replica taking a third of a bursty workload,
 // with and without replica sync, against one router taking all of it.
 // It reports the figures (README, docs/ARCHITECTURE.md); it asserts only

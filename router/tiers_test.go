@@ -126,7 +126,7 @@ func (d explained) candidate(t *testing.T, w uint64) (dev, host, disk int) {
 	return
 }
 
-// TestTierEventsThroughServe (issue 13, fix 1): vLLM events with a medium go
+// TestTierEventsThroughServe: vLLM events with a medium go
 // to their tier. A GPU copy stored, then its CPU copy stored and removed,
 // keeps the device overlap (it fell 3 → 0 when tiers were dropped; Dynamo
 // keeps 3). Blocks stored only on CPU are host overlap, not device overlap,

@@ -59,7 +59,7 @@ type workerTable struct {
 
 // fitCapacity keeps a prompt of more blocks than some rank's declared
 // capacity away from that rank, so that no booking exceeds a rank's
-// capacity in the scheduler's accounting (issue 15: 983,040 blocks were
+// capacity in the scheduler's accounting (unbounded, 983,040 blocks were
 // booked on workers of 16,384, marking the fleet busy). The fast path
 // (a prompt within every rank's capacity) does nothing.
 func (t *workerTable) fitCapacity(p *pending) error {
@@ -170,7 +170,7 @@ func (r *Router) publishTable() {
 	}
 	// A prompt needing more blocks than the largest rank's KV cache can
 	// never be served, and its booking would mark every worker busy for
-	// the request's lifetime (issue 15): bound it by the largest declared
+	// the request's lifetime: bound it by the largest declared
 	// capacity when every worker declares one.
 	var largest uint64
 	for _, w := range t.byID {

@@ -154,9 +154,9 @@ func TestHugeLoads(t *testing.T) {
 }
 
 // testConfig is the configuration the unit tests and the scripts in
-// testdata were written against: DefaultConfig with the defaults it had
-// before issue 13's replay measurements (weight 1, busy above the total KV
-// blocks), so that their expected costs and busy transitions stay meaningful.
+// testdata were written against: DefaultConfig with weight 1 and busy above
+// the total KV blocks, the values their expected costs and busy transitions
+// were computed with (the defaults come from replay measurements instead).
 func testConfig() Config {
 	c := DefaultConfig()
 	c.Weight, c.BusyDecodeFrac = 1, 1

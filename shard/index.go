@@ -54,8 +54,8 @@ type Config struct {
 	// not checked).
 	BlockSize int
 	// CaptureCopySteps makes each shard copy a capture's pages itself, in
-	// steps between event steps (paced by CaptureBytesPerBlock), as before
-	// session 7, instead of a reader goroutine per shard taking the pages
+	// steps between event steps (paced by CaptureBytesPerBlock), instead of
+	// a reader goroutine per shard taking the pages
 	// the shard has not copied (Capture). Kept for comparison
 	// (BenchmarkSnapshot/capture-stalls/perBlock=N) and for a machine with
 	// no CPU to spare for the readers.

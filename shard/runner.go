@@ -72,9 +72,8 @@ type RunnerConfig struct {
 	// (DefaultStepBlocks).
 	StepBlocks int
 	// QueuedLookups answers Match and MatchBatch on the runner's goroutine,
-	// from the lookup queue between steps (every shard in parallel), as
-	// before issue 17, instead of on the caller's goroutine under the core's
-	// lock. Kept for comparison (BenchmarkMatchUnderLoad) and for many
+	// from the lookup queue between steps (every shard in parallel),
+	// instead of on the caller's goroutine under the core's lock. Kept for comparison (BenchmarkMatchUnderLoad) and for many
 	// shards with large batches, where the parallel answers may win.
 	QueuedLookups bool
 	// LockOSThread locks the goroutine to its OS thread even when no CPUs

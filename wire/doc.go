@@ -59,28 +59,21 @@
 //     identifiers among a block's keys (also as [identifier, offset]) are its
 //     multimodal objects; their MMHashOf values are folded into its hash
 //     (BlockHashMM), so two images over the same placeholder tokens differ.
-//   - SGLang's EAGLE pages ("EAGLE pages"): token_ids as bigrams [t, t+1].
-//     By default a page's block is its first tokens, hashed as the plain
-//     page, so that it matches the router's plain request hashes. Dynamo
-//     (zmq_wire.rs, protocols.rs compute_block_hash_for_seq with is_eagle)
-//     hashes each page with the token after it, a window of B+1 tokens, on
-//     both sides, for workers whose runtime config enables EAGLE: exact,
-//     since SGLang's bigram keys make a page reusable only when that next
-//     token matches too. The plain hash can credit one page too many per
-//     request (when the request's token after a cached page differs, or the
-//     prompt ends with the page). VLLMConfig.EagleWindows and
-//     LocalHashesEagle implement Dynamo's form; they must be switched on
-//     together (events and requests): serve's --eagle-windows does both.
+//   - SGLang's EAGLE pages: token_ids as bigrams [t, t+1]. By default a
+//     page's block is its first tokens, hashed as the plain page, so it
+//     matches the router's plain request hashes (and can credit one page
+//     too many per request). VLLMConfig.EagleWindows and LocalHashesEagle
+//     are Dynamo's exact form (each page with the token after it, a window
+//     of B+1 tokens; zmq_wire.rs, compute_block_hash_for_seq with
+//     is_eagle); events and requests must switch together, as serve's
+//     --eagle-windows does.
 //   - vLLM's offloading connector ("Offloaded blocks"): a BlockStored with
-//     empty token_ids on a tier other than the device (medium CPU),
-//     block_size the offloaded block size (the GPU's by default, a multiple
-//     of it) or 0 (main's placeholder payload), names GPU blocks by hash:
-//     the event is a Stored event with ByEngine set, which adds the tier to
-//     the blocks the worker holds under those hashes (radix). A chunk of k >
-//     1 GPU blocks is named by its last block, which alone gets the tier (a
-//     host extension stops before it: fewer host hits, never false ones).
-//     The same with medium GPU, or a block_size that is not a multiple of
-//     B, is rejected.
+//     empty token_ids on a non-device medium, block_size a multiple of B or
+//     0, names GPU blocks by hash: a Stored event with ByEngine set, which
+//     adds the tier to the blocks the worker holds under those hashes. A
+//     chunk of k > 1 GPU blocks is named by its last block, which alone gets
+//     the tier (fewer host hits, never false ones). Medium GPU, or another
+//     block_size, is rejected.
 //   - Cache salts: cache_salt (map form), a map {lora_name, cache_salt} in
 //     lora_name's place (SGLang), a string in extra_keys' place, or the
 //     first string of the first block's extra_keys that is neither a
@@ -89,23 +82,14 @@
 //     block only); the decoder remembers the salted blocks (a map that is
 //     only touched while salts are in use) until they are removed.
 //
-// Event ids: the decoder keeps a counter per data-parallel rank. The events
-// of a batch take consecutive ids in order (the first event ever gets 1),
-// rejected events included; events of unknown kinds and of a hybrid model's
-// other KV cache groups take none. When a
-// batch's seq is not the successor of the rank's previous seq (a batch was
-// lost or malformed, or the engine restarted), one id is skipped first. Ids
-// are therefore contiguous per WorkerKey exactly while nothing is lost, and
-// a consumer checking ID == last+1 sees every loss as a gap, as it does with
-// Dynamo's publisher-assigned ids. The alternatives were worse: ID = seq for
-// every event of a batch is not contiguous per event, and a plain counter
-// hides lost batches.
+// Event ids: the decoder numbers each data-parallel rank's events 1, 2, 3,
+// ..., rejected events included, and skips one id when a batch's seq is not
+// the successor of the rank's previous one, so a consumer checking ID ==
+// last+1 sees every lost batch as a gap (VLLMDecoder has the rules).
 //
-// AppendVLLMBatch writes a VLLMBatch in either form, with hashes as uint64,
-// int64 or 32-byte strings, optionally compact (trailing nils omitted, as
-// msgspec's omit_defaults does) and with the newer fields the decoder skips.
-// Its input carries token ids rather than local hashes, which cannot be
-// inverted.
+// AppendVLLMBatch writes a VLLMBatch in either form (hashes as uint64,
+// int64 or 32-byte strings, optionally compact as msgspec's omit_defaults)
+// from token ids, since local hashes cannot be inverted.
 //
 // # Dynamo's event plane over NATS
 //
@@ -134,52 +118,37 @@
 // # kvroute native
 //
 // A compact little-endian batch for kvroute's own publishers and the
-// simulated fleet (AppendNative, DecodeNative): an 8-byte header ("kv",
-// version 1, flags 0, event count u32), then per event a 40-byte header
-// (kind, tier, flags, reserved, dp u32, worker u64, event id u64, parent u64,
-// LoRA length u32, block count u32), the LoRA name padded to 8 bytes, and
-// 16 bytes (engine u64, local u64) per block. Every field sits at an offset
-// aligned to its size, so on little-endian hosts an 8-byte aligned message's
-// block arrays are used in place (BenchmarkDecodeNative measures the view
-// against memmove and field-by-field decoding); otherwise they are copied
-// into the batch.
+// simulated fleet (AppendNative, DecodeNative; the layout is in native.go).
+// Every field sits at an offset aligned to its size, so on little-endian
+// hosts an 8-byte aligned message's block arrays are used in place
+// (BenchmarkDecodeNative compares the view with a copy and field-by-field
+// decoding); otherwise they are copied into the batch.
 //
 // # Errors
 //
 // Malformed input returns an error wrapping ErrMalformed and never panics;
 // list lengths are checked against the bytes left before anything is
-// reserved, so a lying header cannot cause a large allocation. Errors come at
-// two levels:
-//
-//   - Message level: the framing is broken (truncated, wrong types in the
-//     envelope, trailing bytes, an undecodable dp rank). The decoder returns
-//     the error and leaves the batch exactly as it was: a message is
-//     appended whole or not at all. For the Dynamo and native formats every
-//     error is of this kind.
-//   - Event level (vLLM): one event of a well-framed batch is invalid (a
-//     block size mismatch, a hash of the wrong type, a missing field). It is
-//     dropped, counted in Batch.Rejected (and SizeMismatches), the first
-//     such error is kept in Batch.Err, and the other events of the batch are
-//     decoded as usual. Only the first error is formatted, so a stream of
-//     bad events costs no allocation.
-//
-// Every decoder is fuzzed (FuzzDecodeVLLM, FuzzDecodeDynamo,
-// FuzzDecodeDynamoJSON, FuzzDecodeNative) on its input and every prefix of it.
+// reserved, so a lying header cannot cause a large allocation. A broken
+// message (truncated, wrong envelope types, trailing bytes, an undecodable
+// dp rank; every error of the Dynamo and native formats) leaves the batch
+// exactly as it was: a message is appended whole or not at all. An invalid
+// event in a well-framed vLLM batch (a block size mismatch, a hash of the
+// wrong type, a missing field) is dropped and counted in Batch.Rejected
+// (and SizeMismatches); the first such error is kept in Batch.Err, the only
+// one formatted, so a stream of bad events allocates nothing; the batch's
+// other events are decoded. Every decoder is fuzzed on its input and every
+// prefix of it (FuzzDecodeVLLM, FuzzDecodeDynamo, FuzzDecodeDynamoJSON,
+// FuzzDecodeNative).
 //
 // # Fast paths
 //
 // The shapes publishers actually send are read byte by byte before the
-// general msgpack readers: a Dynamo block map written as {"block_hash",
-// "tokens_hash"} in that order with fixint or 64-bit values
-// (readBlockMapFast; any other shape, e.g. keys reversed, an extra key or a
-// uint32 value, goes to the general path, TestDecodeBlockFastPath), integer
-// hashes (readIntFast), and vLLM token ids in one loop (readTokens) rather
-// than one call per token. Six to fourteen interleaved runs of the old and
-// new code on the loaded 2-vCPU machine: BenchmarkDecodeDynamo/msgpack
-// -58% time per op (p = 0.002), BenchmarkDecodeVLLM array -51% and map -47%
-// (p < 0.01); still 0 allocations. End to end (BenchmarkNATSIngest, Dynamo
-// messages of ~39 blocks) the process's CPU per event moved 11.5 -> 11.1 µs,
-// within the noise (p = 0.70): the decode is ~11% of it.
+// general msgpack readers: a Dynamo block map {"block_hash", "tokens_hash"}
+// in that order with fixint or 64-bit values (readBlockMapFast; any other
+// shape, e.g. keys reversed, an extra key or a uint32 value, takes the
+// general path, TestDecodeBlockFastPath), integer hashes (readIntFast), and
+// vLLM token ids in one loop (readTokens). The measurement is in the
+// decoder fast-path record under docs/decisions/.
 //
 // # Hashing
 //

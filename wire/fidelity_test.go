@@ -43,10 +43,9 @@ func refHash(tokens []uint32, mm []uint64, seed uint64) BlockHash {
 	return BlockHash(xxh3.HashSeed(buf, seed))
 }
 
-// Fix 2. vLLM's current events (vllm/distributed/kv_events.py, main branch as
-// read for this work, ≈0.11 and later: BlockStored's
-// group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window; BlockRemoved's
-// group_idx; KVCacheEvent without array_like, so events are maps). A hybrid
+// vLLM's current events (vllm/distributed/kv_events.py, main branch, ≈0.11
+// and later: BlockStored's group_idx, kv_cache_spec_kind,
+// kv_cache_spec_sliding_window; BlockRemoved's group_idx; KVCacheEvent without array_like, so events are maps). A hybrid
 // model (full attention + sliding window) publishes each block once per KV
 // cache group under the same block hashes; only the main (full-attention)
 // group is indexed, the others are counted and take no event id.
@@ -95,7 +94,7 @@ func TestVLLMHybridGroups(t *testing.T) {
 	}
 }
 
-// Fix 3. vLLM's extra_keys (vllm/v1/core/kv_cache_utils.py
+// vLLM's extra_keys (vllm/v1/core/kv_cache_utils.py
 // _gen_mm_extra_hash_keys: one entry per block, the identifiers of the
 // multimodal objects the block overlaps; "vLLM 0.19+" writes
 // [identifier, start offset], per Dynamo's comment) as Dynamo turns them into block_mm_infos
@@ -179,9 +178,9 @@ func TestVLLMMultimodalExtraKeys(t *testing.T) {
 	}
 }
 
-// Fix 4. SGLang's EAGLE pages: python/sglang/srt/mem_cache/radix_cache.py
-// and mem_cache/events.py (_record_store_event, SGLang main as read for this
-// work; the version is not pinned): with a bigram key a page's
+// SGLang's EAGLE pages: python/sglang/srt/mem_cache/radix_cache.py and
+// mem_cache/events.py (_record_store_event, SGLang main; the version is not
+// pinned): with a bigram key a page's
 // token_ids are the pairs [(raw[j], raw[j+1]) for j in page] and block_size
 // is the number of pairs; events are msgspec array_like BlockStored
 // [block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium].
@@ -248,7 +247,7 @@ func TestSGLangEagleBigrams(t *testing.T) {
 	}
 }
 
-// Fix 5. SGLang's StorageMedium (python/sglang/srt/disaggregation/kv_events.py:
+// SGLang's StorageMedium (python/sglang/srt/disaggregation/kv_events.py:
 // GPU, CPU, CPU_PINNED; HiCache host copies are CPU_PINNED) and the other
 // media of Dynamo's StorageTier::from_kv_medium.
 func TestMediumTiers(t *testing.T) {
@@ -269,7 +268,7 @@ func TestMediumTiers(t *testing.T) {
 	}
 }
 
-// Fix 6. Cache salts. The seed is Dynamo's compute_salt_hash (lib/kv-hashing:
+// Cache salts. The seed is Dynamo's compute_salt_hash (lib/kv-hashing:
 // seed + xxh3_64(lora, 0) + xxh3_64(salt, 1)).
 func TestSaltSeed(t *testing.T) {
 	if SaltSeed(nil, nil) != Seed || SaltSeed([]byte("ad"), nil) != LoRASeed("ad") {
@@ -303,11 +302,11 @@ func TestSaltedEvents(t *testing.T) {
 			}
 		}
 	}
-	// SGLang's salted BlockStored as issue 13 describes it: an 8th element
-	// {cache_salt} (a map, with lora_name) where vLLM has the lora_name
-	// string. SGLang's own publisher for it was not found in the sources
-	// searched; the shape follows the issue. It used to be rejected with an
-	// error about lora_name.
+	// SGLang's salted BlockStored: an 8th element {cache_salt} (a map, with
+	// lora_name) where vLLM has the lora_name string. SGLang's own
+	// publisher for it was not found in the sources searched, so the shape
+	// is as described, not as read; taking the element for vLLM's
+	// lora_name string would reject the event.
 	t.Run("sglang", func(t *testing.T) {
 		for _, lora := range []string{"", "ad"} {
 			ev := VLLMEvent{Kind: KindStored, BlockHashes: []EngineHash{1, 2}, Tokens: toks, BlockSize: bs, Medium: "GPU", LoRA: lora, Salt: "tenant-a"}

@@ -6,8 +6,8 @@ import (
 	"github.com/tinylib/msgp/msgp"
 )
 
-// Item 2 of issue 13's remainder. vLLM's offloading connector publishes the
-// CPU copies of GPU blocks without their tokens:
+// vLLM's offloading connector publishes the CPU copies of GPU blocks
+// without their tokens:
 //
 //   - vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py
 //     (vLLM 0.11–0.13, OffloadingConnectorScheduler.take_events):

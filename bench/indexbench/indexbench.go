@@ -43,8 +43,8 @@ type Config struct {
 	// `kvroute bench index` builds a 7,000-worker stream, ≈7 GB of block
 	// managers' garbage that either holds the collector off for the whole
 	// run (every pass then faults fresh pages) or is scavenged during the
-	// timed passes. The method before session 10 (issue 17's figures);
-	// see doc.go.
+	// timed passes. It is for comparing with figures taken without the
+	// settling; see doc.go.
 	NoSettle bool
 	// Churn > 0 changes what a pass after the first replays (with
 	// MinSeconds): instead of the whole stream into an emptied index, the

@@ -97,7 +97,7 @@ func TestReplayMinSeconds(t *testing.T) {
 	if got, want := fp.OpsPerSec*fp.Seconds, float64(one.Ops); got < want*0.999 || got > want*1.001 {
 		t.Errorf("first pass: %.0f ops/s over %.4fs is %.0f ops, want %.0f", fp.OpsPerSec, fp.Seconds, got, want)
 	}
-	// Without settling, as before session 10: the same passes and index.
+	// Without settling (Config.NoSettle): the same passes and index.
 	old, err := Run(s, Config{NoSettle: true})
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +176,7 @@ func BenchmarkTraceReplay(b *testing.B) {
 		{"W=256/B=512/S=1", 256, 512, 1},
 		{"W=256/B=16/S=1", 256, 16, 1},
 		{"W=256/B=16/S=2", 256, 16, 2},
-		{"W=7000/B=512/S=1", 7000, 512, 1}, // the fleet-scale configuration (issue 17): 7 trace copies
+		{"W=7000/B=512/S=1", 7000, 512, 1}, // the fleet-scale configuration: 7 trace copies
 	} {
 		dup := 4
 		if c.workers == 7000 {
@@ -224,7 +224,7 @@ func TestReplayDirect(t *testing.T) {
 // BenchmarkEventApplyTail replays the trace directly into a shard.Core (no
 // runner), one event per Apply call, and reports the tail of the wall time
 // of one event's Apply over every event of every pass: what a lookup that
-// arrives while the runner applies an event waits for at most (issue 17 §2).
+// arrives while the runner applies an event waits for at most.
 // Lookups are replayed too, untimed, so the caches see the same mix. One op
 // is one pass from an empty index; cpu-ns/op is the process's CPU time per
 // pass (the replay and the garbage collector) and faults/op its minor page

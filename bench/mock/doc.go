@@ -5,7 +5,12 @@
 // multipart with a replay socket), load metrics and registration
 // heartbeats, so that routing decisions have the same consequences as on a
 // real fleet: cache hits shorten prefill, load lengthens decode, full caches
-// evict. A Fleet runs N workers in one process over one NATS connection.
+// evict. A Fleet runs N workers in one process over one NATS connection
+// (`kvroute mock`, serve's --demo-fleet, the router and cluster tests):
+//
+//	fleet, err := mock.Start(mock.Config{Workers: 4, KVBlocks: 4096}, nc)
+//	defer fleet.Close()
+//	url := fleet.Workers()[0].URL() // an OpenAI-compatible endpoint
 //
 // With HostKVBlocks a worker has a host tier behind its GPU cache
 // (engine.Config.HostCapacity): evictions are offloaded there and announced

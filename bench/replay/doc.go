@@ -87,35 +87,14 @@
 // hit ratio) and PlotSyncSweep draws it (`kvroute replay --sync-delays`,
 // make replica-sync-plot → docs/replica-sync-delay.svg).
 //
-// # Host tier, saturation and the scheduler's defaults (issue 13)
+// # Host tier and references
 //
 // With --host-kv-blocks the engines offload evicted blocks to a host tier
 // and onload them instead of recomputing (bench/engine), and the fleet-cache
 // reference (fleet_cache_hit_ratio, /lru) is one LRU of the fleet's GPU +
-// host size, processing the trace in order with no concurrency. The replay
-// tables of README § Replay with a host tier chose sched's defaults
-// (sched/doc.go, "Defaults"): weight 8 and busy detection off. The
-// saturation test is unchanged (rejections, or Tracking < 0.95); with busy
-// detection off the router never queues or rejects, so saturation shows as
-// Tracking alone.
-//
-// Against the issue's targets on the Mooncake trace (8 workers, host 4×):
-// at round-robin's saturation load (5x) kv is not saturated and its mean
-// TTFT is 17.7× lower (469 vs 8278 ms; kv saturates at 6x), and kv's mean
-// and p99 TTFT are the lowest of kv, round-robin and least-loaded at every
-// load. kv's hit ratio is 0.93 of the fleet LRU at 1x and 0.88, 0.83, 0.77,
-// 0.67 at 2x–5x: missed from 2x. The reference is reachable under load by
-// an unpartitioned fleet: one engine of the fleet's total capacity and
-// throughput (--workers 1 --kv-blocks 131072 --host-kv-blocks 524288
-// --max-num-seqs 2048 --max-batched-tokens 65536 --prefill-poly
-// 6.578108e-09,0.00189793,16.50142 --host-gbps 256: each step does the
-// eight engines' work in the same time) reaches 0.96, 0.94, 0.93 of it at
-// 1x, 4x, 5x, while kv at weight 1000 (no decode-load term to speak of)
-// reaches 0.91 at 2x and 0.81 at 4x. The loss is the partition into eight caches that
-// load must be spread over, not the load itself; no measurement here shows
-// 0.9 infeasible for eight partitions, nor a cost that reaches it.
-//
-// # Placement diagnostics and references (issue 13, session 7)
+// host size, processing the trace in order with no concurrency, the
+// reference kv's hit ratio is read against. With busy detection off (--busy-decode-frac 0) the
+// router never queues or rejects, so saturation shows as Tracking alone.
 //
 // For kv, Result.BestHitRatio and RoutedHitRatio give, at each dispatch,
 // the longest cached prefix on any rank and on the rank chosen: best −
@@ -124,20 +103,8 @@
 // router) pins each request to the rank with its longest prefix, load
 // ignored. Workload.PartitionedLRU splits the fleet-size LRU into one per
 // rank under an offline placement with a balance bound
-// (TestPartitionedLRUReport with KVROUTE_PARTREF_TRACE): on the Mooncake
-// trace it reaches 1.00 of the pooled LRU, so the hit-ratio gap the
-// section above describes was placement, which sched's CacheAffinity and
-// QueueAffinityHold defaults closed to 0.93 at 4x and 0.89 at 5x–6x
-// (docs/ARCHITECTURE.md); with QueueAffinityTail and the 3 s hold, 0.91 at
-// 5x and 0.87 at 6x.
-//
-// # Cost
-//
-// On the 2-vCPU development VM the shared Mooncake trace (3,993 requests,
-// 17 min, mean 15k tokens) takes 0.5–1.8 s per (speedup, policy) run, most
-// of it in the engines' block managers and the scheduler (the replay's own
-// loop is under 3% of the CPU profile); the default automatic sweep of four
-// policies (32 runs, 1x to 8x) takes 20 s of wall time (29 s CPU, 380 MB).
-// BenchmarkReplay (the 200-line testdata trace): 33.5 ms per kv run (6k
-// simulated requests/s), 18 ms per round-robin run.
+// (TestPartitionedLRUReport with KVROUTE_PARTREF_TRACE). These replay
+// tables chose sched's cost defaults and cache affinity; the records are in
+// docs/decisions/ and the current figures in docs/benchmarks.md
+// (BenchmarkReplay times one run of the 200-line testdata trace).
 package replay

@@ -68,8 +68,8 @@ func (r *Report) Result(policy string, speedup float64) *Result {
 	return nil
 }
 
-// Targets evaluates issue 7's targets (README "Replay") on a report that
-// has kv and other policies. A plain value.
+// Targets evaluates the routing-quality targets (README "Replay") on a
+// report that has kv and other policies. A plain value.
 type Targets struct {
 	// SaturationSpeedup is the highest speedup of the sweep at which kv
 	// still keeps up (Result.Saturated false); the targets hold at every
@@ -172,10 +172,10 @@ func (r *Report) evaluate() {
 		Check{Name: "kv mean TTFT lowest at every speedup", Value: b2f(meanOK), Goal: "1", Met: meanOK, Detail: strings.Join(meanFail, "; ")},
 		Check{Name: "kv p99 TTFT lowest at every speedup", Value: b2f(p99OK), Goal: "1", Met: p99OK, Detail: strings.Join(p99Fail, "; ")},
 	)
-	// Issue 13: kv's hit ratio against one LRU cache of the fleet's whole
-	// size (device + host), at every speedup below saturation; and at
-	// round-robin's saturation speedup, kv keeps up with a mean TTFT ≥ 3×
-	// lower.
+	// With a fleet-cache reference: kv's hit ratio against one LRU cache of
+	// the fleet's whole size (device + host), at every speedup below
+	// saturation; and at round-robin's saturation speedup, kv keeps up with
+	// a mean TTFT ≥ 3× lower.
 	if r.FleetCacheHitRatio > 0 {
 		worst, worstAt := math.Inf(1), 0.0
 		for _, s := range r.Speedups {

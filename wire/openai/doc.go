@@ -16,9 +16,11 @@
 // (ChatTemplate, implemented by prompt/chattmpl from a tokenizer_config.json);
 // a render error is a 400 naming "messages".
 //
-// Tokenizers. NewTokenizer gives BytesTokenizer ("bytes") or a Hugging Face
-// tokenizer.json loaded by prompt/tokenizer; ModelTokenizers picks one per
-// request model (Parse asks it after reading "model"). A completion's text
+// Tokenizers. Tokenizer is the interface; BytesTokenizer ("bytes") is the
+// one defined here, and prompt.NewTokenizer resolves a --tokenizer value
+// into it or a Hugging Face tokenizer.json loaded by prompt/tokenizer;
+// ModelTokenizers picks one per request model (Parse asks it after reading
+// "model"). A completion's text
 // prompt is encoded with EncodeSpecial when the tokenizer has it
 // (SpecialEncoder: the BOS an engine adds), chat text with Encode; Request.
 // TextPrompt tells a text prompt was tokenized, and ReplacePrompt rewrites a

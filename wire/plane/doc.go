@@ -35,10 +35,13 @@
 // the queue group QueueGroup: AppendMatchQuery (a batch of prompts' local
 // block hashes, with model and tenant), AppendRecordQuery (an approximate-
 // mode decision; local and sequence hashes must come 1:1, checked on both
-// sides) and AppendPingQuery; replies carry the overlaps and tree sizes per
-// worker key, or an error. Requests and replies start with a version byte
-// and a flags field reserved for per-tier overlaps; unknown versions and
-// flags are errors. FuzzDecodeQuery fuzzes the request decoder.
+// sides), AppendWorkersQuery (every worker key's tree size) and
+// AppendPingQuery; replies carry the overlaps and tree sizes per worker key,
+// or an error. Requests and replies start with a version byte and a flags
+// field: FlagTiers asks for, and marks, host and disk blocks after each
+// overlap; unknown versions and flags are errors, so an older server
+// refuses a newer flag instead of misreading it. FuzzDecodeQuery fuzzes the
+// request decoder.
 //
 // Replica sync (sync.go): routers started with --router-replica-sync
 // publish batches of bookings (SyncBook with worker, prompt length,

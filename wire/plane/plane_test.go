@@ -80,9 +80,10 @@ func TestRegistryLifecycle(t *testing.T) {
 	}
 }
 
-// TestRegistrationValidateRefusesTheIssueFindings: the registrations of
-// issue 15 that joined and drew traffic are refused, each naming its field.
-func TestRegistrationValidateRefusesTheIssueFindings(t *testing.T) {
+// TestRegistrationValidateRefusesHostileRegistrations: registrations that an
+// unchecked control plane let join and draw traffic are refused, each error
+// naming its field.
+func TestRegistrationValidateRefusesHostileRegistrations(t *testing.T) {
 	cases := []struct {
 		name, want string
 		edit       func(r *Registration)

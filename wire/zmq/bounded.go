@@ -16,8 +16,8 @@ import (
 
 // DefaultMaxMessageBytes is the default of SubscriberConfig.MaxMessageBytes
 // (--max-event-bytes): 16 MiB, far above a vLLM event batch (a batch of
-// 1,000 Stored events of 16 blocks is ~300 KB) and far below the 200 MB
-// frame issue 15 sent.
+// 1,000 Stored events of 16 blocks is ~300 KB) and far below a hostile
+// peer's 200 MB frame.
 const DefaultMaxMessageBytes = 16 << 20
 
 // ErrTooLarge is the read error of a connection whose peer announced a

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// TestBoundedConnScan: issue 15's 200 MB frame is refused from its header;
+// TestBoundedConnScan: a hostile 200 MB frame is refused from its header;
 // frames and multipart messages within the bound pass, whatever the read
 // boundaries.
 func TestBoundedConnScan(t *testing.T) {

@@ -197,7 +197,7 @@ func TestCountHeldMatchesNaive(t *testing.T) {
 	}
 }
 
-// Private blocks (session 9): a block booked where no rank has it is indexed
+// Private blocks (docs/decisions/0023-private-blocks.md): a block booked where no rank has it is indexed
 // under its request until a lookup finds it. Every way of finding one (a
 // held-count walk, another booking on the same or another rank, the same
 // request repeating the hash, a walk that enters mid-request) must promote it
@@ -266,7 +266,7 @@ func TestPrivateBlocks(t *testing.T) {
 	}
 }
 
-// Private stretches (Config.ChainedHashes, session 10): a request's blocks
+// Private stretches (Config.ChainedHashes): a request's blocks
 // found nowhere are one stretch with one table cell, its first block's. A
 // walk sharing a prefix of the stretch promotes that prefix (each promoted
 // block indexed) and indexes the stretch's new first block; a booking of

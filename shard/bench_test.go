@@ -395,7 +395,8 @@ func makeChainLoad(workers, batches, batchSize int, lenOf func(uniq uint64) int)
 
 // BenchmarkLookupUnderLongIngest is BenchmarkLookupUnderIngest with
 // 256-block Stored events (makeLongLoad): what a lookup waits for when the
-// event the runner is applying is long (issue 17, session 8).
+// event the runner is applying is long
+// (docs/decisions/0008-lookups-on-the-callers-goroutine.md).
 func BenchmarkLookupUnderLongIngest(b *testing.B) {
 	load := makeLongLoad(32, 64, 16, 256)
 	ix := newTestIndex(b, Config{Shards: 1})
@@ -413,7 +414,8 @@ func BenchmarkLookupUnderLongIngest(b *testing.B) {
 // the lookups that waited (waited-p50-ns, waited-p99-ns), and the events
 // applied per second. It measured the designs that would bound that wait
 // (a spin bounded by the runner's progress, Stored events applied in
-// pieces: branch wait-spin-experiment, not kept; issue 17 §2, session 9).
+// pieces: branch wait-spin-experiment, not kept;
+// docs/decisions/0008-lookups-on-the-callers-goroutine.md).
 func BenchmarkLookupAfterApply(b *testing.B) {
 	lens := []int{12, 16, 24, 32, 41, 41, 48, 64, 96, 256}
 	load := makeChainLoad(256, 4096, 1, func(u uint64) int { return lens[(u*7)%uint64(len(lens))] })

@@ -50,15 +50,16 @@ const numClasses = 64
 
 // runStore keeps every run's local hashes and block ids in chunks of size
 // classes of 1, 2, 3, 4, 6, 8, 12, 16, … blocks (powers of two and 1.5×
-// powers of two, runSize: with the half-steps a run wastes ≈1.2× its
-// length instead of ≈1.4× with powers of two, see doc.go). The chunks
+// powers of two, runSize; half-steps instead of powers of two: a run wastes
+// ≈1.2× instead of ≈1.4× its length, docs/decisions/0004-sparse-worker-sets.md).
+// The chunks
 // sit in pages (loc[p], ids[p]) of one class each: a page holds
 // max(1, runPage/size) chunks (a full page of small chunks is 8 KiB of
 // hashes and 4 KiB of ids, one capture page each), and a chunk's address is
 // page<<runPageShift | offset, which is a node's run field. Growth never
 // copies the arena: a class whose open page is full opens a fresh page, so
 // an event pays for the pages of its own runs, not for a doubling of the
-// class. Only a class's first page grows, by
+// class (docs/decisions/0006-paged-arenas.md). Only a class's first page grows, by
 // doubling, up to full size, so a small tree stays small. Free chunks are
 // linked through the first block id of the chunk (1 + the next one's
 // address, 0 = end).
@@ -342,7 +343,7 @@ func (t *Tree) releaseBlock(id uint32) {
 // Growth never copies the arena: a full last chunk is followed by a fresh
 // one, so an event pays for the pages of its own records, not for a
 // doubling of all of them (the block arena's doublings were the largest
-// share of Apply's page faults). Only the first chunk
+// share of Apply's page faults: docs/decisions/0006-paged-arenas.md). Only the first chunk
 // grows by doubling, up to blockChunk, so a small tree stays small.
 const (
 	blockChunkShift = 10

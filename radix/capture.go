@@ -64,7 +64,7 @@ type engCow struct {
 // copy per page it writes. Smaller pages make the first writes after
 // BeginCapture cheaper and cost more page-table entries (24 bytes each;
 // 5,732 pages for the 1.3M-entry fleet). 8 KiB measured best of 2, 8 and
-// 32 KiB (shard/doc.go § Snapshots).
+// 32 KiB (docs/decisions/0012-copy-on-write-captures.md).
 const PageBytes = 8 << 10
 
 // pageBytes is PageBytes; tests shrink it to one element per page.

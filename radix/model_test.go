@@ -436,7 +436,7 @@ func TestModel(t *testing.T) {
 	}
 	for round := range uint64(4) {
 		tr, m := New(), newModel()
-		if round == 3 { // the one-block-per-node layout doc.go measures against
+		if round == 3 { // the one-block-per-node layout of docs/decisions/0001-arena-tree-of-runs.md
 			tr.maxRun = 1
 		}
 		g := newGen(seed+round, m)

@@ -6,7 +6,7 @@ import (
 	"unsafe"
 )
 
-// Sparse worker sets. A dense set costs w words per node
+// Sparse worker sets (docs/decisions/0004-sparse-worker-sets.md). A dense set costs w words per node
 // whatever it holds: at 7,000 worker keys, 128 words (1 KiB) per node and
 // 15.6 of 48.3 bytes per (block, worker) entry. Past denseMaxWords words a
 // tree switches every set, once, to a sparse form: the set's nonzero words

@@ -12,7 +12,8 @@ import (
 // tombstones, so churn never degrades probe lengths). Capacities are any
 // integer ≥ minTableCap, not powers of two: the home slot is the high word of
 // mix(key)·cap ("fastrange"), which lets a table grow by 1.5× instead of 2×
-// and keeps the average load near 2/3 (see doc.go for the memory figures).
+// and keeps the average load near 2/3 (memory figures:
+// docs/decisions/0002-per-worker-engine-tables.md, 0004-sparse-worker-sets.md).
 
 const (
 	minTableCap = 8
@@ -50,8 +51,8 @@ func movable(h, i, j int) bool {
 // a control byte per slot (0 = empty, else 0x80 | 7 bits of the hash) that a
 // probe scans eight at a time (SWAR), so a lookup compares keys only on a
 // fingerprint match and finds the end of its cluster without a branch per
-// slot. 13 bytes a slot; see doc.go for the measurements against plain
-// linear probing and Go maps.
+// slot. 13 bytes a slot; docs/decisions/0002-per-worker-engine-tables.md has
+// the measurements against plain linear probing and Go maps.
 type engineTable struct {
 	ctrl  []uint8 // len(e) + groupLen: the first groupLen bytes are mirrored at the end
 	e     []engEntry
@@ -213,7 +214,8 @@ func (m *engineTable) insertNew(p *engPool, k wire.EngineHash, v uint32) bool {
 // count+k under the maximum load), so an event that adds k blocks to a
 // worker resizes its table at most once instead of once per class it
 // passes (a new worker's first 41-block event went 8 → 14 → 22 → 35 → 54
-// slots: four rehashes and four fresh arrays). The
+// slots, four rehashes and four fresh arrays;
+// docs/decisions/0005-engine-table-growth.md). The
 // table ends in the same class as without it, so memory is unchanged;
 // callers pass an upper bound of the keys they insert (fewer are inserted
 // only on a conflict, an error path).
@@ -386,7 +388,7 @@ func growCap(count int) int { return max(minTableCap, 2*count) }
 
 // Engine tables fill to 7/8 and grow to 7/4 of their count (load 4/7 after
 // growing, 1.53× per resize): their average load is ≈0.71 instead of ≈0.64
-// with the 4/5 and 2× of the other tables (doc.go).
+// with the 4/5 and 2× of the other tables (docs/decisions/0004-sparse-worker-sets.md).
 const engMaxLoadNum, engMaxLoadDen = 7, 8
 
 func engGrowCap(count int) int { return max(minTableCap, count*7/4) }
@@ -398,7 +400,8 @@ func shrinkCap(count int) int { return max(minTableCap, count*5/2) }
 // Tree.pool) by size class: a table that grows frees an array of the class
 // below, which the next table to reach that class takes instead of fresh
 // memory (fresh pages fault on this VM, and the rehash's first stores into
-// them were half of engineTable.resize's time: doc.go § Engine tables).
+// them were half of engineTable.resize's time:
+// docs/decisions/0005-engine-table-growth.md).
 //
 // Capacities are the classes of engClasses: the growth chain from
 // minTableCap (a table grows from class c to engGrowCap of the first count
@@ -439,8 +442,9 @@ const engArraysBytes = 48
 // the bytes of the tree's live tables (live), so recycling adds at most that
 // fraction to the tables' memory; an array that would exceed it is dropped
 // to the garbage collector as before. 1/8 cost 2.3 B per entry at 7,000
-// workers (30.6 → 32.8, over the 32-byte bound per entry) and 1/16 1.3; 1/32 costs 0.7
-// and measured as fast (doc.go § Engine tables).
+// workers (30.6 → 32.8, over the 32 bytes per entry aimed at) and 1/16 1.3;
+// 1/32 costs 0.7 and measured as fast
+// (docs/decisions/0005-engine-table-growth.md).
 const engPoolDen = 32
 
 // engPooling is a test switch: false keeps every pool empty, so benchmarks

@@ -90,7 +90,7 @@ type Tree struct {
 	freeSlots []uint32
 
 	// maxRun > 0 caps run length. Only maxRun 1, the one-block-per-node layout
-	// that doc.go measures against, is tested; with other caps the tree stays
+	// that docs/decisions/0001-arena-tree-of-runs.md measures against, is tested; with other caps the tree stays
 	// correct but not canonical (a shrinking run does not re-merge).
 	maxRun int
 
@@ -1057,7 +1057,7 @@ func matchLen(a, b []wire.BlockHash) int {
 // registers, so append(dst, Overlap{...}) built it in a stack temporary with
 // narrow stores and copied it with 16-byte loads, which the store buffer
 // cannot forward (a stall per load); that was the +30–49% of device-only
-// Match after the tier fields were added (radix/doc.go).
+// Match after the tier fields were added (docs/decisions/0003-storage-tiers.md).
 func (t *Tree) emit(dst []Overlap, word int, bitsSet uint64, depth int) []Overlap {
 	if bitsSet == 0 {
 		return dst

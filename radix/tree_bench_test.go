@@ -14,7 +14,8 @@ import (
 //
 //	runs        the Tree as shipped (canonical runs of blocks)
 //	block       the same Tree capped at one block per node (maxRun 1): the
-//	            simple one-block-per-node arena doc.go compares against
+//	            simple one-block-per-node arena that
+//	            docs/decisions/0001-arena-tree-of-runs.md compares against
 //	tiered      the shipped Tree with a host tier (workload.tieredTree):
 //	            tier sets on every node, per-tier Match and removals
 //	flatmap     the naive baseline: map[sequence hash]worker bitmask, given

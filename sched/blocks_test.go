@@ -197,7 +197,7 @@ func TestCountHeldMatchesNaive(t *testing.T) {
 	}
 }
 
-// Private blocks: a block booked where no rank has it is indexed
+// Private blocks (docs/decisions/0023-private-blocks.md): a block booked where no rank has it is indexed
 // under its request until a lookup finds it. Every way of finding one (a
 // held-count walk, another booking on the same or another rank, the same
 // request repeating the hash, a walk that enters mid-request) must promote it

@@ -136,7 +136,7 @@ type Config struct {
 	// position and every hash before it, so whoever holds a block holds its
 	// whole prefix. The router sets it. The block index then keeps one
 	// table cell per request's stretch of unshared blocks instead of one
-	// per block (see doc.go); decisions are the same. Default
+	// per block (doc.go § Block index); decisions are the same. Default
 	// false: arbitrary hash lists (tests, other callers) keep a cell per
 	// block. With lists that break the assertion, held-block counts may
 	// miss blocks; the index stays consistent.

@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// The plain-rank heap. A plain rank's cost (see slotScan) is
+// The plain-rank heap (docs/decisions/0021-plain-rank-heap.md). A plain rank's cost (see slotScan) is
 // w × (pf + isl) / block size + active + blocks in the default form (the
 // credit form is the same with w = PrefillLoadScale, least-loaded is
 // active + pf / block size): a request-independent key

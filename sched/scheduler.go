@@ -81,8 +81,8 @@ type Scheduler struct {
 
 // slotScan mirrors the little of a dp rank that the common decision reads
 // for every rank: 12 bytes, so 7,000 ranks stay within a core's L2 cache.
-// (Mirroring the tree size here too, 16 bytes, was measured and dropped:
-// the temperature scan at 7,000 ranks measured +17% and +40%, not
+// (Mirroring the tree size here too, 16 bytes, was tried and dropped
+// (docs/decisions/0022-scheduler-block-index.md): the temperature scan at 7,000 ranks measured +17% and +40%, not
 // significant, against a few slotState reads per tie break.)
 // A rank is "plain" when flags == fLive: live, not busy, not decaying, the
 // only rank of its worker, loads below 2^32 and not touched by the current

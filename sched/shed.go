@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// Early shedding (Config.MaxQueueWait). The waiting queue's
+// Early shedding (Config.MaxQueueWait, docs/decisions/0027-shedding-ramp.md).
+// The waiting queue's
 // drain rate is measured, the wait a new request would have is predicted
 // from it, and a request that would wait longer than the bound is rejected
 // (ReasonQueueWait) before it is queued; between half the bound and the

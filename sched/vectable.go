@@ -1,7 +1,8 @@
 package sched
 
 // vecTable maps a block's sequence hash to its vector id (blockIndex.heads).
-// It is u64map specialised for that job: a cell is
+// It is u64map specialised for that job
+// (docs/decisions/0022-scheduler-block-index.md): a cell is
 // 8 bytes, a 32-bit fingerprint and the vector id, instead of u64map's 16
 // (the 64-bit key and the value, padded), and the key itself is not stored,
 // since the vector holds it (blockVec.hash). The fingerprint is the top 32
@@ -31,7 +32,7 @@ const vecTableMinCells = 16
 
 // fingerprint of a sequence hash: the top 32 bits of the Fibonacci product
 // of the hash with its high half folded into its low half (structured keys
-// that differ in their high bits spread; see doc.go).
+// that differ in their high bits spread; docs/decisions/0023-private-blocks.md).
 func vtFingerprint(k uint64) uint32 {
 	k ^= k >> 32
 	return uint32((k * 0x9E3779B97F4A7C15) >> 32)
@@ -39,7 +40,7 @@ func vtFingerprint(k uint64) uint32 {
 
 func (t *vecTable) home(fp uint32) uint64 { return uint64(fp >> t.shift) }
 
-// privBit tags a cell's id as a private block: the rest is the
+// privBit tags a cell's id as a private block (doc.go § Block index): the rest is the
 // slot of the request that holds it (request.holds has 0 there, and
 // request.hashes the hash), not a vector id. Vector ids stay below it.
 const privBit = 1 << 31

@@ -263,7 +263,7 @@ func (l *latencies) report(b *testing.B) {
 // times single Match calls while another goroutine saturates Apply, and
 // reports latency percentiles and the write rate achieved, for several step
 // sizes (blocks applied between two looks at the lookup queue), with the
-// queued lookup path (Config.QueuedLookups, /queued), and against a
+// queued lookup path of before issue 17 (/queued), and against a
 // mutex-guarded tree under the same write load.
 func BenchmarkMatchUnderLoad(b *testing.B) {
 	load := makeLoad(32, 1024, 64)
@@ -275,8 +275,8 @@ func BenchmarkMatchUnderLoad(b *testing.B) {
 		unlocked, queued bool
 	}{
 		{1, 64, false, false}, {1, 256, false, false}, {1, 1024, false, false}, {1, 256, true, false}, {2, 256, false, false},
-		// The queued lookup path (Config.QueuedLookups), in the same binary:
-		// Match queued to the shard's goroutine and answered between steps.
+		// The lookup path before issue 17, in the same binary: Match queued
+		// to the shard's goroutine and answered between steps.
 		{1, 256, false, true}, {1, 256, true, true},
 	} {
 		name := fmt.Sprintf("index/shards=%d/step=%d", c.shards, c.step)
@@ -334,14 +334,14 @@ func runUnderIngest(b *testing.B, load *benchLoad, pace time.Duration, apply fun
 	b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "lookups/s")
 }
 
-// BenchmarkLookupUnderIngest measures lookup latency under ingest with a
-// lookup load both paths can serve: one Match every millisecond from its
-// own goroutine while another applies events at full rate
-// (BenchmarkMatchUnderLoad's lookups come back to back, so there the inline
-// path, which never parks its caller, takes a whole P from the writes).
-// Cases: the default unlocked shard and one locked to its thread, each with
-// lookups on the caller's goroutine and /queued (Config.QueuedLookups).
-// events/s compares the ingest each leaves.
+// BenchmarkLookupUnderIngest is the lookup-latency-under-ingest benchmark
+// of issue 17 with a lookup load both paths can serve: one Match every
+// millisecond from its own goroutine while another applies events at full
+// rate (BenchmarkMatchUnderLoad's lookups come back to back, so there the
+// inline path, which never parks its caller, takes a whole P from the
+// writes). Cases: the default unlocked shard and one locked to its thread,
+// each with lookups on the caller's goroutine and /queued (the path before
+// issue 17). events/s compares the ingest each leaves.
 func BenchmarkLookupUnderIngest(b *testing.B) {
 	load := makeLoad(32, 1024, 64)
 	for _, c := range []struct {
@@ -395,7 +395,8 @@ func makeChainLoad(workers, batches, batchSize int, lenOf func(uniq uint64) int)
 
 // BenchmarkLookupUnderLongIngest is BenchmarkLookupUnderIngest with
 // 256-block Stored events (makeLongLoad): what a lookup waits for when the
-// event the runner is applying is long.
+// event the runner is applying is long
+// (docs/decisions/0008-lookups-on-the-callers-goroutine.md).
 func BenchmarkLookupUnderLongIngest(b *testing.B) {
 	load := makeLongLoad(32, 64, 16, 256)
 	ix := newTestIndex(b, Config{Shards: 1})
@@ -413,7 +414,8 @@ func BenchmarkLookupUnderLongIngest(b *testing.B) {
 // the lookups that waited (waited-p50-ns, waited-p99-ns), and the events
 // applied per second. It measured the designs that would bound that wait
 // (a spin bounded by the runner's progress, Stored events applied in
-// pieces: branch wait-spin-experiment, not kept).
+// pieces: branch wait-spin-experiment, not kept;
+// docs/decisions/0008-lookups-on-the-callers-goroutine.md).
 func BenchmarkLookupAfterApply(b *testing.B) {
 	lens := []int{12, 16, 24, 32, 41, 41, 48, 64, 96, 256}
 	load := makeChainLoad(256, 4096, 1, func(u uint64) int { return lens[(u*7)%uint64(len(lens))] })

@@ -105,7 +105,8 @@ type RunnerConfig struct {
 // stretch of the events it applies (radix.Tree.SetQuiet: the engine-table
 // work that no Match reads, most of an event's time), and ends a step after
 // the current event when a caller is waiting for it, so a lookup waits for
-// at most the busy part of one event (see doc.go for the measurements).
+// at most the busy part of one event (measurements:
+// docs/decisions/0008-lookups-on-the-callers-goroutine.md, 0009-quiet-stretches.md).
 //
 // Runner's methods are goroutine-safe. The zero value is not usable; create
 // one with NewRunner and Start it. After Start, the Core belongs to the

@@ -19,7 +19,7 @@ import (
 	"github.com/kvroute/kvroute/wire"
 )
 
-// Snapshot file format (doc.go § Snapshots has the measurements):
+// Snapshot file format (docs/decisions/0011-snapshot-format.md has the measurements):
 //
 //	header, 80 bytes, uncompressed, little endian:
 //	  magic "KVRSNAP\x00", version u16, flags u16 (0), block size u32,
@@ -681,12 +681,13 @@ func InspectSnapshot(r io.Reader) (SnapshotInfo, error) {
 
 // DefaultCaptureStepBytes bounds the bytes a shard copies per capture step
 // (Config.CaptureStepBytes): events and lookups are served between steps.
-// 256 KiB is ≈0.1 ms of copying (doc.go § Snapshots).
+// 256 KiB is ≈0.1 ms of copying (docs/decisions/0012-copy-on-write-captures.md).
 const DefaultCaptureStepBytes = 256 << 10
 
 // DefaultCaptureBytesPerBlock is the copy budget a saturated shard earns
 // per block of event work while a capture is in progress
-// (Config.CaptureBytesPerBlock; doc.go § Snapshots has the measurements).
+// (Config.CaptureBytesPerBlock; docs/decisions/0012-copy-on-write-captures.md
+// has the measurements).
 const DefaultCaptureBytesPerBlock = 32
 
 // Capture is a consistent snapshot of every shard in progress or taken: each

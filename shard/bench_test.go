@@ -263,7 +263,7 @@ func (l *latencies) report(b *testing.B) {
 // times single Match calls while another goroutine saturates Apply, and
 // reports latency percentiles and the write rate achieved, for several step
 // sizes (blocks applied between two looks at the lookup queue), with the
-// queued lookup path of before issue 17 (/queued), and against a
+// queued lookup path (Config.QueuedLookups, /queued), and against a
 // mutex-guarded tree under the same write load.
 func BenchmarkMatchUnderLoad(b *testing.B) {
 	load := makeLoad(32, 1024, 64)
@@ -275,8 +275,8 @@ func BenchmarkMatchUnderLoad(b *testing.B) {
 		unlocked, queued bool
 	}{
 		{1, 64, false, false}, {1, 256, false, false}, {1, 1024, false, false}, {1, 256, true, false}, {2, 256, false, false},
-		// The lookup path before issue 17, in the same binary: Match queued
-		// to the shard's goroutine and answered between steps.
+		// The queued lookup path (Config.QueuedLookups), in the same binary:
+		// Match queued to the shard's goroutine and answered between steps.
 		{1, 256, false, true}, {1, 256, true, true},
 	} {
 		name := fmt.Sprintf("index/shards=%d/step=%d", c.shards, c.step)
@@ -334,14 +334,14 @@ func runUnderIngest(b *testing.B, load *benchLoad, pace time.Duration, apply fun
 	b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "lookups/s")
 }
 
-// BenchmarkLookupUnderIngest is the lookup-latency-under-ingest benchmark
-// of issue 17 with a lookup load both paths can serve: one Match every
-// millisecond from its own goroutine while another applies events at full
-// rate (BenchmarkMatchUnderLoad's lookups come back to back, so there the
-// inline path, which never parks its caller, takes a whole P from the
-// writes). Cases: the default unlocked shard and one locked to its thread,
-// each with lookups on the caller's goroutine and /queued (the path before
-// issue 17). events/s compares the ingest each leaves.
+// BenchmarkLookupUnderIngest measures lookup latency under ingest with a
+// lookup load both paths can serve: one Match every millisecond from its
+// own goroutine while another applies events at full rate
+// (BenchmarkMatchUnderLoad's lookups come back to back, so there the inline
+// path, which never parks its caller, takes a whole P from the writes).
+// Cases: the default unlocked shard and one locked to its thread, each with
+// lookups on the caller's goroutine and /queued (Config.QueuedLookups).
+// events/s compares the ingest each leaves.
 func BenchmarkLookupUnderIngest(b *testing.B) {
 	load := makeLoad(32, 1024, 64)
 	for _, c := range []struct {

@@ -255,7 +255,7 @@ func (s *Service) handle(ctx *fasthttp.RequestCtx) {
 		case "/register", "/unregister", "/workers", "/query", "/query_by_hash", "/dump", "/health", "/metrics":
 			proxy.WriteError(ctx, fasthttp.StatusMethodNotAllowed, "method "+string(ctx.Method())+" not allowed on "+path)
 		default:
-			proxy.WriteError(ctx, fasthttp.StatusNotFound, "no such endpoint "+path+" (see kvroute indexer's API in README.md)")
+			proxy.WriteError(ctx, fasthttp.StatusNotFound, "no such endpoint "+path+" (see docs/reference/http-api.md)")
 		}
 	}
 	s.requests[ep].Add(1)

@@ -146,7 +146,7 @@
 //
 // The measured choices (decoding on the receiving goroutine, coalescing,
 // JetStream opt-in and its live path, file storage) are recorded in
-// docs/decisions/, among them 0040-ingest-on-the-receiving-goroutine.md;
+// docs/decisions/, among them 0035-ingest-on-the-receiving-goroutine.md;
 // docs/benchmarks.md has the current figures of BenchmarkNATSIngest and
 // BenchmarkHandler.
 package ingest

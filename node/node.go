@@ -548,7 +548,7 @@ var MetricFamilies = []promtext.Family{
 	{Name: "kvroute_unknown_workers_pending", Type: promtext.Gauge, Help: "Unregistered workers whose KV events are applied for --unknown-worker-grace, waiting for their registration"},
 	{Name: "kvroute_unknown_workers_evicted_total", Type: promtext.Counter, Help: "Unregistered workers whose grace ended: their blocks were removed from the index"},
 	{Name: "kvroute_index_gaps_total", Type: promtext.Counter, Help: "Stored events the index dropped (parent missing, or over the worker's cap), by action: dump (asked for), throttled (over cap, a dump asked for less than a minute ago), none (the worker is not tracked: forgotten, or ZMQ)"},
-	{Name: "kvroute_refused_total", Type: promtext.Counter, Help: "Input refused by a bound or a trust check, by reason (README: Limits and trust)"},
+	{Name: "kvroute_refused_total", Type: promtext.Counter, Help: "Input refused by a bound or a trust check, by reason (docs/operations.md: Limits and trust)"},
 }
 
 // WriteMetrics writes the NATS connection's metrics (MetricFamilies) in

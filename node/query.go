@@ -52,7 +52,7 @@ type IndexServerConfig struct {
 	// own goroutine by NATS) this instance serves with; approximate mode
 	// uses one, so that decisions are recorded in order. Default
 	// GOMAXPROCS, at most 4 (on 2 CPUs, 1 and 2 handlers measured alike:
-	// BenchmarkRemoteLookup, docs/ARCHITECTURE.md).
+	// BenchmarkRemoteLookup, docs/decisions/0030-served-index.md).
 	Handlers int
 	Logger   *slog.Logger
 }
@@ -259,7 +259,7 @@ type RemoteIndexConfig struct {
 }
 
 // DefaultRemoteTimeout is the default --remote-indexer-timeout: a lookup
-// takes ~100 µs on loopback (docs/ARCHITECTURE.md), so 20 ms is far above a
+// takes ~100 µs on loopback (docs/decisions/0030-served-index.md), so 20 ms is far above a
 // healthy answer yet keeps a dead indexer from adding visible latency to
 // every decision batch.
 const DefaultRemoteTimeout = 20 * time.Millisecond

@@ -244,7 +244,7 @@ func measureReplicas(t *testing.T, routers []*env, workers int) syncQuality {
 // The routing-quality measure of replica sync: 3 replicas in front of 8
 // simulated workers, each replica taking a third of a bursty workload,
 // with and without replica sync, against one router taking all of it.
-// It reports the figures (README, docs/ARCHITECTURE.md); it asserts only
+// It reports the figures (docs/benchmarks.md, docs/decisions/0031-replica-sync.md); it asserts only
 // what a loaded machine cannot break: every request is served, and the
 // synced replicas did apply each other's bookings.
 func TestReplicaSyncRoutingQuality(t *testing.T) {

@@ -1,7 +1,7 @@
 // Command kvroute is the KV-cache-aware router for LLM inference fleets.
 //
 // Subcommands are listed by `kvroute help`; each takes flags with KVROUTE_*
-// environment equivalents (see README.md).
+// environment equivalents (docs/reference/flags.md).
 package main
 
 import (

@@ -73,7 +73,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		ns         = fs.String("namespace", "kvroute", "NATS subject namespace")
 		comp       = fs.String("component", "backend", "NATS subject component")
 		mode       = fs.String("router-mode", "kv", "worker selection: kv, round-robin, random or least-loaded")
-		evJS       = fs.Bool("events-jetstream", false, "keep KV events in a JetStream stream, read to catch up after a restart or reconnection (nothing the stream holds is lost; live events still come from core NATS with --events-live, see README); false: core NATS subscriptions only")
+		evJS       = fs.Bool("events-jetstream", false, "keep KV events in a JetStream stream, read to catch up after a restart or reconnection (nothing the stream holds is lost; live events still come from core NATS with --events-live, see docs/operations.md); false: core NATS subscriptions only")
 		evLive     = fs.Bool("events-live", true, "JetStream: take live KV events from core NATS subscriptions (as fast as without the stream) and read the stream only to catch up, at start and after a reconnection; false: consume every event from the stream")
 		evMaxAge   = fs.Duration("events-max-age", ingest.DefaultStreamMaxAge, "JetStream: KV events older than this are dropped from the stream")
 		evMaxBytes = byteSize(ingest.DefaultStreamMaxBytes)
@@ -103,7 +103,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		maxEvent   = byteSize(zmq.DefaultMaxMessageBytes)
 		unkGrace   = fs.Duration("unknown-worker-grace", node.DefaultUnknownGrace, "KV events of a worker that has not registered are applied this long, then its blocks removed and its events dropped until it registers")
 		capFactor  = fs.Int("index-cap-factor", node.DefaultCapFactor, "a registered worker's index entries per dp rank are capped at this × its kv_blocks")
-		natsAuth   = fs.Bool("nats-auth", false, "the embedded nats-server requires users: the router's, and the workers' (written to --nats-auth-file), with subject permissions (README: Trust model)")
+		natsAuth   = fs.Bool("nats-auth", false, "the embedded nats-server requires users: the router's, and the workers' (written to --nats-auth-file), with subject permissions (docs/operations.md: Limits and trust)")
 		authFile   = fs.String("nats-auth-file", "", "with --nats-auth: file the workers' NATS URL with credentials is written to, mode 0600 (default: <data-dir>/nats-worker.url)")
 		grace      = fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, time in-flight requests get to finish")
 		readyDelay = autoDuration{}
@@ -114,7 +114,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		pprofOn    = fs.Bool("pprof", false, "serve /debug/pprof/* and /metrics on --admin-addr")
 		adminAddr  = fs.String("admin-addr", "127.0.0.1:6060", "admin listener (with --pprof)")
 		routerID   = fs.String("router-id", "", "this replica's name in all-workers-busy and replica-sync messages; unique per replica (default: kvroute-<pid>-<random>)")
-		syncOn     = fs.Bool("router-replica-sync", false, "share active load with the other router replicas: publish this router's bookings on NATS and book theirs (README: More than one router process)")
+		syncOn     = fs.Bool("router-replica-sync", false, "share active load with the other router replicas: publish this router's bookings on NATS and book theirs (docs/operations.md: More than one router process)")
 		syncIvl    = fs.Duration("router-sync-interval", router.DefaultSyncInterval, "with --router-replica-sync: at most one message of bookings per interval (an idle replica publishes a booking at once; the ones made meanwhile are batched)")
 		syncExp    = fs.Duration("router-sync-expiry", router.DefaultSyncExpiry, "with --router-replica-sync: a replica silent this long has its bookings dropped (heartbeats go out every expiry/4)")
 		staticKV   = fs.Int("worker-kv-blocks", 0, "KV blocks per rank of --worker engines, for busy detection (0: unknown)")
@@ -263,7 +263,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		return cfg, o, fmt.Errorf("--index-cap-factor must be >= 1 (got %d)", *capFactor)
 	}
 	if *natsAuth && *natsURL != "" {
-		return cfg, o, errors.New("--nats-auth configures the embedded nats-server; with --nats, configure users on your server (README: Trust model)")
+		return cfg, o, errors.New("--nats-auth configures the embedded nats-server; with --nats, configure users on your server (docs/operations.md: Limits and trust)")
 	}
 	if *authFile != "" && !*natsAuth {
 		return cfg, o, errors.New("--nats-auth-file needs --nats-auth")

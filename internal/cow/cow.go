@@ -56,8 +56,7 @@ const (
 // before the mark, so it had not written the page during the read: the copy
 // is the page as at Begin. The owner never waits for the reader (a reader
 // holding pages made writes wait for a preempted reader's thread: 0.2–0.3
-// waits per capture of 1.6–4.5 ms on the loaded 2-vCPU machine, shard/doc.go
-// § Snapshots). The optimistic read is a data race by design, benign as
+// waits per capture of 1.6–4.5 ms on the loaded 2-vCPU machine, docs/decisions/0012-copy-on-write-captures.md). The optimistic read is a data race by design, benign as
 // argued; race-detector builds use a blocking variant instead (the reader
 // claims the page, pending → reading, for its read, and a Touch of that page
 // waits: ReadWaits counts them), so that -race checks that every write to a
@@ -266,7 +265,7 @@ func (s *Slice[T]) Result() []T {
 // next capture reuses them instead of allocating. The pool is a sync.Pool:
 // buffers not reused within two garbage collections are freed, so captures
 // minutes apart hold no memory in between, and back-to-back captures
-// allocate little (shard/doc.go § Snapshots has the measurements).
+// allocate little (docs/decisions/0012-copy-on-write-captures.md has the measurements).
 const MaxPage = 8 << 10
 
 var pagePool = sync.Pool{New: func() any { return new([MaxPage]byte) }}

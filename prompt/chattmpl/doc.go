@@ -28,7 +28,7 @@
 // against the reference renderer @huggingface/jinja (its lexer's
 // lstrip_blocks/trim_blocks preprocessing, operator precedence, value
 // printing, filters and tests follow its source) instead of a general Go
-// Jinja engine (docs/decisions/0042-chat-templates-purpose-built-renderer.md).
+// Jinja engine (docs/decisions/0037-chat-templates-purpose-built-renderer.md).
 // parity_test.go renders 31 conversations (system/user/assistant turns,
 // multi-turn, tool definitions and calls, multi-part content, unicode, empty
 // and whitespace content, generation prompt on and off, conversations the

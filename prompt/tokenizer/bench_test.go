@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// BenchmarkEncode: a 32 KiB English prompt (testdata/english32k.txt: the
-// start of this repository's docs/ARCHITECTURE.md and README.md) with
+// BenchmarkEncode: a 32 KiB English prompt (testdata/english32k.txt: a
+// frozen copy of technical English prose from this repository's docs) with
 // each tokenizer; "regexp2" is the same through the generic pre-tokenizer
 // (the measurement doc.go cites). The reference's figure on the same text
 // comes from testdata/bench.mjs.

@@ -93,7 +93,7 @@
 // garbage collections included.
 //
 // The measurements behind the hand-written matchers, the caches and the cuts
-// are in docs/decisions/0041-tokenizer-hand-written-splitters-and-word-caches.md;
+// are in docs/decisions/0036-tokenizer-hand-written-splitters-and-word-caches.md;
 // BenchmarkEncode and `make bench-tokenizer` (the reference on the same text
 // in the same run) measure them again.
 package tokenizer

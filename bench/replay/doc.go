@@ -71,8 +71,10 @@
 // the fleet no longer completes work as fast as it arrives, so queues grow
 // for as long as the load lasts. Measuring inside the arrival window keeps
 // the drain after the last arrival from counting. kv's saturation speedup is
-// the highest speedup of the sweep at which kv is not saturated; the
-// automatic sweep doubles the speedup until kv saturates and bisects to 15%.
+// the highest speedup of the sweep at which kv is not saturated
+// (Report.Saturation); the automatic sweep doubles the speedup until kv
+// saturates and bisects to 15%. The report states results only; tests and
+// benchmarks judge them.
 //
 // Router replicas (Config.Routers, --routers): one scheduler per replica,
 // request i decided by replica i mod N; all share the index, the workers'
@@ -87,7 +89,7 @@
 // hit ratio) and PlotSyncSweep draws it (`kvroute replay --sync-delays`,
 // make replica-sync-plot → docs/replica-sync-delay.svg).
 //
-// # Host tier, saturation and the scheduler's defaults (issue 13)
+// # Host tier, saturation and the scheduler's defaults
 //
 // With --host-kv-blocks the engines offload evicted blocks to a host tier
 // and onload them instead of recomputing (bench/engine), and the fleet-cache
@@ -99,12 +101,12 @@
 // detection off the router never queues or rejects, so saturation shows as
 // Tracking alone.
 //
-// Against the issue's targets on the Mooncake trace (8 workers, host 4×):
+// Measured on the Mooncake trace (8 workers, host 4×):
 // at round-robin's saturation load (5x) kv is not saturated and its mean
 // TTFT is 17.7× lower (469 vs 8278 ms; kv saturates at 6x), and kv's mean
 // and p99 TTFT are the lowest of kv, round-robin and least-loaded at every
 // load. kv's hit ratio is 0.93 of the fleet LRU at 1x and 0.88, 0.83, 0.77,
-// 0.67 at 2x–5x: missed from 2x. The reference is reachable under load by
+// 0.67 at 2x–5x. The reference is reachable under load by
 // an unpartitioned fleet: one engine of the fleet's total capacity and
 // throughput (--workers 1 --kv-blocks 131072 --host-kv-blocks 524288
 // --max-num-seqs 2048 --max-batched-tokens 65536 --prefill-poly
@@ -115,7 +117,7 @@
 // load must be spread over, not the load itself; no measurement here shows
 // 0.9 infeasible for eight partitions, nor a cost that reaches it.
 //
-// # Placement diagnostics and references (issue 13, session 7)
+// # Placement diagnostics and references
 //
 // For kv, Result.BestHitRatio and RoutedHitRatio give, at each dispatch,
 // the longest cached prefix on any rank and on the rank chosen: best −
@@ -133,7 +135,7 @@
 //
 // # Cost
 //
-// On the 2-vCPU development VM the shared Mooncake trace (3,993 requests,
+// On the 2-vCPU development VM the Mooncake trace (bench/traces) (3,993 requests,
 // 17 min, mean 15k tokens) takes 0.5–1.8 s per (speedup, policy) run, most
 // of it in the engines' block managers and the scheduler (the replay's own
 // loop is under 3% of the CPU profile); the default automatic sweep of four

@@ -3,7 +3,7 @@
 // router's local block hashes of a request at any engine block size (cached
 // per hash id so a replay does not re-hash shared prefixes), trace
 // duplication into disjoint copies, and the trace statistics of
-// /work/shared/traces/README.md.
+// bench/traces/README.md (the Mooncake trace shipped with the repository).
 //
 // A Mooncake trace line is
 //

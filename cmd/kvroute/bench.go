@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -23,7 +22,7 @@ func runBench(args []string) error {
 }
 
 func runBenchIndex(args []string) error {
-	fs := flag.NewFlagSet("kvroute bench index", flag.ContinueOnError)
+	fs := newFlagSet("kvroute bench index")
 	var (
 		tracePath = fs.String("trace", defaultTrace, "Mooncake JSONL trace to replay (default: the Mooncake trace shipped in the repository, for a run from its root)")
 		workers   = fs.Int("workers", 256, "simulated workers W the trace is partitioned over")

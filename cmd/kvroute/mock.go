@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,7 +21,7 @@ import (
 )
 
 func runMock(args []string) error {
-	fs := flag.NewFlagSet("kvroute mock", flag.ContinueOnError)
+	fs := newFlagSet("kvroute mock")
 	var (
 		workers   = fs.Int("workers", 8, "simulated workers")
 		ids       = fs.String("worker-ids", "", "comma-separated worker ids, one per worker (default 1..workers)")

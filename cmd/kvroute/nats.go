@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,7 +12,7 @@ import (
 
 // natsConfig parses `kvroute nats` flags.
 func natsConfig(args []string) (natsembed.Config, error) {
-	fs := flag.NewFlagSet("kvroute nats", flag.ContinueOnError)
+	fs := newFlagSet("kvroute nats")
 	var (
 		host        = fs.String("host", "127.0.0.1", "listen host (clients and cluster routes)")
 		port        = fs.Int("port", 4222, "client port")

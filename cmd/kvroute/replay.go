@@ -68,7 +68,7 @@ type replayOptions struct {
 
 // parseReplayFlags parses args into options; errors name the flag.
 func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
-	fs := flag.NewFlagSet("kvroute replay", flag.ContinueOnError)
+	fs := newFlagSet("kvroute replay")
 	fs.SetOutput(stderr)
 	def := sched.DefaultConfig()
 	syn := synth.Default()

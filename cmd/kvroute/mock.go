@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -151,10 +149,9 @@ func runMock(args []string) error {
 	}
 	fmt.Printf("ready: %d workers, events %s on namespace.%s.component.%s\n", len(f.Workers()), *transport, *ns, *comp)
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	<-sig
-	signal.Stop(sig)
+	stop, stopSignals := shutdownSignals("kvroute mock")
+	defer stopSignals()
+	<-stop
 	fmt.Println("shutting down")
 	err = f.Close()
 	if ferr := nc.Flush(); err == nil {

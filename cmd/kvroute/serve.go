@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -495,14 +493,8 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	stop := make(chan struct{})
-	go func() {
-		<-sig
-		close(stop)
-	}()
+	stop, stopSignals := shutdownSignals("kvroute serve")
+	defer stopSignals()
 	return serve(cfg, o, stop, nil)
 }
 

@@ -137,11 +137,12 @@ run-cluster: build
 replica-sync-plot: build
 	perf/replica-sync-plot.sh $(BIN)/kvroute docs/replica-sync-delay.svg out/replica-sync-bursts.jsonl
 
-# The routing-quality report on the shared Mooncake trace (offline simulation):
+# The routing-quality report on the Mooncake trace shipped in bench/traces
+# (offline simulation):
 # four policies, automatic speedup sweep, table on stdout, JSON and plot in out/.
 replay: build
 	@mkdir -p out
-	$(BIN)/kvroute replay --trace ../shared/traces/mooncake_synthetic_trace.jsonl --compare kv,round-robin,random,least-loaded --json out/replay.json --plot out/replay.svg
+	$(BIN)/kvroute replay --trace bench/traces/mooncake_synthetic_trace.jsonl --compare kv,round-robin,random,least-loaded --json out/replay.json --plot out/replay.svg
 
 clean:
 	rm -rf $(BIN) out

@@ -512,6 +512,9 @@ func (n *Node) onReconnect(nc *nats.Conn) {
 		}
 		return
 	}
+	if n.cfg.NoEvents {
+		return // no KV-event ingest (remote indexers, approximate mode): nothing was lost
+	}
 	n.cfg.Logger.Warn("KV events published while NATS was disconnected are lost; the index may lack or keep stale blocks until the workers' next events",
 		"tracked_worker_ranks", marked)
 }

@@ -508,7 +508,7 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	defer routeParsers.Put(parser)
 	v, err := parser.ParseBytes(ctx.PostBody())
 	if err != nil {
-		proxy.WriteError(ctx, fasthttp.StatusBadRequest, "body is not JSON: "+err.Error())
+		proxy.WriteError(ctx, fasthttp.StatusBadRequest, openai.InvalidJSON(ctx.PostBody()).Error())
 		return
 	}
 	if v.Type() != fastjson.TypeObject {

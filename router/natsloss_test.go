@@ -84,10 +84,12 @@ func TestNATSLossAndReconnect(t *testing.T) {
 	}
 }
 
-// Shutdown: /ready answers 503 first while requests are still served, then
-// the listener closes.
+// Shutdown: while requests are in flight, /ready answers 503 first while
+// requests are still served, then the listener closes.
 func TestDrainReadyFirst(t *testing.T) {
-	e := startEnv(t, envOptions{workers: 1, grace: 10 * time.Second, readyDelay: 3 * time.Second})
+	e := startEnv(t, envOptions{workers: 1, grace: 30 * time.Second, readyDelay: 10 * time.Second})
+	resp, _ := openStream(t, e, 50000) // in flight: the ready delay applies
+	defer resp.Body.Close()
 	drained := make(chan error, 1)
 	go func() { drained <- e.svc.Drain() }()
 	waitFor(t, "/ready 503 while draining", func() bool {
@@ -97,6 +99,12 @@ func TestDrainReadyFirst(t *testing.T) {
 	if w, _ := e.complete(tokens(1, 1, 32, 0), 2); w == 0 {
 		t.Error("no worker served the request during the ready delay")
 	}
+	select {
+	case err := <-drained:
+		t.Fatalf("drain ended during the ready delay with a stream in flight (%v)", err)
+	default:
+	}
+	resp.Body.Close() // the client leaves: nothing in flight
 	if err := <-drained; err != nil {
 		t.Fatal(err)
 	}

@@ -260,6 +260,20 @@ func (r *Router) Close() error {
 	return nil
 }
 
+// busy reports whether requests are in flight: bodies being read or
+// handled, requests waiting for a worker, or booked load (streams
+// included). A batcher that does not answer within a second counts as busy.
+func (r *Router) busy() bool {
+	if r.budget.inUse() > 0 {
+		return true
+	}
+	var st sched.Stats
+	if err := r.call(func() { st = r.s.Stats() }, time.Second); err != nil {
+		return true
+	}
+	return st.Active > 0 || st.QueueDepth > 0
+}
+
 // now is the router's clock: nanoseconds since New (monotonic).
 func (r *Router) now() int64 { return int64(time.Since(r.epoch)) }
 

@@ -63,8 +63,10 @@ type ServiceConfig struct {
 	// ShutdownReadyDelay is the first part of ShutdownGrace, during which
 	// /ready answers 503 while the listener still serves, so that load
 	// balancers polling /ready stop sending before connections are refused
-	// (--shutdown-ready-delay). 0 takes min(5 s, ShutdownGrace/2); negative:
-	// none. It must be shorter than ShutdownGrace.
+	// (--shutdown-ready-delay). It ends early once no request has been in
+	// flight and none has arrived for half a second: an idle router stops at
+	// once. 0 takes min(5 s, ShutdownGrace/2); negative: none. It must be
+	// shorter than ShutdownGrace.
 	ShutdownReadyDelay time.Duration
 
 	Logger *slog.Logger
@@ -275,7 +277,9 @@ func (s *Service) Drain() error {
 	s.Router.draining.Store(true)
 	if d := s.cfg.ShutdownReadyDelay; d > 0 {
 		s.cfg.Logger.Info("shutting down: /ready answers 503, still serving", "for", d)
-		time.Sleep(d)
+		if waited := s.readyDelay(d); waited < d {
+			s.cfg.Logger.Info("shutting down: nothing in flight, ready delay ended early", "after", waited.Round(time.Millisecond))
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace-s.cfg.ShutdownReadyDelay)
 	defer cancel()
@@ -297,6 +301,34 @@ func (s *Service) Drain() error {
 		return nil
 	}
 	return err
+}
+
+// readyQuiet is how long a draining router must see no request in flight
+// and none arriving before it ends the ready delay early, and readyPoll how
+// often it looks.
+const (
+	readyQuiet = 500 * time.Millisecond
+	readyPoll  = 50 * time.Millisecond
+)
+
+// readyDelay serves for up to d with /ready answering 503, so that load
+// balancers stop sending. The delay only matters while requests are being
+// served: it ends once no request has been in flight and none has arrived
+// for readyQuiet, so an idle router stops within about that. It returns
+// how long it waited.
+func (s *Service) readyDelay(d time.Duration) time.Duration {
+	start := time.Now()
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	lastID, quietSince := s.Router.nextID.Load(), start
+	for now := start; now.Sub(start) < d; now = <-tick.C {
+		if id := s.Router.nextID.Load(); id != lastID || s.Router.busy() {
+			lastID, quietSince = id, now
+		} else if now.Sub(quietSince) >= readyQuiet {
+			return now.Sub(start)
+		}
+	}
+	return d
 }
 
 // trackConn keeps the set of open API connections, for Drain to cut.

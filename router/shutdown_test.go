@@ -62,6 +62,25 @@ func TestDrainFinishesStreams(t *testing.T) {
 	waitFor(t, "load freed", func() bool { return e.activeRequests() == 0 })
 }
 
+// With nothing in flight, Drain does not wait out the ready delay: it ends
+// once no request has been in flight for readyQuiet.
+func TestDrainIdleEndsReadyDelay(t *testing.T) {
+	e := startEnv(t, envOptions{workers: 1, grace: 60 * time.Second, readyDelay: 30 * time.Second})
+	if w, _ := e.complete(tokens(1, 1, 32, 0), 2); w == 0 {
+		t.Fatal("no worker served the request")
+	}
+	start := time.Now()
+	if err := e.svc.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("an idle router drained in %v (ready delay 30s)", d)
+	}
+	if _, err := http.Get(e.url + "/health"); err == nil {
+		t.Error("still accepting connections after Drain")
+	}
+}
+
 // A stream still running when the grace period ends is cut with an SSE
 // error event (code shutting_down), and its load freed.
 func TestDrainCutsLongStreams(t *testing.T) {

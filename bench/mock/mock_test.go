@@ -592,7 +592,7 @@ func TestBadRequests(t *testing.T) {
 		code       int
 		msg        string
 	}{
-		{"/v1/completions", `{"prompt":`, 400, "invalid JSON"},
+		{"/v1/completions", `{"prompt":`, 400, "not valid JSON"},
 		{"/v1/completions", `{"max_tokens":3}`, 400, "prompt"},
 		{"/v1/completions", `{"prompt":""}`, 400, "empty"},
 		{"/v1/completions", `{"prompt":[1,"x"]}`, 400, "prompt[1]"},

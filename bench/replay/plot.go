@@ -50,8 +50,8 @@ func (r *Report) defaultPlotSpeedups() []float64 {
 		return nil
 	}
 	out := []float64{r.Speedups[0]}
-	if t := r.Targets; t != nil && t.SaturationSpeedup > 0 && t.SaturationSpeedup != out[0] {
-		out = append(out, t.SaturationSpeedup)
+	if st := r.Saturation; st != nil && st.KeepsUpTo > 0 && st.KeepsUpTo != out[0] {
+		out = append(out, st.KeepsUpTo)
 	}
 	return out
 }
@@ -290,7 +290,8 @@ func (s *svgCanvas) write(w io.Writer, width, height float64) error {
 	return bw.Flush()
 }
 
-// pngCanvas rasterizes onto an RGBA image with a built-in 5×7 font.
+// pngCanvas rasterizes onto an RGBA image with a built-in 5×7 font
+// (upper and lower case, digits and the figures' symbols).
 type pngCanvas struct{ img *image.RGBA }
 
 func newPNGCanvas(w, h float64) *pngCanvas {
@@ -370,14 +371,8 @@ func (p *pngCanvas) text(x, y float64, s string, size float64, anchor int, c col
 }
 
 // glyph returns the 5×7 bitmap of r (rows top to bottom, bit 4 leftmost);
-// lower case is drawn in capitals.
+// a rune the font lacks is drawn as '?'.
 func glyph(r rune) [7]uint8 {
-	if r >= 'a' && r <= 'z' {
-		r -= 'a' - 'A'
-	}
-	if r == '×' {
-		r = 'X'
-	}
 	if g, ok := font5x7[r]; ok {
 		return g
 	}
@@ -437,4 +432,37 @@ var font5x7 = map[rune][7]uint8{
 	'<':  {0b00010, 0b00100, 0b01000, 0b10000, 0b01000, 0b00100, 0b00010},
 	'\'': {0b00100, 0b00100, 0b01000, 0, 0, 0, 0},
 	'?':  {0b01110, 0b10001, 0b00001, 0b00010, 0b00100, 0, 0b00100},
+	'a':  {0, 0, 0b01110, 0b00001, 0b01111, 0b10001, 0b01111},
+	'b':  {0b10000, 0b10000, 0b10110, 0b11001, 0b10001, 0b10001, 0b11110},
+	'c':  {0, 0, 0b01110, 0b10000, 0b10000, 0b10001, 0b01110},
+	'd':  {0b00001, 0b00001, 0b01101, 0b10011, 0b10001, 0b10001, 0b01111},
+	'e':  {0, 0, 0b01110, 0b10001, 0b11111, 0b10000, 0b01110},
+	'f':  {0b00110, 0b01001, 0b01000, 0b11100, 0b01000, 0b01000, 0b01000},
+	'g':  {0, 0b01111, 0b10001, 0b10001, 0b01111, 0b00001, 0b01110},
+	'h':  {0b10000, 0b10000, 0b10110, 0b11001, 0b10001, 0b10001, 0b10001},
+	'i':  {0b00100, 0, 0b01100, 0b00100, 0b00100, 0b00100, 0b01110},
+	'j':  {0b00010, 0, 0b00110, 0b00010, 0b00010, 0b10010, 0b01100},
+	'k':  {0b10000, 0b10000, 0b10010, 0b10100, 0b11000, 0b10100, 0b10010},
+	'l':  {0b01100, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100, 0b01110},
+	'm':  {0, 0, 0b11010, 0b10101, 0b10101, 0b10001, 0b10001},
+	'n':  {0, 0, 0b10110, 0b11001, 0b10001, 0b10001, 0b10001},
+	'o':  {0, 0, 0b01110, 0b10001, 0b10001, 0b10001, 0b01110},
+	'p':  {0, 0, 0b11110, 0b10001, 0b11110, 0b10000, 0b10000},
+	'q':  {0, 0, 0b01101, 0b10011, 0b01111, 0b00001, 0b00001},
+	'r':  {0, 0, 0b10110, 0b11001, 0b10000, 0b10000, 0b10000},
+	's':  {0, 0, 0b01110, 0b10000, 0b01110, 0b00001, 0b11110},
+	't':  {0b01000, 0b01000, 0b11100, 0b01000, 0b01000, 0b01001, 0b00110},
+	'u':  {0, 0, 0b10001, 0b10001, 0b10001, 0b10011, 0b01101},
+	'v':  {0, 0, 0b10001, 0b10001, 0b10001, 0b01010, 0b00100},
+	'w':  {0, 0, 0b10001, 0b10001, 0b10101, 0b10101, 0b01010},
+	'x':  {0, 0, 0b10001, 0b01010, 0b00100, 0b01010, 0b10001},
+	'y':  {0, 0, 0b10001, 0b10001, 0b01111, 0b00001, 0b01110},
+	'z':  {0, 0, 0b11111, 0b00010, 0b00100, 0b01000, 0b11111},
+	'×':  {0, 0b10001, 0b01010, 0b00100, 0b01010, 0b10001, 0},
+	'µ':  {0, 0, 0b10001, 0b10001, 0b10011, 0b11101, 0b10000},
+	'·':  {0, 0, 0, 0b01100, 0b01100, 0, 0},
+	'²':  {0b01100, 0b10010, 0b00100, 0b01000, 0b11110, 0, 0},
+	'−':  {0, 0, 0, 0b11111, 0, 0, 0},
+	'≥':  {0b01000, 0b00100, 0b00010, 0b00100, 0b01000, 0, 0b11111},
+	'≤':  {0b00010, 0b00100, 0b01000, 0b00100, 0b00010, 0, 0b11111},
 }

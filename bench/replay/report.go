@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -44,7 +43,8 @@ type Report struct {
 
 	Speedups []float64 `json:"speedups"`
 	Policies []Result  `json:"policies"`
-	Targets  *Targets  `json:"targets,omitempty"`
+	// Saturation is where kv saturates in the sweep (nil without kv).
+	Saturation *Saturation `json:"saturation,omitempty"`
 }
 
 func newReport(w *Workload, cfg Config, mode string) *Report {
@@ -68,150 +68,36 @@ func (r *Report) Result(policy string, speedup float64) *Result {
 	return nil
 }
 
-// Targets evaluates the routing-quality targets (README "Replay") on a
-// report that has kv and other policies. A plain value.
-type Targets struct {
-	// SaturationSpeedup is the highest speedup of the sweep at which kv
-	// still keeps up (Result.Saturated false); the targets hold at every
-	// speedup up to it. 0 when kv saturates at every speedup run.
-	SaturationSpeedup float64 `json:"kv_saturation_speedup"`
+// Saturation is where kv stops keeping up in a speedup sweep (a result,
+// not a judgement). A plain value.
+type Saturation struct {
+	// KeepsUpTo is the highest speedup of the sweep, below the first one
+	// at which kv saturates, at which kv keeps up (Result.Saturated
+	// false). 0 when kv saturates at every speedup run.
+	KeepsUpTo float64 `json:"kv_keeps_up_to"`
 	// SaturatedAt is the lowest speedup at which kv saturates (0: none in
-	// the sweep, so SaturationSpeedup is only a lower bound).
+	// the sweep, so KeepsUpTo is only a lower bound).
 	SaturatedAt float64 `json:"kv_saturated_at"`
-	Checks      []Check `json:"checks"`
 }
 
-// Check is one target: its name, the measured value, the goal and whether
-// it is met (plain data).
-type Check struct {
-	Name   string  `json:"name"`
-	Value  float64 `json:"value"`
-	Goal   string  `json:"goal"`
-	Met    bool    `json:"met"`
-	Detail string  `json:"detail,omitempty"`
-}
-
-// Met reports whether every check is met.
-func (t *Targets) Met() bool {
-	for _, c := range t.Checks {
-		if !c.Met {
-			return false
-		}
-	}
-	return len(t.Checks) > 0
-}
-
-// evaluate fills Targets when the report has kv and another policy.
-func (r *Report) evaluate() {
-	var others []string
-	hasKV := false
-	for _, p := range r.Policies {
-		if p.Policy == "kv" {
-			hasKV = true
-		} else if !contains(others, p.Policy) {
-			others = append(others, p.Policy)
-		}
-	}
-	if !hasKV || len(others) == 0 {
-		return
-	}
-	t := &Targets{}
+// saturation fills Saturation when the report has kv.
+func (r *Report) saturation() {
+	st := &Saturation{}
+	found := false
 	for _, s := range r.Speedups {
 		kv := r.Result("kv", s)
 		if kv == nil {
 			continue
 		}
+		found = true
 		if kv.Saturated {
-			t.SaturatedAt = s
+			st.SaturatedAt = s
 			break
 		}
-		t.SaturationSpeedup = s
+		st.KeepsUpTo = s
 	}
-	r.Targets = t
-	if t.SaturationSpeedup == 0 {
-		t.Checks = append(t.Checks, Check{Name: "kv keeps up at 1x", Goal: "not saturated", Detail: "kv saturates at every speedup run"})
-		return
-	}
-	low := r.Result("kv", r.Speedups[0])
-	share, shareAt := 0.0, 0.0
-	meanOK, p99OK := true, true
-	var meanFail, p99Fail []string
-	for _, s := range r.Speedups {
-		if s > t.SaturationSpeedup {
-			break
-		}
-		kv := r.Result("kv", s)
-		if kv == nil {
-			continue
-		}
-		if kv.MaxWorkerShare > share {
-			share, shareAt = kv.MaxWorkerShare, s
-		}
-		for _, o := range others {
-			or := r.Result(o, s)
-			if or == nil {
-				continue
-			}
-			if kv.TTFTMeanMs >= or.TTFTMeanMs {
-				meanOK = false
-				meanFail = append(meanFail, fmt.Sprintf("%gx %s %.0f ≤ kv %.0f ms", s, o, or.TTFTMeanMs, kv.TTFTMeanMs))
-			}
-			if kv.TTFTP99Ms >= or.TTFTP99Ms {
-				p99OK = false
-				p99Fail = append(p99Fail, fmt.Sprintf("%gx %s %.0f ≤ kv %.0f ms", s, o, or.TTFTP99Ms, kv.TTFTP99Ms))
-			}
-		}
-	}
-	hitDetail := fmt.Sprintf("at %gx: %.3f of %.3f", r.Speedups[0], low.HitRatio, r.AchievableHitRatio)
-	if r.FleetCacheHitRatio > 0 {
-		hitDetail += fmt.Sprintf("; one LRU cache of the fleet's size gets %.3f", r.FleetCacheHitRatio)
-	}
-	t.Checks = append(t.Checks,
-		Check{Name: "kv hit ratio / achievable", Value: low.HitOfAchievable, Goal: "≥ 0.90", Met: low.HitOfAchievable >= 0.9, Detail: hitDetail},
-		Check{Name: "kv max worker share (worst speedup)", Value: share, Goal: "≤ 1.30", Met: share <= 1.3, Detail: fmt.Sprintf("at %gx", shareAt)},
-		Check{Name: "kv mean TTFT lowest at every speedup", Value: b2f(meanOK), Goal: "1", Met: meanOK, Detail: strings.Join(meanFail, "; ")},
-		Check{Name: "kv p99 TTFT lowest at every speedup", Value: b2f(p99OK), Goal: "1", Met: p99OK, Detail: strings.Join(p99Fail, "; ")},
-	)
-	// With a fleet-cache reference: kv's hit ratio against one LRU cache of
-	// the fleet's whole size (device + host), at every speedup below
-	// saturation; and at round-robin's saturation speedup, kv keeps up with
-	// a mean TTFT ≥ 3× lower.
-	if r.FleetCacheHitRatio > 0 {
-		worst, worstAt := math.Inf(1), 0.0
-		for _, s := range r.Speedups {
-			if s > t.SaturationSpeedup {
-				break
-			}
-			if kv := r.Result("kv", s); kv != nil && kv.HitOfFleetCache < worst {
-				worst, worstAt = kv.HitOfFleetCache, s
-			}
-		}
-		if worstAt > 0 {
-			t.Checks = append(t.Checks, Check{Name: "kv hit ratio / fleet-size LRU (worst below saturation)", Value: worst, Goal: "≥ 0.90", Met: worst >= 0.9,
-				Detail: fmt.Sprintf("at %gx; the LRU holds %d blocks per rank", worstAt, r.KVBlocks+r.HostKVBlocks)})
-		}
-	}
-	for _, s := range r.Speedups {
-		rr := r.Result("round-robin", s)
-		if rr == nil || !rr.Saturated {
-			continue
-		}
-		if kv := r.Result("kv", s); kv != nil && kv.TTFTMeanMs > 0 {
-			ratio := rr.TTFTMeanMs / kv.TTFTMeanMs
-			t.Checks = append(t.Checks, Check{
-				Name: "at round-robin's saturation speedup: kv not saturated, rr / kv mean TTFT", Value: ratio, Goal: "≥ 3, kv not saturated",
-				Met: ratio >= 3 && !kv.Saturated, Detail: fmt.Sprintf("at %gx: %.0f / %.0f ms, kv saturated %v", s, rr.TTFTMeanMs, kv.TTFTMeanMs, kv.Saturated),
-			})
-		}
-		break
-	}
-	kv, rr := r.Result("kv", t.SaturationSpeedup), r.Result("round-robin", t.SaturationSpeedup)
-	if rr != nil && kv.TTFTMeanMs > 0 {
-		ratio := rr.TTFTMeanMs / kv.TTFTMeanMs
-		t.Checks = append(t.Checks, Check{
-			Name: "round-robin / kv mean TTFT at kv's saturation speedup", Value: ratio, Goal: "≥ 5", Met: ratio >= 5,
-			Detail: fmt.Sprintf("at %gx: %.0f / %.0f ms", t.SaturationSpeedup, rr.TTFTMeanMs, kv.TTFTMeanMs),
-		})
+	if found {
+		r.Saturation = st
 	}
 }
 
@@ -224,13 +110,6 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // WriteJSON writes r as indented JSON.
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
@@ -239,7 +118,8 @@ func (r *Report) WriteJSON(w io.Writer) error {
 }
 
 // WriteTable writes the human-readable report: a header, one row per
-// (speedup, policy), the worker shares, and the targets.
+// (speedup, policy), the worker shares, and where kv saturates. It reports
+// results only; judging them is for tests and benchmarks.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "trace %s: %d requests over %.0f s (%s mode)\n", r.Trace, r.Requests, r.SpanS, r.Mode)
@@ -288,27 +168,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
-	if t := r.Targets; t != nil {
-		b.WriteString("\ntargets (issue 7 §3):")
-		if t.SaturationSpeedup > 0 {
-			fmt.Fprintf(&b, " kv keeps up to %gx", t.SaturationSpeedup)
-			if t.SaturatedAt > 0 {
-				fmt.Fprintf(&b, " and saturates at %gx", t.SaturatedAt)
-			} else {
-				b.WriteString(" (no saturation in the sweep)")
-			}
-		}
-		b.WriteString("\n")
-		for _, c := range t.Checks {
-			met := "MISSED"
-			if c.Met {
-				met = "met"
-			}
-			fmt.Fprintf(&b, "  %-6s %-55s %8.3f (goal %s)", met, c.Name, c.Value, c.Goal)
-			if c.Detail != "" {
-				fmt.Fprintf(&b, "  %s", c.Detail)
-			}
-			b.WriteString("\n")
+	if st := r.Saturation; st != nil && len(r.Speedups) > 1 {
+		switch {
+		case st.KeepsUpTo == 0:
+			fmt.Fprintf(&b, "\nkv saturates at every speedup run (from %gx)\n", st.SaturatedAt)
+		case st.SaturatedAt == 0:
+			fmt.Fprintf(&b, "\nkv keeps up at every speedup run (to %gx)\n", st.KeepsUpTo)
+		default:
+			fmt.Fprintf(&b, "\nkv keeps up to %gx and saturates at %gx\n", st.KeepsUpTo, st.SaturatedAt)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -99,7 +99,7 @@ func Run(w *Workload, cfg Config, sw Sweep) (*Report, error) {
 			rep.Policies[i].HitOfFleetCache = rep.Policies[i].HitRatio / rep.FleetCacheHitRatio
 		}
 	}
-	rep.evaluate()
+	rep.saturation()
 	return rep, nil
 }
 

@@ -3,7 +3,9 @@
 // router's local block hashes of a request at any engine block size (cached
 // per hash id so a replay does not re-hash shared prefixes), trace
 // duplication into disjoint copies, and trace statistics (Stats: request
-// count, duration, prompt and output lengths, prefix reuse).
+// count, duration, prompt and output lengths, prefix reuse). The Mooncake
+// synthetic trace ships with the repository in bench/traces (its source,
+// checksum and licence in bench/traces/README.md).
 //
 // A Mooncake trace line is
 //

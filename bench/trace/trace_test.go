@@ -1,7 +1,9 @@
 package trace
 
 import (
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -12,7 +14,7 @@ import (
 
 const (
 	smallPath = "testdata/mooncake_head200.jsonl"
-	fullPath  = "/work/shared/traces/mooncake_synthetic_trace.jsonl"
+	fullPath  = "../traces/mooncake_synthetic_trace.jsonl" // shipped in the repository (bench/traces)
 )
 
 func loadSmall(t testing.TB) *Trace {
@@ -62,12 +64,33 @@ func TestStatsSmall(t *testing.T) {
 	}
 }
 
-// TestStatsFull checks the README statistics of the full trace when the
-// shared file is present.
-func TestStatsFull(t *testing.T) {
-	if _, err := os.Stat(fullPath); err != nil {
-		t.Skipf("full trace not present: %v", err)
+// TestShippedTrace: the trace shipped in bench/traces is the published
+// file, byte for byte, with the digest its README states.
+func TestShippedTrace(t *testing.T) {
+	data, err := os.ReadFile(fullPath)
+	if err != nil {
+		t.Fatalf("the shipped trace: %v", err)
 	}
+	sum := fmt.Sprintf("%x", sha256.Sum256(data))
+	readme, err := os.ReadFile("../traces/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131"
+	if sum != want || len(data) != 1136313 {
+		t.Fatalf("sha256 %s, %d bytes; want %s, 1136313 bytes", sum, len(data), want)
+	}
+	if !strings.Contains(string(readme), want) || !strings.Contains(string(readme), "Apache") {
+		t.Fatal("bench/traces/README.md does not state the trace's sha256 and licence")
+	}
+	if lic, err := os.ReadFile("../traces/LICENSE"); err != nil || !strings.Contains(string(lic), "Apache License") ||
+		!strings.Contains(string(lic), "Version 2.0") {
+		t.Fatalf("bench/traces/LICENSE: the Apache-2.0 text is missing (%v)", err)
+	}
+}
+
+// TestStatsFull checks the README statistics of the full shipped trace.
+func TestStatsFull(t *testing.T) {
 	tr, err := ReadFile(fullPath)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,5 +103,37 @@ func TestMockChatTemplate(t *testing.T) {
 	err := runMock([]string{"--chat-template", broken, "--port", "0"})
 	if err == nil || !strings.Contains(err.Error(), "--chat-template") || !strings.Contains(err.Error(), broken) {
 		t.Errorf("err %v", err)
+	}
+}
+
+// The start-up log says which tokenizer and chat template serve loaded, and
+// from where.
+func TestServeLogsTokenizerAndTemplate(t *testing.T) {
+	good := tokenizerDir(t, "{% for m in messages %}{{ m.content }}{% endfor %}")
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{`tokenizer="bytes (one token per UTF-8 byte)"`, `chat_template="ChatML (built in)"`}},
+		{[]string{"--chat-template", good}, []string{`chat_template="` + good + ` (--chat-template)"`}},
+		{[]string{"--model-chat-template", "m=" + good}, []string{"per model: m=" + good + " (--model-chat-template)"}},
+	} {
+		_, o, err := serveConfig(c.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		logLoaded(slog.New(slog.NewTextHandler(&buf, nil)), o)
+		for _, w := range c.want {
+			if !strings.Contains(buf.String(), w) {
+				t.Errorf("%v: log lacks %q:\n%s", c.args, w, buf.String())
+			}
+		}
+	}
+	if tok, _ := loadedFrom(good, "", true, nil, nil); !strings.Contains(tok, filepath.Join(good, "tokenizer.json")) {
+		t.Errorf("a tokenizer directory is logged as %q, want its tokenizer.json", tok)
+	}
+	if _, chat := loadedFrom(good, "", true, nil, nil); chat != filepath.Join(good, "tokenizer_config.json")+" (beside --tokenizer)" {
+		t.Errorf("the template beside --tokenizer is logged as %q", chat)
 	}
 }

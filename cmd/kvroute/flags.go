@@ -4,8 +4,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
+	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,21 +23,189 @@ func envName(flagName string) string {
 	return "KVROUTE_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(flagName))
 }
 
-// parseFlags parses args into fs, then fills every flag not given on the
-// command line from its KVROUTE_* environment variable. Errors name the flag
-// and the variable.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+// newFlagSet returns a subcommand's flag set: errors are returned, not
+// printed, and -h prints the flags spelled --name.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() { writeUsage(fs) }
+	return fs
+}
+
+// writeUsage prints fs's flags as flag.PrintDefaults does, spelled --name.
+func writeUsage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprintf(w, "usage: %s [flags]\n\nflags (each also KVROUTE_<NAME>, e.g. --kv-blocks is KVROUTE_KV_BLOCKS):\n", fs.Name())
+	fs.VisitAll(func(f *flag.Flag) {
+		f = unwrapped(f)
+		var b strings.Builder
+		fmt.Fprintf(&b, "  --%s", f.Name)
+		typ, usage := flag.UnquoteUsage(f)
+		if typ != "" {
+			b.WriteString(" " + typ)
+		}
+		b.WriteString("\n    \t")
+		b.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if !isZeroDefault(f) {
+			if typ == "string" {
+				fmt.Fprintf(&b, " (default %q)", f.DefValue)
+			} else {
+				fmt.Fprintf(&b, " (default %v)", f.DefValue)
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	})
+}
+
+// unwrapped returns f with the value parseFlags wrapped (friendly)
+// unwrapped, for the flag package's type names.
+func unwrapped(f *flag.Flag) *flag.Flag {
+	if fr, ok := f.Value.(friendly); ok {
+		g := *f
+		g.Value = fr.Value
+		return &g
+	}
+	return f
+}
+
+// isZeroDefault reports whether f's default is its type's zero value (not
+// printed in the usage), as the flag package decides it.
+func isZeroDefault(f *flag.Flag) (zero bool) {
+	switch f.DefValue {
+	case "", "0", "false", "0s", "[]":
+		return true
+	}
+	t := reflect.TypeOf(f.Value)
+	if t.Kind() != reflect.Pointer {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			zero = false
+		}
+	}()
+	return f.DefValue == reflect.New(t.Elem()).Interface().(flag.Value).String()
+}
+
+// expectation says what a flag of f's type takes, for parse errors.
+func expectation(f *flag.Flag) string {
+	typ, _ := flag.UnquoteUsage(f)
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return "want true or false"
+	}
+	switch typ {
+	case "duration":
+		return "want a duration such as 5s, 250ms or 1m30s"
+	case "int":
+		return "want an integer such as 4"
+	case "uint":
+		return "want a non-negative integer such as 4"
+	case "float":
+		return "want a number such as 0.5"
+	}
+	return ""
+}
+
+// friendly wraps a flag's value so that a value that does not parse says
+// what was expected instead of the flag package's "parse error".
+type friendly struct {
+	flag.Value
+	want string
+}
+
+func (v friendly) Set(s string) error {
+	err := v.Value.Set(s)
+	if err == nil || v.want == "" {
 		return err
+	}
+	if err.Error() == "value out of range" {
+		return fmt.Errorf("out of range (%s)", v.want)
+	}
+	return errors.New(v.want)
+}
+
+func (v friendly) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// The flag package's parse errors, rewritten into one line naming the flag.
+var (
+	errUnknownFlag = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	errBadValue    = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-+([^:]+): (.*)$`)
+	errNeedsArg    = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
+)
+
+// flagError rewrites a parse error of fs into one line that names the
+// flag, says what it wants or which flag was meant, and where the flags are
+// listed.
+func flagError(fs *flag.FlagSet, err error) error {
+	see := "see " + fs.Name() + " -h"
+	msg := err.Error()
+	if m := errUnknownFlag.FindStringSubmatch(msg); m != nil {
+		if c, ok := closest(m[1], flagNames(fs)); ok {
+			return fmt.Errorf("unknown flag --%s (did you mean --%s?); %s", m[1], c, see)
+		}
+		return fmt.Errorf("unknown flag --%s; %s", m[1], see)
+	}
+	if m := errBadValue.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("--%s %s: %s", m[2], m[1], m[3])
+	}
+	if m := errNeedsArg.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("--%s needs a value; %s", m[1], see)
+	}
+	return fmt.Errorf("%v; %s", err, see)
+}
+
+func flagNames(fs *flag.FlagSet) []string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return names
+}
+
+// parseFlags parses args into fs, then fills every flag not given on the
+// command line from its KVROUTE_* environment variable. Errors are one line
+// naming the flag (and the variable) and what it wants; an unknown flag
+// names the closest one. -h prints the usage and returns flag.ErrHelp. A
+// KVROUTE_* variable that names no flag of fs is a warning on stderr, naming
+// the closest flag.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	return parseFlagsEnv(fs, args, os.Environ(), os.Stderr)
+}
+
+// parseFlagsEnv is parseFlags with the environment and the warnings'
+// writer given.
+func parseFlagsEnv(fs *flag.FlagSet, args, environ []string, warn io.Writer) error {
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, done := f.Value.(friendly); !done {
+			f.Value = friendly{f.Value, expectation(f)}
+		}
+	})
+	out := fs.Output()
+	fs.SetOutput(io.Discard) // errors are returned as one line; -h is printed below
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
+		return err
+	}
+	if err != nil {
+		return flagError(fs, err)
+	}
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "KVROUTE_") {
+			env[k] = v
+		}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
+	byEnv := map[string]string{} // variable → flag
 	fs.VisitAll(func(f *flag.Flag) {
+		byEnv[envName(f.Name)] = f.Name
 		if err != nil || set[f.Name] {
 			return
 		}
-		v, ok := os.LookupEnv(envName(f.Name))
+		v, ok := env[envName(f.Name)]
 		if !ok {
 			return
 		}
@@ -41,7 +213,33 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 			err = fmt.Errorf("%s=%q (for --%s): %v", envName(f.Name), v, f.Name, e)
 		}
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	var unknown []string
+	for k := range env {
+		if _, ok := byEnv[k]; !ok && !notAFlagVar(k) {
+			unknown = append(unknown, k)
+		}
+	}
+	slices.Sort(unknown)
+	names := flagNames(fs)
+	for _, k := range unknown {
+		guess := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, "KVROUTE_"), "_", "-"))
+		if c, ok := closest(guess, names); ok {
+			fmt.Fprintf(warn, "%s: warning: %s names no flag of %s and is ignored; did you mean %s (--%s)?\n", fs.Name(), k, fs.Name(), envName(c), c)
+		} else {
+			fmt.Fprintf(warn, "%s: warning: %s names no flag of %s and is ignored; see %s -h\n", fs.Name(), k, fs.Name(), fs.Name())
+		}
+	}
+	return nil
+}
+
+// notAFlagVar reports whether a KVROUTE_* variable is one the tests and
+// benchmarks read, not a flag.
+func notAFlagVar(k string) bool {
+	return strings.HasPrefix(k, "KVROUTE_TEST_") || strings.HasPrefix(k, "KVROUTE_BENCH_") ||
+		k == "KVROUTE_PARTREF_TRACE" || k == "KVROUTE_TOKENIZERS"
 }
 
 // stringList is a repeatable string flag.
@@ -71,7 +269,7 @@ func (a *autoDuration) Set(v string) error {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		return err
+		return errors.New("want auto or a duration such as 5s, 250ms or 1m30s")
 	}
 	*a = autoDuration{d: d, set: true}
 	return nil

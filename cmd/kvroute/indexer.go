@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/kvroute/kvroute/indexer"
@@ -107,15 +105,14 @@ func runIndexer(args []string) error {
 		return fmt.Errorf("--log-level: %v", err)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
+	stop, stopSignals := shutdownSignals("kvroute indexer")
+	defer stopSignals()
 	svc, err := indexer.Start(cfg)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("kvroute indexer serving on http://%s (NATS %s)\n", svc.Addr(), svc.NATSURL)
-	<-sig
+	<-stop
 	fmt.Println("shutting down")
 	return errors.Join(svc.Close())
 }

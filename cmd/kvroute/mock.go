@@ -1,14 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,7 +19,7 @@ import (
 )
 
 func runMock(args []string) error {
-	fs := flag.NewFlagSet("kvroute mock", flag.ContinueOnError)
+	fs := newFlagSet("kvroute mock")
 	var (
 		workers   = fs.Int("workers", 8, "simulated workers")
 		ids       = fs.String("worker-ids", "", "comma-separated worker ids, one per worker (default 1..workers)")
@@ -152,10 +149,9 @@ func runMock(args []string) error {
 	}
 	fmt.Printf("ready: %d workers, events %s on namespace.%s.component.%s\n", len(f.Workers()), *transport, *ns, *comp)
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	<-sig
-	signal.Stop(sig)
+	stop, stopSignals := shutdownSignals("kvroute mock")
+	defer stopSignals()
+	<-stop
 	fmt.Println("shutting down")
 	err = f.Close()
 	if ferr := nc.Flush(); err == nil {

@@ -1,19 +1,15 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/kvroute/kvroute/internal/natsembed"
 )
 
 // natsConfig parses `kvroute nats` flags.
 func natsConfig(args []string) (natsembed.Config, error) {
-	fs := flag.NewFlagSet("kvroute nats", flag.ContinueOnError)
+	fs := newFlagSet("kvroute nats")
 	var (
 		host        = fs.String("host", "127.0.0.1", "listen host (clients and cluster routes)")
 		port        = fs.Int("port", 4222, "client port")
@@ -61,9 +57,8 @@ func runNats(args []string) error {
 	if err != nil {
 		return err
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
+	stop, stopSignals := shutdownSignals("kvroute nats")
+	defer stopSignals()
 	e, err := natsembed.Open(cfg)
 	if err != nil {
 		return err
@@ -73,7 +68,7 @@ func runNats(args []string) error {
 		where = fmt.Sprintf(" (cluster %s, routes on %s:%d)", cfg.ClusterName, cfg.Host, cfg.ClusterPort)
 	}
 	fmt.Printf("kvroute nats %s serving %s%s, JetStream store %s\n", e.Name(), e.ClientURL(), where, e.Dir)
-	<-sig
+	<-stop
 	fmt.Println("shutting down")
 	e.Close()
 	return nil

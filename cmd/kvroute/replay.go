@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,6 +26,22 @@ import (
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
 )
+
+// defaultTrace is --trace's default: the Mooncake trace shipped in the
+// repository (bench/traces/README.md), relative to the repository's root.
+const defaultTrace = "bench/traces/mooncake_synthetic_trace.jsonl"
+
+// readTrace reads --trace; a missing default says where it is looked for.
+func readTrace(path string) (*trace.Trace, error) {
+	tr, err := trace.ReadFile(path)
+	if err != nil && path == defaultTrace && errors.Is(err, iofs.ErrNotExist) {
+		return nil, fmt.Errorf("--trace: %w (the default is relative to the repository's root: run there, or give --trace PATH)", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	return tr, nil
+}
 
 // replayOptions is everything `kvroute replay` takes, after flag parsing.
 type replayOptions struct {
@@ -51,12 +68,12 @@ type replayOptions struct {
 
 // parseReplayFlags parses args into options; errors name the flag.
 func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
-	fs := flag.NewFlagSet("kvroute replay", flag.ContinueOnError)
+	fs := newFlagSet("kvroute replay")
 	fs.SetOutput(stderr)
 	def := sched.DefaultConfig()
 	syn := synth.Default()
 	var (
-		tracePath  = fs.String("trace", "../shared/traces/mooncake_synthetic_trace.jsonl", "Mooncake JSONL trace to replay")
+		tracePath  = fs.String("trace", defaultTrace, "Mooncake JSONL trace to replay (default: the Mooncake trace shipped in the repository, for a run from its root)")
 		traceBS    = fs.Int("trace-block-size", trace.IDBlockSize, "tokens per trace hash id (Mooncake: 512, the only size supported)")
 		limit      = fs.Int("requests", 0, "replay only the first N requests of the trace (0: all)")
 		useSynth   = fs.Bool("synth", false, "replay a synthetic workload (the --synth-* flags) instead of --trace")
@@ -440,8 +457,8 @@ func (o *replayOptions) load() (*trace.Trace, string, error) {
 			}
 		}
 	} else {
-		if tr, err = trace.ReadFile(o.tracePath); err != nil {
-			return nil, "", fmt.Errorf("--trace: %w", err)
+		if tr, err = readTrace(o.tracePath); err != nil {
+			return nil, "", err
 		}
 		name = o.tracePath
 	}

@@ -130,10 +130,15 @@ func TestReplayMainOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := stdout.String()
-	for _, want := range []string{"trace " + headTrace + ": 50 requests", "achievable hit ratio", "least-loaded", "targets (issue 7 §3)",
-		"BenchmarkReplay/policy=kv/speedup=1 ", "BenchmarkReplay/policy=least-loaded/speedup=2 "} {
+	for _, want := range []string{"trace " + headTrace + ": 50 requests", "achievable hit ratio", "least-loaded",
+		"kv keeps up to 1x and saturates at 2x", "BenchmarkReplay/policy=kv/speedup=1 ", "BenchmarkReplay/policy=least-loaded/speedup=2 "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	for _, judgement := range []string{"target", "MISSED", "goal"} {
+		if strings.Contains(out, judgement) {
+			t.Errorf("the report judges its results (%q):\n%s", judgement, out)
 		}
 	}
 	if !strings.Contains(stderr.String(), "400/400 requests") {
@@ -215,5 +220,60 @@ func TestReplayMainOnline(t *testing.T) {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}
+	}
+}
+
+// The default --trace of replay and bench index is the trace shipped in the
+// repository: it exists from the repository's root, reads, and a run from
+// elsewhere is told where the default is looked for.
+func TestReplayDefaultTraceShipped(t *testing.T) {
+	o, err := parseReplayFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.tracePath != defaultTrace {
+		t.Fatalf("--trace default %q, want %q", o.tracePath, defaultTrace)
+	}
+	tr, err := readTrace(filepath.Join("..", "..", o.tracePath))
+	if err != nil {
+		t.Fatalf("the default trace from the repository's root: %v", err)
+	}
+	if len(tr.Requests) != 3993 {
+		t.Fatalf("%d requests in the default trace, want 3993", len(tr.Requests))
+	}
+	// From this directory the relative default does not resolve.
+	if _, err := readTrace(o.tracePath); err == nil || !strings.Contains(err.Error(), "repository's root") {
+		t.Fatalf("missing default trace: %v", err)
+	}
+}
+
+// `make replay` reads a trace inside the repository, so a fresh clone can
+// run it.
+func TestMakeReplayTraceInRepository(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range strings.Split(string(mk), "\n") {
+		if !strings.Contains(line, "kvroute replay") {
+			continue
+		}
+		f := strings.Fields(line)
+		for i := range f[:len(f)-1] {
+			if f[i] != "--trace" {
+				continue
+			}
+			found = true
+			p := filepath.Clean(filepath.Join("..", "..", f[i+1]))
+			if strings.HasPrefix(p, "../../..") || filepath.IsAbs(f[i+1]) {
+				t.Errorf("make replay reads %s, outside the repository", f[i+1])
+			} else if _, err := os.Stat(p); err != nil {
+				t.Errorf("make replay reads %s: %v", f[i+1], err)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no `kvroute replay --trace` in the Makefile")
 	}
 }

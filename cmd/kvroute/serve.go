@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,6 +38,9 @@ type serveOptions struct {
 	logLevel      string
 	namespace     string
 	component     string
+	// tokenizerFrom and chatFrom say which tokenizer and chat template
+	// were loaded, and from where (logged at start).
+	tokenizerFrom, chatFrom string
 }
 
 // flagExt lets another subcommand reuse serve's flags (kvroute indexer):
@@ -59,7 +60,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	if len(ext) > 0 {
 		name = ext[0].name
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := newFlagSet(name)
 	var (
 		httpAddr   = fs.String("http-addr", "127.0.0.1:8000", "API listen address (OpenAI proxy and decision API)")
 		blockSize  = fs.Int("block-size", 16, "the engines' KV block size in tokens; registrations and events with another size are rejected")
@@ -233,6 +234,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	if err != nil {
 		return cfg, o, err
 	}
+	o.tokenizerFrom, o.chatFrom = loadedFrom(*tokenizer, *chatTmpl, chatDefault != nil, modelToks, modelTmpls)
 
 	// NATS: external or embedded, not both.
 	if *natsURL != "" && (*dataDir != "" || *natsPort != 0) {
@@ -414,6 +416,49 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	return cfg, o, nil
 }
 
+// loadedFrom describes the tokenizer and the chat template serve loaded and
+// where from: --tokenizer (bytes, or the tokenizer.json file), and
+// --chat-template, the tokenizer_config.json beside --tokenizer (hasDefault:
+// it held a chat_template), or the built-in ChatML; per-model ones follow.
+func loadedFrom(tokenizer, chatTemplate string, hasDefault bool, modelToks, modelTmpls []string) (tok, chat string) {
+	tok = "bytes (one token per UTF-8 byte)"
+	if tokenizer != "bytes" && tokenizer != "" {
+		file := tokenizer
+		if st, err := os.Stat(tokenizer); err == nil && st.IsDir() {
+			file = filepath.Join(tokenizer, "tokenizer.json")
+		}
+		if abs, err := filepath.Abs(file); err == nil {
+			file = abs
+		}
+		tok = "Hugging Face tokenizer.json " + file + " (--tokenizer)"
+	}
+	switch {
+	case chatTemplate != "":
+		chat = chatTemplate + " (--chat-template)"
+	case hasDefault:
+		dir := tokenizer
+		if st, err := os.Stat(tokenizer); err == nil && !st.IsDir() {
+			dir = filepath.Dir(tokenizer)
+		}
+		chat = filepath.Join(dir, "tokenizer_config.json") + " (beside --tokenizer)"
+	default:
+		chat = "ChatML (built in)"
+	}
+	if len(modelToks) > 0 {
+		tok += "; per model: " + strings.Join(modelToks, ", ") + " (--model-tokenizer)"
+	}
+	if len(modelTmpls) > 0 {
+		chat += "; per model: " + strings.Join(modelTmpls, ", ") + " (--model-chat-template)"
+	}
+	return tok, chat
+}
+
+// logLoaded logs which tokenizer and chat template serve uses.
+func logLoaded(log *slog.Logger, o serveOptions) {
+	log.Info("tokenizer loaded", "tokenizer", o.tokenizerFrom)
+	log.Info("chat template loaded", "chat_template", o.chatFrom)
+}
+
 // parseModelTokenizers loads each --model-tokenizer MODEL=PATH (values may
 // also be comma separated); nil when none is given. A path is loaded once
 // (def is --tokenizer's, loaded from defPath).
@@ -495,14 +540,8 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	stop := make(chan struct{})
-	go func() {
-		<-sig
-		close(stop)
-	}()
+	stop, stopSignals := shutdownSignals("kvroute serve")
+	defer stopSignals()
 	return serve(cfg, o, stop, nil)
 }
 
@@ -514,6 +553,7 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 		return fmt.Errorf("--log-level: %v", err)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logLoaded(cfg.Logger, o)
 	svc, err := router.StartService(cfg)
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,7 +31,7 @@ func runSnapshot(args []string) error {
 	if args[0] != "inspect" {
 		return fmt.Errorf("unknown snapshot subcommand %q (want inspect)", args[0])
 	}
-	fs := flag.NewFlagSet("kvroute snapshot inspect", flag.ContinueOnError)
+	fs := newFlagSet("kvroute snapshot inspect")
 	bucket := fs.String("bucket", "", "NATS object store bucket (kvroute serve --snapshot-bucket): inspect its current snapshot")
 	natsURL := fs.String("nats", nats.DefaultURL, "NATS URL (with --bucket)")
 	creds := fs.String("nats-creds", "", "NATS credentials file (with --bucket)")

@@ -64,7 +64,7 @@ func TestParseChatTemplate(t *testing.T) {
 
 func TestParseErrors(t *testing.T) {
 	cases := map[string]string{
-		`not json`:                        "invalid JSON",
+		`not json`:                        "not valid JSON",
 		`[1,2]`:                           "JSON object",
 		`{}`:                              "prompt is required",
 		`{"prompt":["a","b"]}`:            "batched prompts",
@@ -162,11 +162,11 @@ func TestAppendError(t *testing.T) {
 func TestParseParam(t *testing.T) {
 	var r Request
 	for body, param := range map[string]string{
-		`{"model":3,"prompt":"x"}`:                "model",
-		`{"prompt":[1,"x"]}`:                      "prompt[1]",
-		`{"max_tokens":-1,"prompt":"x"}`:          "max_tokens",
-		`{"messages":[{"role":1}]}`:               "messages[0].role",
-		`{"messages":[{"role":"u","content":1}]}`: "messages[0].content",
+		`{"model":3,"prompt":"x"}`:                   "model",
+		`{"prompt":[1,"x"]}`:                         "prompt[1]",
+		`{"max_tokens":-1,"prompt":"x"}`:             "max_tokens",
+		`{"messages":[{"role":1}]}`:                  "messages[0].role",
+		`{"messages":[{"role":"user","content":1}]}`: "messages[0].content",
 	} {
 		err := Parse([]byte(body), body[2] == 'm' && body[3] == 'e', BytesTokenizer{}, &r)
 		if !errors.Is(err, ErrBadRequest) || ParamOf(err) != param {

@@ -212,7 +212,7 @@ func ParseWith(body []byte, chat bool, tok Tokenizer, tmpl *ChatTemplates, r *Re
 	r.Chat = chat
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		return fmt.Errorf("%w: invalid JSON: %v", ErrBadRequest, err)
+		return InvalidJSON(body)
 	}
 	if v.Type() != fastjson.TypeObject {
 		return fmt.Errorf("%w: body must be a JSON object", ErrBadRequest)
@@ -478,12 +478,12 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 		if msg.Type() != fastjson.TypeObject {
 			return badField(fmt.Sprintf("messages[%d]", i), "messages[%d] must be an object", i)
 		}
-		role := msg.Get("role")
-		if role == nil || role.Type() != fastjson.TypeString {
-			return badField(fmt.Sprintf("messages[%d].role", i), "messages[%d].role must be a string", i)
+		role, err := messageRole(msg, i)
+		if err != nil {
+			return err
 		}
 		text = append(text, "<|im_start|>"...)
-		text = append(text, role.GetStringBytes()...)
+		text = append(text, role...)
 		text = append(text, '\n')
 		c := msg.Get("content")
 		switch {
@@ -542,6 +542,14 @@ func renderMessages(v *fastjson.Value, t ChatTemplate, tok Tokenizer, r *Request
 	if m == nil || m.Type() != fastjson.TypeArray || len(m.GetArray()) == 0 {
 		return badField("messages", "messages must be a non-empty array")
 	}
+	for i, msg := range m.GetArray() {
+		if msg.Type() != fastjson.TypeObject {
+			return badField(fmt.Sprintf("messages[%d]", i), "messages[%d] must be an object", i)
+		}
+		if _, err := messageRole(msg, i); err != nil {
+			return err
+		}
+	}
 	text, err := t.RenderRequest(r.text[:0], v)
 	if err != nil {
 		return badField("messages", "chat template: %v", err)
@@ -549,6 +557,33 @@ func renderMessages(v *fastjson.Value, t ChatTemplate, tok Tokenizer, r *Request
 	r.text = text
 	r.Tokens = tok.Encode(r.Tokens, text)
 	return nil
+}
+
+// Roles are the chat message roles the OpenAI API accepts.
+var Roles = [...]string{"system", "user", "assistant", "tool", "function", "developer"}
+
+// messageRole returns message i's role; a missing, non-string or unknown
+// role is a FieldError naming messages[i].role, as the OpenAI API answers.
+func messageRole(msg *fastjson.Value, i int) ([]byte, error) {
+	role := msg.Get("role")
+	if role == nil || role.Type() != fastjson.TypeString {
+		return nil, badField(fmt.Sprintf("messages[%d].role", i), "messages[%d].role must be a string", i)
+	}
+	b := role.GetStringBytes()
+	for _, r := range Roles {
+		if string(b) == r {
+			return b, nil
+		}
+	}
+	return nil, badField(fmt.Sprintf("messages[%d].role", i), "messages[%d].role %q is not a role: want system, user, assistant, tool, function or developer", i, truncate(b, 64))
+}
+
+// truncate returns b cut to at most n bytes (for quoting client input).
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
 }
 
 // mediaPlaceholder stands for a multimodal content part in the rendered chat.
@@ -593,7 +628,7 @@ func ReplacePrompt(dst, body []byte, tokens []uint32) ([]byte, error) {
 	defer parsers.Put(p)
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		return dst, fmt.Errorf("%w: invalid JSON: %v", ErrBadRequest, err)
+		return dst, InvalidJSON(body)
 	}
 	o, err := v.Object()
 	if err != nil {

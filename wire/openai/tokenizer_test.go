@@ -54,7 +54,7 @@ func TestModelTokenizers(t *testing.T) {
 		{`{"model":"b","prompt":"xy"}`, false, []uint32{'x', 'y'}, true},
 		{`{"prompt":"x"}`, false, []uint32{'x'}, true},
 		{`{"model":"a","prompt":[5,6]}`, false, []uint32{5, 6}, false},
-		{`{"model":"a","messages":[{"role":"u","content":""}]}`, true, nil, false},
+		{`{"model":"a","messages":[{"role":"user","content":""}]}`, true, nil, false},
 	} {
 		if err := Parse([]byte(c.body), c.chat, tok, &r); err != nil {
 			t.Fatal(err)

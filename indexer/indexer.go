@@ -77,6 +77,10 @@ type Service struct {
 	regStop    chan struct{}
 	regDone    chan struct{}
 	badControl atomic.Uint64
+	// planeDown and planeLosses are what heartbeatsArriveLocked last saw
+	// of the NATS connection (guarded by regMu).
+	planeDown   bool
+	planeLosses uint64
 }
 
 type registered struct {

@@ -539,6 +539,14 @@ func (n *Node) EventPlane() error {
 	return errors.New(why)
 }
 
+// ControlPlane reports whether the NATS connection is up and how many times
+// it was lost so far (router.Hooks.ControlPlane): the owners of worker
+// registries stop expiring workers while it is down, since no heartbeat can
+// arrive, and give them a fresh grace after a loss.
+func (n *Node) ControlPlane() (up bool, losses uint64) {
+	return n.NC == nil || n.NC.IsConnected(), n.disconnects.Load()
+}
+
 // MetricFamilies declares the families WriteMetrics writes, for a
 // promtext.Registry.
 var MetricFamilies = []promtext.Family{

@@ -169,9 +169,10 @@ func (s *Service) start() error {
 		return err
 	}
 	hooks := Hooks{
-		Publish:    s.NC.Publish,
-		EventPlane: s.Node.EventPlane,
-		Metrics:    []func(w io.Writer){s.Ingest.WriteMetrics, s.Node.WriteMetrics},
+		Publish:      s.NC.Publish,
+		EventPlane:   s.Node.EventPlane,
+		ControlPlane: s.Node.ControlPlane,
+		Metrics:      []func(w io.Writer){s.Ingest.WriteMetrics, s.Node.WriteMetrics},
 	}
 	if s.Node.Recovery != nil {
 		hooks.Metrics = append(hooks.Metrics, s.Node.Recovery.WriteMetrics)

@@ -19,7 +19,7 @@ import (
 var indexerFlags = map[string]bool{
 	"http-addr": true, "block-size": true, "nats": true, "nats-creds": true, "nats-tls-ca": true, "nats-tls-cert": true,
 	"nats-tls-key": true, "data-dir": true, "nats-port": true, "namespace": true, "component": true,
-	"events-jetstream": true, "events-live": true, "events-max-age": true, "events-max-bytes": true, "events-replicas": true,
+	"events-jetstream": true, "events-live": true, "events-max-age": true, "events-max-bytes": true, "events-replicas": true, "jetstream-wait": true,
 	"snapshot-bucket": true, "snapshot-interval": true, "snapshot-events": true, "shards": true, "cpus": true,
 	"zmq-worker": true, "log-level": true, "max-body-bytes": true,
 	"peers": true, "peer-timeout": true, "indexer-id": true,
@@ -110,12 +110,18 @@ func runIndexer(args []string) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	stop := make(chan struct{})
+	go func() {
+		<-sig
+		close(stop)
+	}()
+	cfg.Node.Abort = stop // a signal while waiting for JetStream ends the wait
 	svc, err := indexer.Start(cfg)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("kvroute indexer serving on http://%s (NATS %s)\n", svc.Addr(), svc.NATSURL)
-	<-sig
+	<-stop
 	fmt.Println("shutting down")
 	return errors.Join(svc.Close())
 }

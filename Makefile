@@ -125,9 +125,12 @@ run: build
 # The scale-out topology on localhost, each part its own process: 3 NATS
 # nodes in one JetStream cluster (kvroute nats), the standalone indexer, 2
 # router replicas (--router-replica-sync --use-remote-indexer) and 4
-# simulated workers; prints the URLs, logs in out/run-cluster/, Ctrl-C stops
-# everything (perf/run-cluster.sh; ports from NATS_PORT=4222, ROUTE_PORT=6222,
-# ROUTER_PORT=8000, INDEXER_PORT=8090, WORKER_PORT=9100).
+# simulated workers. Each part starts once the parts it needs answer /ready
+# (the indexer and routers wait for the cluster's JetStream leader
+# themselves); a part that exits meanwhile fails the target, naming its log.
+# Prints the URLs once all are ready; logs in out/run-cluster/, Ctrl-C stops
+# everything (perf/run-cluster.sh, needs curl; ports from NATS_PORT=4222,
+# ROUTE_PORT=6222, ROUTER_PORT=8000, INDEXER_PORT=8090, WORKER_PORT=9100).
 run-cluster: build
 	perf/run-cluster.sh $(BIN)/kvroute out/run-cluster
 

@@ -18,7 +18,10 @@
 //	POST /query        {token_ids, model_name, tenant_id?, lora_name?}
 //	POST /query_by_hash {block_hashes, model_name, tenant_id?}
 //	GET  /dump         {"<model_name>:<tenant_id>": [event, ...]}
-//	GET  /health       200 {"status":"ok"} once ready, else 503
+//	GET  /health       200 {"status":"ok"} once ready, else 503 {"status": why}:
+//	                   "starting: waiting for JetStream: ...", "starting: loading
+//	                   a peer's dump (--peers)", "event plane down: ..."
+//	GET  /ready        the same as /health
 //	GET  /metrics      Prometheus text
 //
 // A query answers

@@ -60,9 +60,15 @@ type Service struct {
 	ln    net.Listener
 	http  *fasthttp.Server
 	ready atomic.Bool
+	// up: the node and the registrations are started (the handlers may
+	// use them); until then every request is answered 503 with
+	// startingWhat.
+	up           atomic.Bool
+	startingWhat atomic.Pointer[string]
 
 	closeOnce sync.Once
 	closeErr  error
+	closing   atomic.Bool
 
 	mu      sync.Mutex
 	workers map[uint64]*registered // registered over HTTP
@@ -77,6 +83,10 @@ type Service struct {
 	regStop    chan struct{}
 	regDone    chan struct{}
 	badControl atomic.Uint64
+	// planeDown and planeLosses are what heartbeatsArriveLocked last saw
+	// of the NATS connection (guarded by regMu).
+	planeDown   bool
+	planeLosses uint64
 }
 
 type registered struct {
@@ -108,11 +118,12 @@ const (
 	epDump
 	epHealth
 	epMetrics
+	epReady
 	epOther
 	numEndpoints
 )
 
-var endpointNames = [numEndpoints]string{"register", "unregister", "workers", "query", "query_by_hash", "dump", "health", "metrics", "other"}
+var endpointNames = [numEndpoints]string{"register", "unregister", "workers", "query", "query_by_hash", "dump", "health", "metrics", "ready", "other"}
 
 // Start starts an indexer: the HTTP listener, the node (NATS, index,
 // ingest), the peer load, then the NATS query server. On error everything
@@ -150,12 +161,10 @@ func (s *Service) start() error {
 	if s.ln, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("--http-addr %s: %w", s.cfg.HTTPAddr, err)
 	}
-	if s.Node, err = node.Start(s.cfg.Node); err != nil {
-		return err
-	}
-	if err := s.subscribeRegistrations(); err != nil {
-		return fmt.Errorf("NATS registrations: %w", err)
-	}
+	// The port answers from now: 503 "starting: ..." until the node is up
+	// (answerStarting), then the API with /health and /ready saying why
+	// it is not ready yet.
+	s.setStarting("connecting to NATS")
 	s.http = &fasthttp.Server{Handler: s.handle, Name: "kvroute-indexer", MaxRequestBodySize: s.cfg.MaxBodyBytes,
 		ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, NoDefaultServerHeader: true}
 	go func() {
@@ -163,7 +172,17 @@ func (s *Service) start() error {
 			s.cfg.Logger.Error("indexer HTTP listener stopped", "err", err)
 		}
 	}()
+	nc := s.cfg.Node
+	nc.Starting = s.setStarting
+	if s.Node, err = node.Start(nc); err != nil {
+		return err
+	}
+	if err := s.subscribeRegistrations(); err != nil {
+		return fmt.Errorf("NATS registrations: %w", err)
+	}
+	s.up.Store(true)
 	if len(s.cfg.Peers) > 0 {
+		s.setStarting("loading a peer's dump (--peers)")
 		if err := s.loadPeers(); err != nil {
 			return err
 		}
@@ -186,14 +205,51 @@ func (s *Service) Addr() string {
 }
 
 // Ready reports whether the peer dump is loaded and queries are served.
-func (s *Service) Ready() bool {
-	return s.ready.Load() && (s.Node == nil || s.Node.EventPlane() == nil)
+func (s *Service) Ready() bool { return s.notReady() == "" }
+
+// notReady says why the indexer is not ready, or "" when it is: starting
+// (what it waits for: NATS, JetStream, a peer's dump), or its event plane
+// is down (node.Node.EventPlane: NATS lost, the stream being replayed).
+func (s *Service) notReady() string {
+	if !s.up.Load() || !s.ready.Load() {
+		if s.closing.Load() {
+			return "shutting down"
+		}
+		return "starting: " + *s.startingWhat.Load()
+	}
+	if err := s.Node.EventPlane(); err != nil {
+		return "event plane down: " + err.Error()
+	}
+	return ""
+}
+
+// setStarting records what the indexer waits for while it starts
+// (node.Config.Starting).
+func (s *Service) setStarting(what string) {
+	if old := s.startingWhat.Swap(&what); old != nil && *old == what {
+		return
+	}
+	s.cfg.Logger.Info("starting: " + what)
+}
+
+// answerStarting answers a request that came before the node was up.
+func (s *Service) answerStarting(ctx *fasthttp.RequestCtx, path string) {
+	why := s.notReady()
+	ctx.SetConnectionClose()
+	ctx.Response.Header.Set("Retry-After", "1")
+	if path == "/health" || path == "/ready" {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		writeJSON(ctx, map[string]string{"status": why})
+		return
+	}
+	proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, why)
 }
 
 // Close stops the HTTP API, the query server, then the node. Idempotent.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		s.closing.Store(true)
 		s.ready.Store(false)
 		if s.http != nil {
 			errs = append(errs, s.http.Shutdown())
@@ -218,6 +274,12 @@ func (s *Service) Close() error {
 func (s *Service) handle(ctx *fasthttp.RequestCtx) {
 	path, post := string(ctx.Path()), ctx.IsPost()
 	var ep endpoint
+	if !s.up.Load() {
+		s.answerStarting(ctx, path)
+		s.requests[epOther].Add(1)
+		s.errors.Add(1)
+		return
+	}
 	switch {
 	case path == "/register" && post:
 		ep = epRegister
@@ -237,13 +299,16 @@ func (s *Service) handle(ctx *fasthttp.RequestCtx) {
 	case path == "/dump" && ctx.IsGet():
 		ep = epDump
 		s.dump(ctx)
-	case path == "/health" && ctx.IsGet():
+	case (path == "/health" || path == "/ready") && ctx.IsGet():
 		ep = epHealth
-		if s.Ready() {
+		if path == "/ready" {
+			ep = epReady
+		}
+		if why := s.notReady(); why == "" {
 			writeJSON(ctx, map[string]string{"status": "ok"})
 		} else {
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
-			writeJSON(ctx, map[string]string{"status": "starting"})
+			writeJSON(ctx, map[string]string{"status": why})
 		}
 	case path == "/metrics" && ctx.IsGet():
 		ep = epMetrics
@@ -252,7 +317,7 @@ func (s *Service) handle(ctx *fasthttp.RequestCtx) {
 	default:
 		ep = epOther
 		switch path {
-		case "/register", "/unregister", "/workers", "/query", "/query_by_hash", "/dump", "/health", "/metrics":
+		case "/register", "/unregister", "/workers", "/query", "/query_by_hash", "/dump", "/health", "/ready", "/metrics":
 			proxy.WriteError(ctx, fasthttp.StatusMethodNotAllowed, "method "+string(ctx.Method())+" not allowed on "+path)
 		default:
 			proxy.WriteError(ctx, fasthttp.StatusNotFound, "no such endpoint "+path+" (see docs/reference/http-api.md)")

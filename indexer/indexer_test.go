@@ -306,3 +306,68 @@ func TestRouterAgainstIndexer(t *testing.T) {
 		t.Fatalf("repeated prefix: worker %s with %s cached blocks; want worker %s with 6", w, cached, first)
 	}
 }
+
+// A NATS outage longer than the heartbeat expiry keeps the indexer's
+// workers: none expires while its connection is down (their ZMQ events
+// still arrive and their blocks are still answered), none right after it
+// comes back (a fresh grace), and a worker that registers and falls silent
+// afterwards expires as before.
+func TestIndexerNATSOutageKeepsWorkers(t *testing.T) {
+	const heartbeat = 200 * time.Millisecond // expiry after 600 ms; the indexer ticks every second
+	ns := natstest.Server(t)
+	ix := startIndexer(t, ns, "test")
+	f, err := mock.Start(mock.Config{Workers: 2, BlockSize: bs, KVBlocks: 4096, Speedup: 20, Namespace: "test", Component: "backend",
+		Transport: plane.TransportZMQ, Heartbeat: heartbeat, Logger: quiet()}, natstest.Connect(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	holds := func() int { // workers the index holds blocks of
+		ws, err := ix.Index.Workers(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ws)
+	}
+	attempt := 0
+	for i, w := range f.Workers() {
+		waitFor(t, "the worker's blocks in the index", func() bool {
+			// A new prompt each time: events published before the indexer's
+			// ZMQ subscription took hold are lost, and a cached prompt
+			// publishes none.
+			attempt++
+			code, _ := call(t, "POST", w.URL()+"/v1/completions", fmt.Sprintf(`{"prompt":%s,"max_tokens":1}`, mustJSON(prompt(attempt, 4*bs))))
+			return code == 200 && holds() > i
+		})
+	}
+	port := natstest.Port(ns)
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	waitFor(t, "the indexer sees the outage", func() bool { up, _ := ix.ControlPlane(); return !up })
+	time.Sleep(5 * plane.ExpiryFactor * heartbeat) // five expiry periods (three of the indexer's ticks)
+	if n := holds(); n != 2 {
+		t.Errorf("the index holds %d workers after the outage outlasted their expiry, want 2", n)
+	}
+	natstest.Restart(t, port)
+	waitFor(t, "the indexer reconnected", func() bool { up, _ := ix.ControlPlane(); return up })
+	time.Sleep(2 * time.Second) // two ticks after the reconnection
+	if n := holds(); n != 2 {
+		t.Errorf("the index holds %d workers after the reconnection, want 2", n)
+	}
+	// Expiry is back: a worker that registers, stores a block and falls
+	// silent is removed.
+	nc := natstest.Connect(t, ns)
+	subj, _ := plane.SubjectsFor("test", "backend")
+	silent := plane.Registration{WorkerID: 77, URL: "http://127.0.0.1:1", DpRanks: []uint32{0}, BlockSize: bs, KVBlocks: 100,
+		EventTransport: plane.TransportNative, HeartbeatMillis: int(heartbeat.Milliseconds())}
+	if err := nc.Publish(subj.Heartbeat, plane.Encode(silent)); err != nil {
+		t.Fatal(err)
+	}
+	ev := wire.Event{Worker: wire.WorkerKey{Worker: 77}, ID: 1, Kind: wire.KindStored,
+		Blocks: []wire.Block{{Engine: 1, Local: wire.LocalHashes(nil, prompt(9, bs), bs, wire.Seed)[0]}}}
+	waitFor(t, "the silent worker's block in the index", func() bool {
+		_ = nc.Publish(subj.KVEventsNative, wire.AppendNative(nil, []wire.Event{ev}))
+		return holds() == 3
+	})
+	waitFor(t, "the silent worker expired", func() bool { return holds() == 2 })
+}

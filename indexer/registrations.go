@@ -11,7 +11,8 @@ import (
 // Workers that register on NATS (heartbeats, as for the router) are known
 // to the indexer too: their model scopes their answers, a ZMQ publisher is
 // subscribed to (node.Node.WorkerJoined), and a worker that leaves or
-// expires is dropped from the index, as the router does.
+// expires is dropped from the index, as the router does. While the NATS
+// connection is down no worker expires (heartbeatsArriveLocked).
 
 func (s *Service) subscribeRegistrations() error {
 	s.regs = plane.NewRegistry()
@@ -80,11 +81,37 @@ func (s *Service) expireLoop(every time.Duration) {
 			return
 		case now := <-t.C:
 			s.regMu.Lock()
-			s.changes = s.regs.Tick(now, s.changes[:0])
-			s.applyChangesLocked()
+			if s.heartbeatsArriveLocked(now) {
+				s.changes = s.regs.Tick(now, s.changes[:0])
+				s.applyChangesLocked()
+			}
 			s.regMu.Unlock()
 		}
 	}
+}
+
+// heartbeatsArriveLocked reports whether the workers' heartbeats can
+// arrive (node.Node.ControlPlane). While the NATS connection is down they
+// cannot, and no worker expires: the indexer keeps their blocks (and their
+// ZMQ subscriptions) and answers from them. After a loss, every worker gets
+// a fresh grace from now (plane.Registry.Renew) before expiry resumes. The
+// caller holds regMu.
+func (s *Service) heartbeatsArriveLocked(now time.Time) bool {
+	up, losses := s.ControlPlane()
+	if !up {
+		if !s.planeDown {
+			s.planeDown = true
+			s.cfg.Logger.Warn("NATS down: registered workers are kept (no heartbeats can arrive)", "workers", s.regs.Len())
+		}
+		return false
+	}
+	if losses != s.planeLosses || s.planeDown {
+		s.planeLosses, s.planeDown = losses, false
+		s.regs.Renew(now, plane.ReconnectGrace)
+		s.cfg.Logger.Info("NATS back: heartbeat expiry resumes, each registered worker with a fresh grace",
+			"workers", s.regs.Len(), "grace_heartbeats", plane.ExpiryFactor, "grace_at_least", plane.ReconnectGrace)
+	}
+	return true
 }
 
 // applyChangesLocked acts on registry changes; the caller holds regMu.

@@ -121,8 +121,11 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 		}
 		return s, nil
 	}
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("ingest: JetStream stream %s: %w (no JetStream answered: a server started without it (nats-server -js), or a cluster that has no JetStream leader yet; or use --events-jetstream=false)", cfg.Name, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("ingest: JetStream stream %s: %w (the server needs JetStream enabled; or use --events-jetstream=false)", cfg.Name, err)
+		return nil, fmt.Errorf("ingest: JetStream stream %s: %w", cfg.Name, err)
 	}
 	sc := s.CachedInfo().Config
 	for _, want := range subjects {

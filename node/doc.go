@@ -21,6 +21,18 @@
 // reconnection the ingest is told that events may have been lost
 // (ingest.Ingest.MarkReconnected).
 //
+// ControlPlane reports the connection's state and its losses so far: the
+// owners of worker registries (the router, the indexer) stop expiring
+// workers while it is down, since no heartbeat can arrive, and give every
+// worker a fresh grace after a loss (plane.Registry.Renew).
+//
+// Start waits for JetStream (jetstream.go): the stream, the snapshot bucket
+// and the stream's last sequence are asked for again, with backoff, while
+// the answer is none or one that waiting cures (a cluster without a
+// JetStream leader yet), until Config.JetStreamWait (--jetstream-wait); each
+// retry is logged with its deadline, and Config.Starting is told what Start
+// waits for, for the services' /health while they start.
+//
 // With Config.JetStream and Config.LiveEvents (kvroute serve
 // --events-jetstream; --events-live is the binary's default) the live KV
 // events come from core NATS subscriptions while the stream keeps them

@@ -93,6 +93,19 @@ type Config struct {
 	// NATSReconnectWait is the pause between reconnection attempts to the
 	// same server (default nats.go's, 2 s).
 	NATSReconnectWait time.Duration
+	// JetStreamWait bounds how long Start waits for JetStream to answer
+	// (the stream, the snapshot bucket: --jetstream-wait), retrying with
+	// backoff and logging what it waits for; a cluster that has no
+	// JetStream leader yet answers nothing. Default DefaultJetStreamWait.
+	JetStreamWait time.Duration
+	// Starting, when set, is told what Start is doing ("connecting to
+	// NATS", "waiting for JetStream: ...", "restoring the index
+	// snapshot"), for a service's /health and /ready while it starts. It
+	// is called on Start's goroutine.
+	Starting func(what string)
+	// Abort, when closed, makes Start give up waiting for JetStream (a
+	// signal during start-up). Nil: never.
+	Abort <-chan struct{}
 
 	// ZMQWorkers are engines whose vLLM ZMQ event streams are subscribed
 	// directly (--zmq-worker).
@@ -172,6 +185,9 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.NATSConnectTimeout <= 0 {
 		cfg.NATSConnectTimeout = 5 * time.Second
 	}
+	if cfg.JetStreamWait <= 0 {
+		cfg.JetStreamWait = DefaultJetStreamWait
+	}
 	cfg.Index.Logger = cfg.Logger
 	if cfg.Index.BlockSize == 0 {
 		cfg.Index.BlockSize = cfg.BlockSize // recorded in snapshots, checked at restore
@@ -185,6 +201,7 @@ func Start(cfg Config) (*Node, error) {
 }
 
 func (n *Node) start() error {
+	n.starting("connecting to NATS")
 	if err := n.connectNATS(); err != nil {
 		return err
 	}
@@ -261,28 +278,43 @@ func (n *Node) prepareJetStream() error {
 	if err != nil {
 		return fmt.Errorf("--events-jetstream: %w", err)
 	}
-	// Bounded like the first connection; a restore reads the whole
-	// snapshot, so it gets more.
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.NATSConnectTimeout+time.Minute)
-	defer cancel()
 	sc := n.cfg.Stream
 	sc.Subjects = n.cfg.Subjects
-	if n.stream, err = ingest.EnsureStream(ctx, js, sc); err != nil {
+	streamName := sc.Name
+	if streamName == "" {
+		streamName = ingest.StreamName(sc.Subjects)
+	}
+	if err := n.waitJetStream("the KV-event stream "+streamName, func(ctx context.Context) error {
+		n.stream, err = ingest.EnsureStream(ctx, js, sc)
+		return err
+	}); err != nil {
 		return fmt.Errorf("--events-jetstream: %w", err)
 	}
+	// A restore reads the whole snapshot: bounded like the first
+	// connection, plus a minute.
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.NATSConnectTimeout+time.Minute)
+	defer cancel()
 	if sn := n.cfg.Snapshot; sn.Bucket != "" {
-		obs, err := OpenSnapshotBucket(ctx, js, sn.Bucket, n.stream.CachedInfo().Config.Replicas, true)
-		if err != nil {
+		var obs jetstream.ObjectStore
+		if err := n.waitJetStream("the snapshot bucket "+sn.Bucket, func(ctx context.Context) error {
+			obs, err = OpenSnapshotBucket(ctx, js, sn.Bucket, n.stream.CachedInfo().Config.Replicas, true)
+			return err
+		}); err != nil {
 			return err
 		}
 		n.snap = newSnapshotter(sn, n.cfg.Logger, n.Index, obs)
 		n.startSeq = 1
+		n.starting("restoring the index snapshot from " + sn.Bucket)
 		if seq, ok := n.snap.restore(ctx); ok {
 			n.startSeq = seq + 1
 		}
 	}
 	if n.startSeq > 0 {
-		last, err := lastKVSeq(ctx, n.stream, n.cfg.Subjects)
+		var last uint64
+		err := n.waitJetStream("the KV-event stream's last sequence", func(ctx context.Context) error {
+			last, err = lastKVSeq(ctx, n.stream, n.cfg.Subjects)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("--events-jetstream: stream %s: %w", n.stream.CachedInfo().Config.Name, err)
 		}
@@ -540,6 +572,14 @@ func (n *Node) EventPlane() error {
 		why += " (" + *e + ")"
 	}
 	return errors.New(why)
+}
+
+// ControlPlane reports whether the NATS connection is up and how many times
+// it was lost so far (router.Hooks.ControlPlane): the owners of worker
+// registries stop expiring workers while it is down, since no heartbeat can
+// arrive, and give them a fresh grace after a loss.
+func (n *Node) ControlPlane() (up bool, losses uint64) {
+	return n.NC == nil || n.NC.IsConnected(), n.disconnects.Load()
 }
 
 // MetricFamilies declares the families WriteMetrics writes, for a

@@ -29,7 +29,7 @@ var QueryFamilies = []promtext.Family{
 	{Name: "kvroute_index_query_prompts_total", Type: promtext.Counter, Help: "Prompts looked up for other routers (a match query carries a batch)"},
 	{Name: "kvroute_index_queries_invalid_total", Type: promtext.Counter, Help: "Index queries answered with an error (undecodable, or a decision whose local and sequence hashes do not come 1:1)"},
 	{Name: "kvroute_remote_index_lookups_total", Type: promtext.Counter, Help: "Prompts this router looked up in a remote index (--use-remote-indexer)"},
-	{Name: "kvroute_remote_index_failures_total", Type: promtext.Counter, Help: "Prompts routed with zero overlap because the remote index query failed, by reason (timeout, no_responders, error)"},
+	{Name: "kvroute_remote_index_failures_total", Type: promtext.Counter, Help: "Prompts routed with zero overlap because the remote index query failed, by reason (timeout, no_responders, disconnected: the NATS connection was down, error)"},
 	{Name: "kvroute_remote_index_records_total", Type: promtext.Counter, Help: "Routing decisions sent to the remote index (approximate mode)"},
 	{Name: "kvroute_remote_index_record_errors_total", Type: promtext.Counter, Help: "Routing decisions that could not be sent to the remote index"},
 }
@@ -296,6 +296,7 @@ type RemoteIndex struct {
 
 	lookups, records, recordErrs          atomic.Uint64
 	timeouts, noResponders, otherFailures atomic.Uint64
+	disconnected                          atomic.Uint64
 	lastLog                               time.Time
 	unlogged                              uint64
 }
@@ -415,6 +416,11 @@ func (r *RemoteIndex) request(data []byte) (*nats.Msg, error) {
 		r.timer = time.NewTimer(time.Hour)
 		r.nextReply()
 	}
+	if !r.nc.IsConnected() {
+		// nats.go would buffer the query until it reconnects: no answer
+		// can come before Timeout, so do not wait for one.
+		return nil, nats.ErrDisconnected
+	}
 	if err := r.nc.PublishRequest(r.cfg.Subject, r.replyTo, data); err != nil {
 		r.nextReply()
 		return nil, err
@@ -450,6 +456,8 @@ func (r *RemoteIndex) failed(n int, err error) {
 		r.timeouts.Add(uint64(n))
 	case errors.Is(err, nats.ErrNoResponders):
 		r.noResponders.Add(uint64(n))
+	case errors.Is(err, nats.ErrDisconnected):
+		r.disconnected.Add(uint64(n))
 	default:
 		r.otherFailures.Add(uint64(n))
 	}
@@ -507,7 +515,7 @@ func (r *RemoteIndex) Workers(dst []radix.Overlap) ([]radix.Overlap, error) {
 // Failures returns the prompts routed with zero overlap because a query
 // failed.
 func (r *RemoteIndex) Failures() uint64 {
-	return r.timeouts.Load() + r.noResponders.Load() + r.otherFailures.Load()
+	return r.timeouts.Load() + r.noResponders.Load() + r.disconnected.Load() + r.otherFailures.Load()
 }
 
 // WriteMetrics writes the remote-lookup counters (QueryFamilies).
@@ -515,6 +523,7 @@ func (r *RemoteIndex) WriteMetrics(w io.Writer) {
 	metrics.WriteCounterUint64(w, "kvroute_remote_index_lookups_total", r.lookups.Load())
 	metrics.WriteCounterUint64(w, `kvroute_remote_index_failures_total{reason="timeout"}`, r.timeouts.Load())
 	metrics.WriteCounterUint64(w, `kvroute_remote_index_failures_total{reason="no_responders"}`, r.noResponders.Load())
+	metrics.WriteCounterUint64(w, `kvroute_remote_index_failures_total{reason="disconnected"}`, r.disconnected.Load())
 	metrics.WriteCounterUint64(w, `kvroute_remote_index_failures_total{reason="error"}`, r.otherFailures.Load())
 	metrics.WriteCounterUint64(w, "kvroute_remote_index_records_total", r.records.Load())
 	metrics.WriteCounterUint64(w, "kvroute_remote_index_record_errors_total", r.recordErrs.Load())

@@ -4,6 +4,9 @@
 # standalone indexer (kvroute indexer, KV events in an R3 stream), 2 router
 # replicas (kvroute serve --router-replica-sync --use-remote-indexer) and 4
 # simulated workers (kvroute mock). Logs in $OUT/*.log. Ctrl-C stops all.
+# Each part is started once its dependencies answer /ready; if a part exits
+# before everything is ready, the script names its log, stops the others
+# and fails (exit status 1). Needs curl.
 #
 # usage: perf/run-cluster.sh [BIN] [OUT]
 set -u
@@ -20,11 +23,17 @@ NATS_PORTS=("$NATS_PORT" $((NATS_PORT + 1)) $((NATS_PORT + 2)))
 ROUTE_PORTS=("$ROUTE_PORT" $((ROUTE_PORT + 1)) $((ROUTE_PORT + 2)))
 ROUTER_PORTS=("$ROUTER_PORT" $((ROUTER_PORT + 1)))
 
+# How long a part may take to answer /ready (or /health): the indexer and
+# the routers wait for the cluster's JetStream leader themselves (kvroute
+# --jetstream-wait, 5 minutes by default), answering 503 "starting: ..."
+# meanwhile.
+READY_WAIT=${READY_WAIT:-330}
+
 rm -rf "$OUT" && mkdir -p "$OUT"
 pids=()
 names=()
 
-stop() {
+stop() { # exit status (default 0)
 	trap - INT TERM
 	echo
 	echo "stopping: routers, fleet and indexer first, then the NATS nodes"
@@ -37,7 +46,7 @@ stop() {
 			echo "  ${names[$i]} (pid ${pids[$i]}) stopped"
 		fi
 	done
-	exit 0
+	exit "${1:-0}"
 }
 trap stop INT TERM
 
@@ -49,21 +58,61 @@ start() { # name, then the command
 	names+=("$name")
 }
 
+died() { # index of a part that exited: say so, name its log, stop all, fail
+	local i=$1
+	wait "${pids[$i]}" 2>/dev/null
+	local rc=$?
+	echo "FAILED: ${names[$i]} (pid ${pids[$i]}) exited with status $rc; its log is $OUT/${names[$i]}.log:" >&2
+	tail -20 "$OUT/${names[$i]}.log" >&2
+	stop 1
+}
+
+check_alive() { # every part started so far is running, or fail
+	local i
+	for i in "${!pids[@]}"; do
+		if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+			died "$i"
+		fi
+	done
+}
+
 wait_port() { # name, port
 	for _ in $(seq 1 150); do
 		if (exec 3<>"/dev/tcp/$HOST/$2") 2>/dev/null; then
 			return 0
 		fi
-		if ! kill -0 "${pids[-1]}" 2>/dev/null; then
-			echo "$1 exited; its log ($OUT/$1.log):"
-			tail -20 "$OUT/$1.log"
-			stop
-		fi
+		check_alive
 		sleep 0.1
 	done
-	echo "$1 is not listening on $HOST:$2 after 15 s; its log ($OUT/$1.log):"
-	tail -20 "$OUT/$1.log"
-	stop
+	echo "FAILED: $1 is not listening on $HOST:$2 after 15 s; its log is $OUT/$1.log:" >&2
+	tail -20 "$OUT/$1.log" >&2
+	stop 1
+}
+
+wait_ready() { # name, URL: until it answers 200, saying what it waits for
+	local name=$1 url=$2 body="" last="" t0=$SECONDS
+	while true; do
+		check_alive
+		body=$(curl -s -m 2 -w ' (HTTP %{http_code})' "$url" 2>/dev/null)
+		case $body in
+		*"(HTTP 200)") return 0 ;;
+		esac
+		if [ "$body" != "$last" ] && [ -n "$body" ]; then
+			echo "  $name: $body"
+			last=$body
+		fi
+		if ((SECONDS - t0 > READY_WAIT)); then
+			echo "FAILED: $name not ready at $url after ${READY_WAIT} s (last answer: ${body:-none}); its log is $OUT/$name.log:" >&2
+			tail -20 "$OUT/$name.log" >&2
+			stop 1
+		fi
+		sleep 0.5
+	done
+}
+
+command -v curl >/dev/null || {
+	echo "run-cluster needs curl (to check each part's /ready)" >&2
+	exit 1
 }
 
 routes=""
@@ -82,17 +131,13 @@ for i in 0 1 2; do
 done
 
 # The indexer creates the R3 stream once the cluster has a JetStream
-# leader; it retries at its own start, so give it a few attempts.
-for attempt in 1 2 3 4 5; do
-	start indexer "$BIN" indexer --nats "$urls" --http-addr "$HOST:$INDEXER_PORT" --events-jetstream --events-replicas 3 --indexer-id indexer-1
-	sleep 1
-	if kill -0 "${pids[-1]}" 2>/dev/null; then
-		break
-	fi
-	echo "indexer: attempt $attempt failed ($(tail -1 "$OUT/indexer.log")); retrying"
-	unset 'pids[-1]' 'names[-1]'
-done
+# leader: it waits for one itself, its /ready answering 503 "starting:
+# waiting for JetStream" meanwhile.
+echo "waiting for each part's /ready:"
+start indexer "$BIN" indexer --nats "$urls" --http-addr "$HOST:$INDEXER_PORT" --events-jetstream --events-replicas 3 --indexer-id indexer-1
 wait_port indexer "$INDEXER_PORT"
+wait_ready indexer "http://$HOST:$INDEXER_PORT/ready"
+echo "  indexer: ready"
 
 for i in 0 1; do
 	start "router-r$((i + 1))" "$BIN" serve --nats "$urls" --http-addr "$HOST:${ROUTER_PORTS[$i]}" \
@@ -104,6 +149,15 @@ done
 
 start fleet "$BIN" mock --nats "$urls" --workers 4 --port "$WORKER_PORT" -v
 wait_port fleet "$WORKER_PORT"
+for w in 0 1 2 3; do
+	wait_ready "fleet" "http://$HOST:$((WORKER_PORT + w))/health"
+done
+echo "  fleet: 4 workers answer /health"
+# A router is ready once it knows a worker (the fleet's registrations).
+for i in 0 1; do
+	wait_ready "router-r$((i + 1))" "http://$HOST:${ROUTER_PORTS[$i]}/ready"
+	echo "  router-r$((i + 1)): ready"
+done
 
 cat <<EOM
 
@@ -121,7 +175,14 @@ try:
   kill -9 ${pids[4]}  # router r1: r2 expires its bookings after --router-sync-expiry
 Ctrl-C stops everything.
 EOM
-while true; do # parts killed by hand stay down; the others keep running
+while true; do # a part that exits (or is killed by hand) is reported
 	sleep 1 &
 	wait $!
+	for i in "${!pids[@]}"; do
+		if [ -n "${pids[$i]}" ] && ! kill -0 "${pids[$i]}" 2>/dev/null; then
+			wait "${pids[$i]}" 2>/dev/null
+			echo "${names[$i]} (pid ${pids[$i]}) exited with status $?; its log is $OUT/${names[$i]}.log" >&2
+			pids[$i]=""
+		fi
+	done
 done

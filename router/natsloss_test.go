@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/plane"
 )
 
 // NATS going away and coming back: /ready answers 503 with the reason and
@@ -110,5 +112,78 @@ func TestDrainReadyFirst(t *testing.T) {
 	}
 	if _, err := http.Get(e.url + "/health"); err == nil {
 		t.Error("still accepting connections after Drain")
+	}
+}
+
+// A NATS outage longer than the heartbeat expiry is no API outage: while the
+// router's own connection is down no worker expires (none of their
+// heartbeats can arrive) and every request is served by the workers it
+// knew; once it reconnects the workers are still there (a fresh grace, not
+// their stale deadlines) and expiry works again: a worker that registers
+// and then falls silent expires. The same for a router with
+// --use-remote-indexer, whose lookups fail at once (routed with zero
+// overlap) instead of waiting for their timeout.
+func TestNATSOutageKeepsWorkers(t *testing.T) {
+	const heartbeat = 200 * time.Millisecond // expiry after 600 ms
+	for _, remote := range []bool{false, true} {
+		name := "local index"
+		if remote {
+			name = "remote index"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := startEnv(t, envOptions{workers: 2, heartbeat: heartbeat, serveIndexer: remote})
+			r := e
+			if remote {
+				r = startRemote(t, e, false, time.Second)
+			}
+			port := natstest.Port(e.ns)
+			e.ns.Shutdown()
+			e.ns.WaitForShutdown()
+			waitFor(t, "/ready 503 while NATS is down", func() bool {
+				code, _, _ := r.do("GET", "/ready", "")
+				return code == 503
+			})
+			// Five expiry periods without NATS, requests all along.
+			served, failed := 0, 0
+			for end := time.Now().Add(5 * plane.ExpiryFactor * heartbeat); time.Now().Before(end); {
+				code, body, _ := r.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%s,"max_tokens":2}`, promptJSON(tokens(1, served+failed, 32, 4))))
+				if code != 200 {
+					if failed == 0 {
+						t.Errorf("during the outage: %d %s", code, body)
+					}
+					failed++
+					continue
+				}
+				served++
+			}
+			if failed > 0 || served == 0 {
+				t.Errorf("during the outage: %d requests served, %d failed; want none failed", served, failed)
+			}
+			if v := r.metric("kvroute_workers_expired_total"); v != 0 {
+				t.Errorf("kvroute_workers_expired_total = %v during the outage, want 0", v)
+			}
+			if n := len(r.workers().Workers); n != 2 {
+				t.Errorf("%d workers known during the outage, want 2", n)
+			}
+			if v := r.metric(`kvroute_remote_index_failures_total{reason="disconnected"}`); remote && v <= 0 {
+				t.Errorf(`kvroute_remote_index_failures_total{reason="disconnected"} = %v after %d lookups during the outage, want them all`, v, served)
+			}
+
+			natstest.Restart(t, port)
+			waitFor(t, "/ready 200 after the reconnect", func() bool { c, _, _ := r.do("GET", "/ready", ""); return c == 200 })
+			waitFor(t, "the test's connection back", func() bool { return e.nc.IsConnected() })
+			r.complete(tokens(2, 0, 32, 4), 2)
+			// Expiry is back: a worker that registers once and falls silent goes.
+			silent := plane.Registration{WorkerID: 77, URL: "http://127.0.0.1:1", DpRanks: []uint32{0}, BlockSize: testBlockSize, KVBlocks: 100,
+				EventTransport: plane.TransportNative, HeartbeatMillis: int(heartbeat.Milliseconds())}
+			if err := e.nc.Publish(e.subj.Heartbeat, plane.Encode(silent)); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the silent worker registered", func() bool { return len(r.workers().Workers) == 3 })
+			waitFor(t, "the silent worker expired", func() bool { return r.metric("kvroute_workers_expired_total") == 1 })
+			if n := len(r.workers().Workers); n != 2 {
+				t.Errorf("%d workers after the silent one expired, want the fleet's 2", n)
+			}
+		})
 	}
 }

@@ -51,6 +51,13 @@ type Hooks struct {
 	// registrations, load and KV events) is down, or nil while it is up
 	// (for /ready). Nil: always up.
 	EventPlane func() error
+	// ControlPlane reports whether the connection that carries the
+	// workers' heartbeats is up, and how many times it was lost so far.
+	// While it is down, registered workers do not expire (their heartbeats
+	// cannot arrive; they are still ejected by their HTTP health); after a
+	// loss, expiry resumes with a fresh grace (plane.Registry.Renew). Nil:
+	// always up.
+	ControlPlane func() (up bool, losses uint64)
 	// Publish sends AllWorkersBusy messages to the other replicas. Nil:
 	// nothing is published.
 	Publish Publisher
@@ -132,6 +139,10 @@ type batcherState struct {
 	treeBuf  []radix.Overlap
 	sync     *syncer              // replica sync (Config.Sync), once started
 	peers    map[string]*syncPeer // the other replicas' bookings
+	// planeDown and planeLosses are what heartbeatsArrive last saw of
+	// Hooks.ControlPlane.
+	planeDown   bool
+	planeLosses uint64
 }
 
 // op is a request lifecycle notification from a handler or a stream.
@@ -616,8 +627,10 @@ func (r *Router) tick() {
 		}
 	}
 	wall := time.Now()
-	r.b.changes = r.b.registry.Tick(wall, r.b.changes[:0])
-	r.applyChanges()
+	if r.heartbeatsArrive(wall) {
+		r.b.changes = r.b.registry.Tick(wall, r.b.changes[:0])
+		r.applyChanges()
+	}
 	if len(r.b.down) > 0 {
 		r.forgetDown(wall)
 	}
@@ -628,6 +641,36 @@ func (r *Router) tick() {
 	if len(r.b.peers) > 0 {
 		r.expirePeers(now)
 	}
+}
+
+// heartbeatsArrive reports whether the workers' heartbeats can arrive
+// (Hooks.ControlPlane), so that missing ones mean the worker is gone. While
+// the connection is down they cannot, and registered workers are kept: the
+// router goes on routing to the workers it knew with the index it has, and
+// a worker that really died is still ejected by its HTTP health. After a
+// loss, every registered worker gets a fresh grace from now (its expiry,
+// at least plane.ReconnectGrace: plane.Registry.Renew) before expiry
+// resumes.
+func (r *Router) heartbeatsArrive(wall time.Time) bool {
+	if r.hooks.ControlPlane == nil {
+		return true
+	}
+	up, losses := r.hooks.ControlPlane()
+	if !up {
+		if !r.b.planeDown {
+			r.b.planeDown = true
+			r.cfg.Logger.Warn("control plane down: registered workers are kept (no heartbeats can arrive) and still ejected by their HTTP health",
+				"workers", r.b.registry.Len())
+		}
+		return false
+	}
+	if losses != r.b.planeLosses || r.b.planeDown {
+		r.b.planeLosses, r.b.planeDown = losses, false
+		r.b.registry.Renew(wall, plane.ReconnectGrace)
+		r.cfg.Logger.Info("control plane back: heartbeat expiry resumes, each registered worker with a fresh grace",
+			"workers", r.b.registry.Len(), "grace_heartbeats", plane.ExpiryFactor, "grace_at_least", plane.ReconnectGrace)
+	}
+	return true
 }
 
 // refreshTreeSizes copies the index's per-worker tree sizes into the

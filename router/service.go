@@ -12,15 +12,19 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvroute/kvroute/internal/handover"
 	"github.com/kvroute/kvroute/internal/linger"
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/radix"
+	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
+	"github.com/kvroute/kvroute/wire/proxy"
 )
 
 // ServiceConfig configures a whole router process: the shared Node (NATS,
@@ -91,6 +95,11 @@ type Service struct {
 	adminLn            net.Listener
 	drained            bool
 	conns              *xsync.Map[net.Conn, struct{}]
+	// shared is the API port, open from the start: early answers 503
+	// "starting: ..." (startingWhat) on it until the router serves it.
+	shared       *handover.Listener
+	early        *fasthttp.Server
+	startingWhat atomic.Pointer[string]
 }
 
 // StartService starts a router process. On error everything started so far
@@ -158,6 +167,14 @@ func (s *Service) start() error {
 	// Connection-level error answers (413, 431, 400) close lingeringly, so
 	// that a client still sending reads them (Router.Server).
 	s.ln = linger.Listen(s.ln, linger.Config{})
+	// The port answers from now: 503 "starting: ..." on every path,
+	// /health and /ready included, until the router serves it.
+	s.shared = handover.Share(s.ln)
+	s.setStarting("connecting to NATS")
+	s.early = &fasthttp.Server{Handler: s.answerStarting, Name: "kvroute", NoDefaultServerHeader: true, ReadTimeout: 10 * time.Second,
+		IdleTimeout: 10 * time.Second, CloseOnShutdown: true, Logger: fasthttpLogger{cfg.Logger}}
+	go func() { _ = s.early.Serve(s.shared.View()) }()
+	cfg.Node.Starting = s.setStarting
 	if cfg.Pprof {
 		addr := cfg.AdminAddr
 		if addr == "" {
@@ -170,10 +187,12 @@ func (s *Service) start() error {
 	if s.Node, err = node.Start(cfg.Node); err != nil {
 		return err
 	}
+	s.setStarting("starting the router")
 	hooks := Hooks{
-		Publish:    s.NC.Publish,
-		EventPlane: s.Node.EventPlane,
-		Metrics:    []func(w io.Writer){s.Ingest.WriteMetrics, s.Node.WriteMetrics},
+		Publish:      s.NC.Publish,
+		EventPlane:   s.Node.EventPlane,
+		ControlPlane: s.Node.ControlPlane,
+		Metrics:      []func(w io.Writer){s.Ingest.WriteMetrics, s.Node.WriteMetrics},
 	}
 	if s.Node.Recovery != nil {
 		hooks.Metrics = append(hooks.Metrics, s.Node.Recovery.WriteMetrics)
@@ -214,10 +233,11 @@ func (s *Service) start() error {
 	s.http = s.Router.Server()
 	s.http.ConnState = s.trackConn
 	go func() {
-		if err := s.http.Serve(s.ln); err != nil {
+		if err := s.http.Serve(s.shared.Last()); err != nil {
 			cfg.Logger.Error("API listener stopped", "addr", cfg.HTTPAddr, "err", err)
 		}
 	}()
+	s.stopEarly()
 	if s.adminLn != nil {
 		s.startAdmin()
 	}
@@ -237,6 +257,50 @@ func (s *Service) startAdmin() {
 	})
 	s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.admin.Serve(s.adminLn) }()
+}
+
+// setStarting records what the service is waiting for while it starts
+// (node.Config.Starting), for answerStarting.
+func (s *Service) setStarting(what string) {
+	if old := s.startingWhat.Swap(&what); old != nil && *old == what {
+		return
+	}
+	if s.cfg.Logger != nil {
+		s.cfg.Logger.Info("starting: " + what)
+	}
+}
+
+// answerStarting answers every request while the service starts: 503 with
+// what it waits for ("starting: waiting for JetStream: ..."), on /health
+// as {"status": ...}, elsewhere as an OpenAI-style error; the connection
+// is closed after the answer, so that the next request reaches the router
+// once it serves.
+func (s *Service) answerStarting(ctx *fasthttp.RequestCtx) {
+	why := "starting: " + *s.startingWhat.Load()
+	ctx.SetConnectionClose()
+	ctx.Response.Header.Set("Retry-After", "1")
+	switch string(ctx.Path()) {
+	case "/health":
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(append(openai.AppendJSONString(append([]byte(nil), `{"status":`...), why), "}\n"...))
+	case "/ready":
+		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, "not ready: "+why)
+	default:
+		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, why)
+	}
+}
+
+// stopEarly stops the starting answers (the router serves the port from
+// now, or the start failed); a request being answered gets a second.
+func (s *Service) stopEarly() {
+	if s.early == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = s.early.ShutdownWithContext(ctx)
+	s.early = nil
 }
 
 // Addr is the API listener's address (host:port).
@@ -349,8 +413,11 @@ func (s *Service) stop() error {
 	} else if s.adminLn != nil {
 		_ = s.adminLn.Close()
 	}
-	if s.http == nil && s.ln != nil {
-		_ = s.ln.Close() // never served
+	s.stopEarly()
+	if s.http == nil && s.shared != nil {
+		_ = s.shared.Close() // never served
+	} else if s.http == nil && s.ln != nil {
+		_ = s.ln.Close()
 	}
 	if s.treeStop != nil {
 		close(s.treeStop)
@@ -388,11 +455,13 @@ func (s *Service) pollRemoteTrees() {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var ws []radix.Overlap
-	for {
-		select {
-		case <-s.treeStop:
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-s.treeStop:
+				return
+			case <-t.C:
+			}
 		}
 		var err error
 		if ws, err = s.Remote.Workers(ws[:0]); err != nil {

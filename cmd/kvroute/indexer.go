@@ -17,7 +17,7 @@ import (
 var indexerFlags = map[string]bool{
 	"http-addr": true, "block-size": true, "nats": true, "nats-creds": true, "nats-tls-ca": true, "nats-tls-cert": true,
 	"nats-tls-key": true, "data-dir": true, "nats-port": true, "namespace": true, "component": true,
-	"events-jetstream": true, "events-live": true, "events-max-age": true, "events-max-bytes": true, "events-replicas": true,
+	"events-jetstream": true, "events-live": true, "events-max-age": true, "events-max-bytes": true, "events-replicas": true, "jetstream-wait": true,
 	"snapshot-bucket": true, "snapshot-interval": true, "snapshot-events": true, "shards": true, "cpus": true,
 	"zmq-worker": true, "log-level": true, "max-body-bytes": true,
 	"peers": true, "peer-timeout": true, "indexer-id": true,
@@ -107,6 +107,7 @@ func runIndexer(args []string) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	stop, stopSignals := shutdownSignals("kvroute indexer")
 	defer stopSignals()
+	cfg.Node.Abort = stop // a signal while waiting for JetStream ends the wait
 	svc, err := indexer.Start(cfg)
 	if err != nil {
 		return err

@@ -79,6 +79,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		evMaxAge   = fs.Duration("events-max-age", ingest.DefaultStreamMaxAge, "JetStream: KV events older than this are dropped from the stream")
 		evMaxBytes = byteSize(ingest.DefaultStreamMaxBytes)
 		evReplicas = fs.Int("events-replicas", 1, "JetStream: replicas of the KV-event stream (1, or 3 in a NATS cluster)")
+		jsWait     = fs.Duration("jetstream-wait", node.DefaultJetStreamWait, "JetStream: how long start-up waits for JetStream to answer (a cluster still electing its leader), retrying with backoff; /health answers 503 \"starting: waiting for JetStream\" meanwhile")
 		snapBucket = fs.String("snapshot-bucket", "", "JetStream: keep index snapshots in this NATS object store bucket (created if missing) and restore the current one at start (empty: off; needs --events-jetstream)")
 		snapIvl    = fs.Duration("snapshot-interval", node.DefaultSnapshotInterval, "time between index snapshots (with --snapshot-bucket)")
 		snapEvents = fs.Uint64("snapshot-events", node.DefaultSnapshotEvents, "also take an index snapshot after this many KV-event stream messages since the last one (with --snapshot-bucket)")
@@ -297,6 +298,9 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	if *evReplicas < 1 || *evReplicas > 5 {
 		return cfg, o, fmt.Errorf("--events-replicas must be in [1, 5] (got %d)", *evReplicas)
 	}
+	if *jsWait <= 0 {
+		return cfg, o, fmt.Errorf("--jetstream-wait must be > 0 (got %v)", *jsWait)
+	}
 	if *snapBucket != "" && !*evJS {
 		return cfg, o, errors.New("--snapshot-bucket needs --events-jetstream (the snapshot is resumed from the KV-event stream)")
 	}
@@ -408,7 +412,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		Router: rc, HTTPAddr: *httpAddr, AdminAddr: *adminAddr, Pprof: *pprofOn, ShutdownGrace: *grace, ShutdownReadyDelay: shutdownReady,
 		Node: node.Config{Index: ic, NATSURL: *natsURL, NATSCreds: *natsCreds, NATSCA: *natsCA, NATSCert: *natsCert,
 			NATSKey: *natsKey, DataDir: *dataDir, NATSPort: *natsPort, ZMQWorkers: zs, JetStream: *evJS, LiveEvents: *evLive,
-			NATSAuth: *natsAuth, NATSAuthFile: *authFile, MaxEventBytes: int(maxEvent),
+			NATSAuth: *natsAuth, NATSAuthFile: *authFile, MaxEventBytes: int(maxEvent), JetStreamWait: *jsWait,
 			Fleet:    node.FleetConfig{Grace: *unkGrace, CapFactor: *capFactor},
 			Stream:   ingest.StreamConfig{MaxAge: *evMaxAge, MaxBytes: int64(evMaxBytes), Replicas: *evReplicas},
 			Snapshot: node.SnapshotConfig{Bucket: *snapBucket, Interval: *snapIvl, Events: *snapEvents}},
@@ -554,6 +558,7 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	logLoaded(cfg.Logger, o)
+	cfg.Node.Abort = stop // a signal while waiting for JetStream ends the wait
 	svc, err := router.StartService(cfg)
 	if err != nil {
 		return err

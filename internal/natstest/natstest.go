@@ -119,6 +119,46 @@ func Cluster(tb testing.TB, n int) []*server.Server {
 	}
 }
 
+// ClusterNodes prepares an n-node JetStream cluster on loopback (servers
+// n1..nN, each with its own store) without starting it: it returns the
+// nodes' client URLs (a nats.Connect URL list) and a function that starts
+// node i (0 to n-1), shut down when the test ends. A test starts the nodes
+// when it wants: one node of three has no quorum, so the cluster has no
+// JetStream leader until a second one joins.
+func ClusterNodes(tb testing.TB, n int) (urls string, start func(i int) *server.Server) {
+	tb.Helper()
+	free := func() int {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().(*net.TCPAddr).Port
+	}
+	cports, rports := make([]int, n), make([]int, n)
+	var routes, clients []string
+	for i := range n {
+		cports[i], rports[i] = free(), free()
+		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(rports[i]))
+		clients = append(clients, "nats://127.0.0.1:"+strconv.Itoa(cports[i]))
+	}
+	return strings.Join(clients, ","), func(i int) *server.Server {
+		tb.Helper()
+		o := natsserver.DefaultTestOptions
+		o.Port = cports[i]
+		o.ServerName = fmt.Sprintf("n%d", i+1)
+		o.JetStream = true
+		o.StoreDir = tb.TempDir()
+		o.Cluster.Name = "kvroute-test"
+		o.Cluster.Host = "127.0.0.1"
+		o.Cluster.Port = rports[i]
+		o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		s := natsserver.RunServer(&o)
+		tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		return s
+	}
+}
+
 // ClientURLs is the comma-separated client URLs of ss (a nats.Connect URL
 // list).
 func ClientURLs(ss []*server.Server) string {

@@ -131,6 +131,44 @@ func TestRegistrationValidateRefusesHostileRegistrations(t *testing.T) {
 // TestRegistryIdentity: another URL cannot take a live id over, a new
 // instance at the same URL is a restart, a withdrawal must match, and
 // MaxWorkers bounds the live set.
+// TestRegistryRenew: after its owner could not hear heartbeats for longer
+// than the expiry (and did not Tick meanwhile), Renew gives every worker
+// ExpiryFactor intervals from then (at least the floor given), not from
+// its last heartbeat; a worker that stays silent after that expires as
+// before.
+func TestRegistryRenew(t *testing.T) {
+	r := NewRegistry()
+	t0 := time.Unix(1000, 0)
+	r.Heartbeat(reg(1), t0, nil)
+	slow := reg(2)
+	slow.URL, slow.HeartbeatMillis = "http://127.0.0.1:9101", 1000
+	r.Heartbeat(slow, t0, nil)
+	back := t0.Add(30 * time.Second) // every deadline long past
+	r.Renew(back, 0)
+	if ch := r.Tick(back.Add(300*time.Millisecond), nil); len(ch) != 0 {
+		t.Fatalf("expired within the fresh grace: %v", ch)
+	}
+	ch := r.Tick(back.Add(301*time.Millisecond), nil)
+	if len(ch) != 1 || ch[0].Kind != Expired || ch[0].Reg.WorkerID != 1 {
+		t.Fatalf("worker 1 (100 ms heartbeats) silent for 3 intervals after the renewal: got %v, want it expired", ch)
+	}
+	if ch = r.Tick(back.Add(3*time.Second), nil); len(ch) != 0 {
+		t.Fatalf("worker 2 (1 s heartbeats) expired at 3 intervals: %v", ch)
+	}
+	if ch = r.Tick(back.Add(3*time.Second+time.Millisecond), nil); len(ch) != 1 || ch[0].Reg.WorkerID != 2 {
+		t.Fatalf("worker 2 silent for 3 of its intervals after the renewal: got %v, want it expired", ch)
+	}
+	r.Heartbeat(reg(1), back, nil)
+	later := back.Add(time.Minute)
+	r.Renew(later, 5*time.Second) // longer than worker 1's 300 ms
+	if ch = r.Tick(later.Add(5*time.Second), nil); len(ch) != 0 {
+		t.Fatalf("expired within the floor: %v", ch)
+	}
+	if ch = r.Tick(later.Add(5*time.Second+time.Millisecond), nil); len(ch) != 1 || ch[0].Reg.WorkerID != 1 {
+		t.Fatalf("worker 1 silent past the floor: got %v, want it expired", ch)
+	}
+}
+
 func TestRegistryIdentity(t *testing.T) {
 	r := NewRegistry()
 	r.MaxWorkers = 2

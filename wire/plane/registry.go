@@ -11,6 +11,13 @@ import (
 // considered gone.
 const ExpiryFactor = 3
 
+// ReconnectGrace is the least grace Registry.Renew is given after the
+// owner's control-plane connection came back: the workers reconnect on
+// their own schedule (nats.go tries every 2 s by default, and a restarted
+// server sees every client at once), so their next heartbeat may come
+// several seconds after the owner's reconnection.
+const ReconnectGrace = 10 * time.Second
+
 // Change is what a Registry reports about one worker.
 type Change struct {
 	Kind ChangeKind
@@ -147,6 +154,19 @@ func (r *Registry) Tick(now time.Time, out []Change) []Change {
 		delete(r.workers, id)
 	}
 	return out
+}
+
+// Renew gives every live worker a fresh grace: its deadline becomes now
+// plus ExpiryFactor of its heartbeat intervals, or plus atLeast if that is
+// longer, as if a heartbeat arrived at now. The owner calls it when
+// heartbeats could not arrive for a while through no fault of the workers
+// (its own control-plane connection was down, during which it did not
+// Tick), so that none expires before its next heartbeat had a chance to
+// arrive: atLeast covers the workers' own reconnection (ReconnectGrace).
+func (r *Registry) Renew(now time.Time, atLeast time.Duration) {
+	for _, e := range r.workers {
+		e.deadline = now.Add(max(time.Duration(ExpiryFactor*e.reg.HeartbeatMillis)*time.Millisecond, atLeast))
+	}
 }
 
 // Get returns a live worker's registration.

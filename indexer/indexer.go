@@ -216,47 +216,36 @@ func (s *Service) Close() error {
 }
 
 func (s *Service) handle(ctx *fasthttp.RequestCtx) {
-	path, post := string(ctx.Path()), ctx.IsPost()
-	var ep endpoint
+	path := ctx.Path()
+	ep := endpointOf(path)
 	switch {
-	case path == "/register" && post:
-		ep = epRegister
+	case ep == epOther:
+		proxy.WriteError(ctx, fasthttp.StatusNotFound, "no such endpoint "+string(path)+" (see kvroute indexer's API in README.md)")
+	case string(ctx.Method()) != routeMethod[ep]:
+		ep = epOther // a known path with another method counts as other
+		proxy.WriteError(ctx, fasthttp.StatusMethodNotAllowed, "method "+string(ctx.Method())+" not allowed on "+string(path))
+	case ep == epRegister:
 		s.register(ctx)
-	case path == "/unregister" && post:
-		ep = epUnregister
+	case ep == epUnregister:
 		s.unregister(ctx)
-	case path == "/workers" && ctx.IsGet():
-		ep = epWorkers
+	case ep == epWorkers:
 		s.listWorkers(ctx)
-	case path == "/query" && post:
-		ep = epQuery
+	case ep == epQuery:
 		s.query(ctx, false)
-	case path == "/query_by_hash" && post:
-		ep = epQueryByHash
+	case ep == epQueryByHash:
 		s.query(ctx, true)
-	case path == "/dump" && ctx.IsGet():
-		ep = epDump
+	case ep == epDump:
 		s.dump(ctx)
-	case path == "/health" && ctx.IsGet():
-		ep = epHealth
+	case ep == epHealth:
 		if s.Ready() {
 			writeJSON(ctx, map[string]string{"status": "ok"})
 		} else {
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 			writeJSON(ctx, map[string]string{"status": "starting"})
 		}
-	case path == "/metrics" && ctx.IsGet():
-		ep = epMetrics
+	case ep == epMetrics:
 		ctx.SetContentType("text/plain; version=0.0.4")
 		s.WritePrometheus(ctx)
-	default:
-		ep = epOther
-		switch path {
-		case "/register", "/unregister", "/workers", "/query", "/query_by_hash", "/dump", "/health", "/metrics":
-			proxy.WriteError(ctx, fasthttp.StatusMethodNotAllowed, "method "+string(ctx.Method())+" not allowed on "+path)
-		default:
-			proxy.WriteError(ctx, fasthttp.StatusNotFound, "no such endpoint "+path+" (see kvroute indexer's API in README.md)")
-		}
 	}
 	s.requests[ep].Add(1)
 	if ctx.Response.StatusCode() >= 400 {

@@ -19,10 +19,22 @@ func envName(flagName string) string {
 	return "KVROUTE_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(flagName))
 }
 
+// takeFlagSetForTesting, when set, gets every flag set parseFlags is
+// given, and parseFlags returns errFlagSetTaken without parsing: the
+// reference test (TestReferenceDocs) collects each command's flags this
+// way, without running the command.
+var takeFlagSetForTesting func(fs *flag.FlagSet)
+
+var errFlagSetTaken = errors.New("flag set taken, not parsed")
+
 // parseFlags parses args into fs, then fills every flag not given on the
 // command line from its KVROUTE_* environment variable. Errors name the flag
 // and the variable.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	if takeFlagSetForTesting != nil {
+		takeFlagSetForTesting(fs)
+		return errFlagSetTaken
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,6 +62,9 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
+// flagType names a flag's type in the flags reference (flagTypeName).
+func (*stringList) flagType() string { return "string, repeatable" }
+
 // autoDuration is a duration flag whose default is computed from other
 // flags: "auto" until set.
 type autoDuration struct {
@@ -63,6 +78,8 @@ func (a *autoDuration) String() string {
 	}
 	return a.d.String()
 }
+
+func (*autoDuration) flagType() string { return "duration or auto" }
 
 func (a *autoDuration) Set(v string) error {
 	if v == "auto" {
@@ -82,6 +99,8 @@ func (a *autoDuration) Set(v string) error {
 type byteSize int64
 
 func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (*byteSize) flagType() string { return "size" }
 
 func (b *byteSize) Set(v string) error {
 	num, mul := strings.TrimSpace(v), int64(1)

@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: tokenizers golden bench-tokenizer replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
+.PHONY: docs tokenizers golden bench-tokenizer replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
 
 all: build
 
@@ -24,6 +24,11 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kvroute ./cmd/kvroute
 
 test: fmt-check vet test-race test-invariants
+
+# docs/reference/{flags,metrics,http-api}.md from the code (flag sets, metric
+# registries, route and error tables); make test fails while they are stale.
+docs:
+	$(GO) test -count=1 -run '^TestReferenceDocs$$' ./cmd/kvroute -update
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -272,56 +272,42 @@ func (s *Service) Close() error {
 }
 
 func (s *Service) handle(ctx *fasthttp.RequestCtx) {
-	path, post := string(ctx.Path()), ctx.IsPost()
-	var ep endpoint
+	path := ctx.Path()
 	if !s.up.Load() {
-		s.answerStarting(ctx, path)
+		s.answerStarting(ctx, string(path))
 		s.requests[epOther].Add(1)
 		s.errors.Add(1)
 		return
 	}
+	ep := endpointOf(path)
 	switch {
-	case path == "/register" && post:
-		ep = epRegister
+	case ep == epOther:
+		proxy.WriteError(ctx, fasthttp.StatusNotFound, "no such endpoint "+string(path)+" (see docs/reference/http-api.md)")
+	case string(ctx.Method()) != routeMethod[ep]:
+		ep = epOther // a known path with another method counts as other
+		proxy.WriteError(ctx, fasthttp.StatusMethodNotAllowed, "method "+string(ctx.Method())+" not allowed on "+string(path))
+	case ep == epRegister:
 		s.register(ctx)
-	case path == "/unregister" && post:
-		ep = epUnregister
+	case ep == epUnregister:
 		s.unregister(ctx)
-	case path == "/workers" && ctx.IsGet():
-		ep = epWorkers
+	case ep == epWorkers:
 		s.listWorkers(ctx)
-	case path == "/query" && post:
-		ep = epQuery
+	case ep == epQuery:
 		s.query(ctx, false)
-	case path == "/query_by_hash" && post:
-		ep = epQueryByHash
+	case ep == epQueryByHash:
 		s.query(ctx, true)
-	case path == "/dump" && ctx.IsGet():
-		ep = epDump
+	case ep == epDump:
 		s.dump(ctx)
-	case (path == "/health" || path == "/ready") && ctx.IsGet():
-		ep = epHealth
-		if path == "/ready" {
-			ep = epReady
-		}
+	case ep == epHealth, ep == epReady:
 		if why := s.notReady(); why == "" {
 			writeJSON(ctx, map[string]string{"status": "ok"})
 		} else {
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 			writeJSON(ctx, map[string]string{"status": why})
 		}
-	case path == "/metrics" && ctx.IsGet():
-		ep = epMetrics
+	case ep == epMetrics:
 		ctx.SetContentType("text/plain; version=0.0.4")
 		s.WritePrometheus(ctx)
-	default:
-		ep = epOther
-		switch path {
-		case "/register", "/unregister", "/workers", "/query", "/query_by_hash", "/dump", "/health", "/ready", "/metrics":
-			proxy.WriteError(ctx, fasthttp.StatusMethodNotAllowed, "method "+string(ctx.Method())+" not allowed on "+path)
-		default:
-			proxy.WriteError(ctx, fasthttp.StatusNotFound, "no such endpoint "+path+" (see docs/reference/http-api.md)")
-		}
 	}
 	s.requests[ep].Add(1)
 	if ctx.Response.StatusCode() >= 400 {

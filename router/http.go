@@ -181,28 +181,21 @@ func (r *Router) connError(ctx *fasthttp.RequestCtx, err error) {
 	r.m.request(ep, status, 0)
 }
 
-// endpointOf returns the metrics endpoint of a path.
+// endpointOf returns the endpoint of a path: the route whose path it is,
+// else the {param} route whose prefix it starts with, else epOther.
+// Comparing string(path) allocates nothing.
 func endpointOf(path []byte) endpoint {
-	switch string(path) {
-	case "/v1/completions":
-		return epCompletions
-	case "/v1/chat/completions":
-		return epChat
-	case "/v1/models":
-		return epModels
-	case "/route":
-		return epRoute
-	case "/workers":
-		return epWorkers
-	case "/health":
-		return epHealth
-	case "/ready":
-		return epReady
-	case "/metrics":
-		return epMetrics
+	if n := len(path); n < len(exactPaths) {
+		for _, pe := range exactPaths[n] {
+			if string(path) == pe.path {
+				return pe.ep
+			}
+		}
 	}
-	if bytes.HasPrefix(path, []byte("/route/")) {
-		return epRouteOp
+	for _, pe := range prefixPaths {
+		if len(path) >= len(pe.path) && string(path[:len(pe.path)]) == pe.path {
+			return pe.ep
+		}
 	}
 	return epOther
 }
@@ -224,7 +217,6 @@ func isTimeout(err error) bool {
 func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	path := ctx.Path()
-	ep := epOther
 	if r.budget.refused(&ctx.Request.Header) { // a body of at most 1 byte over the budget
 		r.budget.release(&ctx.Request.Header)
 		r.overBudget(ctx)
@@ -232,57 +224,33 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer r.budget.release(&ctx.Request.Header)
-	switch string(path) {
-	case "/v1/completions":
-		ep = epCompletions
-		if r.method(ctx, fasthttp.MethodPost) {
-			r.completion(ctx, false)
-		}
-	case "/v1/chat/completions":
-		ep = epChat
-		if r.method(ctx, fasthttp.MethodPost) {
-			r.completion(ctx, true)
-		}
-	case "/v1/models":
-		ep = epModels
-		if r.method(ctx, fasthttp.MethodGet) {
-			r.models(ctx)
-		}
-	case "/route":
-		ep = epRoute
-		if r.method(ctx, fasthttp.MethodPost) {
-			r.route(ctx)
-		}
-	case "/workers":
-		ep = epWorkers
-		if r.method(ctx, fasthttp.MethodGet) {
-			r.workers(ctx)
-		}
-	case "/health":
-		ep = epHealth
-		if r.method(ctx, fasthttp.MethodGet) {
-			ctx.SetContentType("application/json")
-			ctx.SetBodyString(`{"status":"ok"}`)
-		}
-	case "/ready":
-		ep = epReady
-		if r.method(ctx, fasthttp.MethodGet) {
-			r.ready(ctx)
-		}
-	case "/metrics":
-		ep = epMetrics
-		if r.method(ctx, fasthttp.MethodGet) {
-			ctx.SetContentType("text/plain; version=0.0.4")
-			r.WritePrometheus(ctx)
-		}
+	ep := endpointOf(path)
+	if ep != epOther && !r.method(ctx, routeMethod[ep]) {
+		r.m.request(ep, ctx.Response.StatusCode(), time.Since(start))
+		return
+	}
+	switch ep {
+	case epCompletions:
+		r.completion(ctx, false)
+	case epChat:
+		r.completion(ctx, true)
+	case epModels:
+		r.models(ctx)
+	case epRoute:
+		r.route(ctx)
+	case epRouteOp:
+		r.routeOp(ctx, path[len(routeMatch[epRouteOp]):])
+	case epWorkers:
+		r.workers(ctx)
+	case epHealth:
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
+	case epReady:
+		r.ready(ctx)
+	case epMetrics:
+		ctx.SetContentType("text/plain; version=0.0.4")
+		r.WritePrometheus(ctx)
 	default:
-		if bytes.HasPrefix(path, []byte("/route/")) {
-			ep = epRouteOp
-			if r.method(ctx, fasthttp.MethodPost) {
-				r.routeOp(ctx, path[len("/route/"):])
-			}
-			break
-		}
 		proxy.WriteError(ctx, fasthttp.StatusNotFound, "no such endpoint: "+string(path))
 	}
 	r.m.request(ep, ctx.Response.StatusCode(), time.Since(start))

@@ -169,8 +169,20 @@ func flagNames(fs *flag.FlagSet) []string {
 // KVROUTE_* variable that names no flag of fs is a warning on stderr, naming
 // the closest flag.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	if takeFlagSetForTesting != nil {
+		takeFlagSetForTesting(fs)
+		return errFlagSetTaken
+	}
 	return parseFlagsEnv(fs, args, os.Environ(), os.Stderr)
 }
+
+// takeFlagSetForTesting, when set, gets every flag set parseFlags is
+// given, and parseFlags returns errFlagSetTaken without parsing: the
+// reference test (TestReferenceDocs) collects each command's flags this
+// way, without running the command.
+var takeFlagSetForTesting func(fs *flag.FlagSet)
+
+var errFlagSetTaken = errors.New("flag set taken, not parsed")
 
 // parseFlagsEnv is parseFlags with the environment and the warnings'
 // writer given.
@@ -248,6 +260,9 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
+// flagType names a flag's type in the flags reference (flagTypeName).
+func (*stringList) flagType() string { return "string, repeatable" }
+
 // autoDuration is a duration flag whose default is computed from other
 // flags: "auto" until set.
 type autoDuration struct {
@@ -261,6 +276,8 @@ func (a *autoDuration) String() string {
 	}
 	return a.d.String()
 }
+
+func (*autoDuration) flagType() string { return "duration or auto" }
 
 func (a *autoDuration) Set(v string) error {
 	if v == "auto" {
@@ -280,6 +297,8 @@ func (a *autoDuration) Set(v string) error {
 type byteSize int64
 
 func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (*byteSize) flagType() string { return "size" }
 
 func (b *byteSize) Set(v string) error {
 	num, mul := strings.TrimSpace(v), int64(1)

@@ -23,6 +23,9 @@ var indexerFlags = map[string]bool{
 	"peers": true, "peer-timeout": true, "indexer-id": true,
 }
 
+// indexerHTTPAddr is `kvroute indexer`'s --http-addr default.
+const indexerHTTPAddr = "127.0.0.1:8090"
+
 type indexerOptions struct {
 	peers       string
 	peerTimeout time.Duration
@@ -33,22 +36,22 @@ type indexerOptions struct {
 // checks) restricted to the node's flags, plus --peers.
 func indexerConfig(args []string) (indexer.Config, string, error) {
 	var opt indexerOptions
-	httpSet := false
 	ext := flagExt{
 		name: "kvroute indexer",
 		add: func(fs *flag.FlagSet) {
 			fs.StringVar(&opt.peers, "peers", "", "other indexers' base URLs, comma-separated: at start the first that answers GET /dump is loaded before this one is ready")
 			fs.DurationVar(&opt.peerTimeout, "peer-timeout", 30*time.Second, "time to load one peer's dump (with --peers)")
 			fs.StringVar(&opt.id, "indexer-id", "", "this instance's name in NATS ping replies (default kvroute-indexer-<pid>)")
+			// Dynamo's standalone indexer's port, on the flag itself so
+			// that -h and the flags reference show it.
+			addr := fs.Lookup("http-addr")
+			addr.DefValue = indexerHTTPAddr
+			_ = addr.Value.Set(indexerHTTPAddr) // a string flag: never fails
 			fs.Usage = func() {
 				fmt.Fprintf(fs.Output(), "usage: kvroute indexer [flags]\n\nflags (each also KVROUTE_<NAME>):\n")
 				fs.VisitAll(func(f *flag.Flag) {
 					if indexerFlags[f.Name] {
-						def := f.DefValue
-						if f.Name == "http-addr" {
-							def = "127.0.0.1:8090"
-						}
-						fmt.Fprintf(fs.Output(), "  --%s (default %q)\n    \t%s\n", f.Name, def, f.Usage)
+						fmt.Fprintf(fs.Output(), "  --%s (default %q)\n    \t%s\n", f.Name, f.DefValue, f.Usage)
 					}
 				})
 			}
@@ -63,7 +66,6 @@ func indexerConfig(args []string) (indexer.Config, string, error) {
 					return fmt.Errorf("--%s is a flag of kvroute serve; kvroute indexer only ingests and answers queries (see kvroute indexer -h)", name)
 				}
 			}
-			fs.Visit(func(f *flag.Flag) { httpSet = httpSet || f.Name == "http-addr" })
 			if opt.peerTimeout <= 0 {
 				return fmt.Errorf("--peer-timeout must be > 0 (got %v)", opt.peerTimeout)
 			}
@@ -77,9 +79,6 @@ func indexerConfig(args []string) (indexer.Config, string, error) {
 	cfg := indexer.Config{Node: sc.Node, HTTPAddr: sc.HTTPAddr, PeerTimeout: opt.peerTimeout, ID: opt.id, MaxBodyBytes: sc.Router.MaxBodyBytes}
 	cfg.Node.BlockSize = sc.Router.Sched.BlockSize
 	cfg.Node.Subjects = sc.Router.Subjects
-	if !httpSet {
-		cfg.HTTPAddr = "127.0.0.1:8090" // Dynamo's standalone indexer's port
-	}
 	if cfg.ID == "" {
 		cfg.ID = fmt.Sprintf("kvroute-indexer-%d", os.Getpid())
 	}

@@ -53,7 +53,7 @@ func (s *syncBuffer) String() string {
 
 // startServe runs `kvroute serve` in a child process with a demo fleet
 // and a long ready delay; it returns the process and the API's base URL.
-func startServe(t *testing.T, stderr *syncBuffer) (*exec.Cmd, string) {
+func startServeProcess(t *testing.T, stderr *syncBuffer) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "serve", "--http-addr", "127.0.0.1:0", "--demo-fleet", "1",
 		"--shutdown-grace", "60s", "--shutdown-ready-delay", "30s", "--log-level", "warn")
@@ -104,7 +104,7 @@ func exitWithin(t *testing.T, cmd *exec.Cmd, d time.Duration) int {
 // ready delay (30s here).
 func TestServeIdleInterruptExits(t *testing.T) {
 	var stderr syncBuffer
-	cmd, _ := startServe(t, &stderr)
+	cmd, _ := startServeProcess(t, &stderr)
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestServeIdleInterruptExits(t *testing.T) {
 // flight.
 func TestServeSecondInterruptExits(t *testing.T) {
 	var stderr syncBuffer
-	cmd, base := startServe(t, &stderr)
+	cmd, base := startServeProcess(t, &stderr)
 	var resp *http.Response
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // until the worker has joined
 		var err error

@@ -30,6 +30,48 @@ const (
 	HeaderCachedBlocks = "X-Kvroute-Cached-Blocks"
 )
 
+// HeaderClientTimeout is the request header in which the OpenAI SDKs send
+// their own timeout, in seconds: a non-streamed request waits for its
+// worker's answer no longer than that (clientDeadline).
+const HeaderClientTimeout = "X-Stainless-Timeout"
+
+// clientDeadline returns the deadline a request's HeaderClientTimeout
+// (seconds, counted from start) sets, or the zero time when it has none or
+// an unusable one.
+func clientDeadline(ctx *fasthttp.RequestCtx, start time.Time) time.Time {
+	d, ok := parseSeconds(ctx.Request.Header.Peek(HeaderClientTimeout))
+	if !ok {
+		return time.Time{}
+	}
+	return start.Add(d)
+}
+
+// parseSeconds parses a positive decimal number of seconds ("600",
+// "12.5") of at most a week, without allocating.
+func parseSeconds(v []byte) (time.Duration, bool) {
+	var whole, frac, scale int64 = 0, 0, 1
+	dot := false
+	for _, c := range v {
+		switch {
+		case c == '.' && !dot:
+			dot = true
+		case c >= '0' && c <= '9' && !dot:
+			whole = whole*10 + int64(c-'0')
+			if whole > 7*24*3600 {
+				return 0, false
+			}
+		case c >= '0' && c <= '9':
+			if scale < int64(time.Second) {
+				frac, scale = frac*10+int64(c-'0'), scale*10
+			}
+		default:
+			return 0, false
+		}
+	}
+	d := time.Duration(whole)*time.Second + time.Duration(frac*int64(time.Second)/scale)
+	return d, len(v) > 0 && d > 0
+}
+
 var routeParsers fastjson.ParserPool
 
 // Server returns a fasthttp server for Handler with the configured body and
@@ -412,7 +454,7 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		return
 	}
 	start := time.Now()
-	u := r.send(ctx, p, body, req.Stream)
+	u := r.send(ctx, p, body, req.Stream, clientDeadline(ctx, start))
 	if u == nil {
 		return // answered
 	}
@@ -456,9 +498,14 @@ func (r *Router) setRouteHeaders(ctx *fasthttp.RequestCtx, p *pending) {
 // worker cannot be dialed, gives no first byte in time, or drops the
 // connection before its answer) counts against the worker's health and the
 // request is decided again once, among the other routable workers; if that
-// fails too the client gets 502 (or the new decision's error). On nil the
-// client has been answered and p's load freed.
-func (r *Router) send(ctx *fasthttp.RequestCtx, p *pending, body []byte, stream bool) *proxy.Upstream {
+// fails too the client gets 502 (or the new decision's error). A request
+// decided onto a worker that was ejected since, or given up on by the
+// ejection while it waited for its answer (proxy.ErrAbandoned), is decided
+// again the same way. A non-streamed request waits for its answer at most
+// --worker-response-timeout and the client's own deadline (clientDeadline):
+// when the client's passes first it gets 504 and the worker is not blamed.
+// On nil the client has been answered and p's load freed.
+func (r *Router) send(ctx *fasthttp.RequestCtx, p *pending, body []byte, stream bool, deadline time.Time) *proxy.Upstream {
 	path := string(ctx.Path())
 	for attempt := 0; ; attempt++ {
 		info := r.table.Load().byID[p.dec.Worker.Worker]
@@ -475,13 +522,32 @@ func (r *Router) send(ctx *fasthttp.RequestCtx, p *pending, body []byte, stream 
 		if len(info.Ranks) > 1 {
 			rank = int(p.dec.Worker.Dp)
 		}
-		u, err := r.proxy.SendRank(info.URL+path, rank, body, stream)
+		var (
+			u   *proxy.Upstream
+			err error
+		)
+		if info.health.down.Load() { // ejected since the decision
+			err = proxy.ErrAbandoned
+		} else {
+			u, err = r.proxy.SendDeadline(info.URL+path, rank, body, stream, deadline)
+		}
 		if err == nil {
 			info.health.ok()
 			return u
 		}
 		r.notify(opFree, p.id)
-		r.workerFailed(info, err)
+		switch {
+		case errors.Is(err, proxy.ErrClientDeadline):
+			r.m.clientDeadline.Inc()
+			proxy.WriteError(ctx, fasthttp.StatusGatewayTimeout, fmt.Sprintf(
+				"worker %d did not answer within the client's deadline (%s header)", info.ID, HeaderClientTimeout))
+			r.setRouteHeaders(ctx, p)
+			return nil
+		case errors.Is(err, proxy.ErrAbandoned):
+			r.m.abandoned.Inc()
+		default:
+			r.workerFailed(info, err)
+		}
 		if attempt > 0 || !r.allowedExcept(p, info.ID) {
 			r.m.proxyErrors.Inc()
 			proxy.WriteError(ctx, fasthttp.StatusBadGateway, err.Error())

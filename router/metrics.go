@@ -158,6 +158,7 @@ type metricSet struct {
 	workerGone                                 *metrics.Counter
 
 	retries, firstByteTimeouts, ejections, recoveries *metrics.Counter
+	responseTimeouts, abandoned, clientDeadline       *metrics.Counter
 
 	refused [numRefusals]*metrics.Counter
 	logs    rateLog
@@ -259,6 +260,9 @@ func newMetricSet(r *Router) *metricSet {
 	m.workerGone = s.NewCounter("kvroute_proxy_worker_gone_total")
 	m.retries = s.NewCounter("kvroute_proxy_retries_total")
 	m.firstByteTimeouts = s.NewCounter("kvroute_proxy_first_byte_timeouts_total")
+	m.responseTimeouts = s.NewCounter("kvroute_proxy_response_timeouts_total")
+	m.abandoned = s.NewCounter("kvroute_proxy_abandoned_total")
+	m.clientDeadline = s.NewCounter("kvroute_proxy_client_deadline_total")
 	m.ejections = s.NewCounter("kvroute_worker_ejections_total")
 	m.recoveries = s.NewCounter("kvroute_worker_recoveries_total")
 	m.sync = newSyncMetrics(s)

@@ -412,16 +412,17 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	}
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
+	req.TokenLimit = r.table.Load().maxPrompt
 	body := ctx.PostBody()
 	if err := openai.ParseWith(body, chat, r.cfg.Tokenizer, r.tmpls, req); err != nil {
 		badRequest(ctx, err)
 		return
 	}
-	if len(req.Tokens) == 0 {
-		badRequest(ctx, emptyPrompt(chat))
+	if r.promptTooLong(ctx, req, chat) {
 		return
 	}
-	if r.promptTooLong(ctx, len(req.Tokens), chat) {
+	if len(req.Tokens) == 0 {
+		badRequest(ctx, emptyPrompt(chat))
 		return
 	}
 	ranks, restrict, ok := r.table.Load().ranksFor(req.Model)
@@ -446,6 +447,10 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	if err := r.table.Load().fitCapacity(p); err != nil {
 		r.m.refused[refPromptTooLong].Inc()
 		badRequest(ctx, err)
+		return
+	}
+	if ok, limit := r.table.Load().fitPrompt(p, len(req.Tokens)); !ok {
+		r.refusePrompt(ctx, len(req.Tokens), false, limit, chat)
 		return
 	}
 	r.submit(p)
@@ -570,6 +575,13 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	if !r.admit(ctx) {
 		return
 	}
+	req := openai.AcquireRequest()
+	defer openai.ReleaseRequest(req)
+	req.TokenLimit = r.table.Load().maxPrompt
+	if req.PrecheckPrompt(ctx.PostBody(), r.cfg.Tokenizer) {
+		r.promptTooLong(ctx, req, false)
+		return
+	}
 	parser := routeParsers.Get()
 	defer routeParsers.Put(parser)
 	v, err := parser.ParseBytes(ctx.PostBody())
@@ -581,8 +593,6 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		proxy.WriteError(ctx, fasthttp.StatusBadRequest, "body must be a JSON object")
 		return
 	}
-	req := openai.AcquireRequest()
-	defer openai.ReleaseRequest(req)
 	if v.Get("messages") != nil && v.Get("prompt") == nil && v.Get("token_ids") == nil {
 		// A chat: rendered as /v1/chat/completions renders it (the model's
 		// chat template; parseRouteOptions checks model's type below).
@@ -594,11 +604,11 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		badRequest(ctx, err)
 		return
 	}
-	if len(req.Tokens) == 0 {
-		badRequest(ctx, emptyPrompt(false))
+	if r.promptTooLong(ctx, req, false) {
 		return
 	}
-	if r.promptTooLong(ctx, len(req.Tokens), false) {
+	if len(req.Tokens) == 0 {
+		badRequest(ctx, emptyPrompt(false))
 		return
 	}
 	p := r.acquire()
@@ -616,6 +626,10 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	if err := r.table.Load().fitCapacity(p); err != nil {
 		r.m.refused[refPromptTooLong].Inc()
 		badRequest(ctx, err)
+		return
+	}
+	if ok, limit := r.table.Load().fitPrompt(p, len(req.Tokens)); !ok {
+		r.refusePrompt(ctx, len(req.Tokens), false, limit, false)
 		return
 	}
 	if p.routeID == "" {
@@ -865,24 +879,33 @@ func fieldErr(param, format string, args ...any) error {
 	return &openai.FieldError{Param: param, Msg: fmt.Sprintf(format, args...)}
 }
 
-// promptTooLong answers 400 to a prompt of more than the table's
-// maxPrompt tokens (--max-prompt-tokens, or the workers' max_model_len) and
-// reports whether it did.
-func (r *Router) promptTooLong(ctx *fasthttp.RequestCtx, n int, chat bool) bool {
-	limit := r.table.Load().maxPrompt
-	if n <= limit {
+// promptTooLong answers 400 to a prompt parsed past its token limit
+// (req.TooLong: more than the table's maxPrompt tokens) and reports whether
+// it did.
+func (r *Router) promptTooLong(ctx *fasthttp.RequestCtx, req *openai.Request, chat bool) bool {
+	if !req.TooLong {
 		return false
 	}
+	r.refusePrompt(ctx, req.AtLeast, true, req.TokenLimit, chat)
+	return true
+}
+
+// refusePrompt answers 400 context_length_exceeded to a prompt of n tokens
+// (at least n, when atLeast: tokenizing stopped past the limit) over limit.
+func (r *Router) refusePrompt(ctx *fasthttp.RequestCtx, n int, atLeast bool, limit int, chat bool) {
 	r.m.refused[refPromptTooLong].Inc()
 	param := "prompt"
 	if chat {
 		param = "messages"
 	}
+	size := strconv.Itoa(n)
+	if atLeast {
+		size = "at least " + size
+	}
 	proxy.WriteAPIError(ctx, fasthttp.StatusBadRequest, openai.Error{
-		Message: fmt.Sprintf("prompt of %d tokens is longer than the %d allowed (--max-prompt-tokens, the workers' max_model_len, or the largest worker's KV capacity)", n, limit),
+		Message: fmt.Sprintf("prompt of %s tokens is longer than the %d allowed (--max-prompt-tokens, the workers' max_model_len, or the largest worker's KV capacity)", size, limit),
 		Param:   param, Code: "context_length_exceeded",
 	})
-	return true
 }
 
 // newRouteID returns an unguessable /route request id ("kvr-" and 128

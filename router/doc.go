@@ -189,8 +189,12 @@
 // Another replica's AllWorkersBusy opens the rejection window only when its
 // router id is in Config.Peers (--router-peers), for at most this router's
 // window counted from the message's time. Bounds of the HTTP side: prompts
-// over Config.MaxPromptTokens (or the workers' max_model_len, or the
-// largest rank's KV capacity) get 400 before they are booked; the server
+// over every worker's limit (Config.MaxPromptTokens or
+// DefaultMaxPromptTokens, lowered or, without the flag, replaced by the
+// worker's max_model_len; and the largest rank's KV capacity) get 400
+// before they are booked, found so before they are tokenized whole
+// (openai.Request.TokenLimit), and a prompt over some workers' limits goes
+// only to the others (workerTable.fitPrompt); the server
 // takes at most Config.MaxConns connections, and bodies are accounted by
 // declared length against Config.MaxInflightBodyBytes before fasthttp
 // allocates them (bodyBudget, via fasthttp's HeaderReceived): one that does
@@ -229,6 +233,7 @@
 // kvroute_registration_block_size_mismatch_total, kvroute_control_messages_invalid_total,
 // kvroute_proxy_{ttft,duration}_seconds (histograms), kvroute_proxy_{errors,client_gone,worker_gone,worker_left}_total,
 // kvroute_proxy_retries_total, kvroute_proxy_first_byte_timeouts_total,
+// kvroute_proxy_{response_timeouts,abandoned,client_deadline}_total,
 // kvroute_worker_{ejections,recoveries}_total,
 // kvroute_sync_{messages_sent,messages_received,items_applied,items_ignored,
 // messages_missed,bookings_dropped_on_gap,replicas_expired,messages_refused,publish_errors}_total,

@@ -12,8 +12,8 @@ import (
 )
 
 // A 4 MiB prompt over the limit is refused before it costs memory: the
-// handler allocates almost nothing for it (it tokenized the whole prompt,
-// 16 MiB of token ids and their growth, and copied the body to parse it).
+// handler allocates almost nothing for it (tokenizing it whole would cost
+// 16 MiB of token ids and their growth, parsing it a copy of the body).
 func TestLongPromptRefusedWithoutAllocating(t *testing.T) {
 	r := handlerRouter(t, 100_000)
 	body := fmt.Sprintf(`{"prompt":%q,"max_tokens":4}`, strings.Repeat("x", 4<<20))

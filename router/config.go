@@ -38,7 +38,8 @@ const (
 	// forged registrations that broke every request.
 	DefaultMaxWorkers = 1024
 	// DefaultMaxPromptTokens: 1 Mi tokens, above the longest context of
-	// today's served models; workers declaring max_model_len set it lower.
+	// today's served models; a worker declaring max_model_len has that
+	// instead.
 	DefaultMaxPromptTokens = 1 << 20
 	// DefaultMaxConns: 4,096 connections × 16 KiB read buffers = 64 MiB.
 	DefaultMaxConns = 4096
@@ -122,8 +123,11 @@ type Config struct {
 	// Default plane.DefaultMaxDpRanks.
 	MaxDpRanks int
 	// MaxPromptTokens refuses longer prompts with 400
-	// (--max-prompt-tokens). 0: the largest max_model_len the registered
-	// workers declare, or DefaultMaxPromptTokens when none does.
+	// (--max-prompt-tokens), whatever the workers declare; a worker
+	// declaring a shorter max_model_len gets only the prompts within it.
+	// 0: each worker's declared max_model_len, or DefaultMaxPromptTokens
+	// for a worker declaring none; a prompt goes only to the workers whose
+	// limit it fits.
 	MaxPromptTokens int
 
 	// BatchMax is the largest batch of requests decided at once. Default 256.

@@ -85,12 +85,17 @@
 // to the client. A worker registered with several dp ranks behind one URL
 // gets the decision's rank in X-Data-Parallel-Rank, which vLLM and SGLang
 // obey. A transport failure (dial refused or timed out, connection dropped
-// before the answer, or for a stream no first byte within
-// proxy.Config.FirstByteTimeout) counts against the worker, and the request
-// is decided again once without it and sent there
-// (kvroute_proxy_retries_total); a worker's HTTP error status is relayed.
-// Health is passive, like Envoy's outlier detection: Config.EjectAfter
-// consecutive transport failures mark a worker down; the batcher removes its
+// before the answer, for a stream no first byte within
+// proxy.Config.FirstByteTimeout, for a whole answer none within
+// proxy.Config.ResponseTimeout, capped by the client's own deadline from
+// X-Stainless-Timeout, which answers 504 without blaming the worker) counts
+// against the worker, and the request is decided again once without it and
+// sent there (kvroute_proxy_retries_total); a worker's HTTP error status is
+// relayed. Health is passive, like Envoy's outlier detection:
+// Config.EjectAfter consecutive transport failures mark a worker down;
+// ejecting it closes the connections of its requests that have had no byte
+// of their answer yet, and those are decided again elsewhere
+// (kvroute_proxy_abandoned_total); the batcher removes its
 // ranks from the scheduler but keeps its index and table entries and starts
 // a prober (GET /health after Config.ProbeInterval, doubling up to
 // ProbeMaxInterval); a 2xx puts the ranks back. A worker down for
@@ -100,9 +105,15 @@
 // # Errors and bounds
 //
 // Errors are OpenAI-style JSON (proxy.WriteAPIError) whose param names the
-// field at fault; docs/reference/http-api.md has the table. A prompt over
-// Config.MaxPromptTokens (or the workers' max_model_len, or the largest
-// rank's KV capacity) gets 400 before it is booked; 429 with Retry-After
+// field at fault; docs/reference/http-api.md has the table. Each worker's
+// prompt limit is Config.MaxPromptTokens (or DefaultMaxPromptTokens),
+// lowered by its max_model_len, or replaced by it when the flag is unset; a
+// prompt goes only to workers it fits (workerTable.fitPrompt), and one over
+// every worker's limit (or the largest rank's KV capacity) gets 400 before
+// it is booked, found so before it is tokenized whole
+// (openai.Request.TokenLimit: the byte length decides for the bytes
+// tokenizer, a real one stops at the first 64 KiB piece past the limit), so
+// a huge prompt costs its body and little more; 429 with Retry-After
 // comes from the all-workers-busy window or from sched's early shedding
 // (Config.Sched.MaxQueueWait, ErrQueueWait). Requests fasthttp cannot read
 // are answered by connError (413, 431, 408, 400), never quoting the

@@ -38,8 +38,11 @@ func (h *workerHealth) ok() {
 // be dialed, gave no first byte in time, or closed the connection before its
 // answer) and ejects w when the failures reach Config.EjectAfter.
 func (r *Router) workerFailed(w *workerInfo, err error) {
-	if errors.Is(err, proxy.ErrFirstByteTimeout) {
+	switch {
+	case errors.Is(err, proxy.ErrFirstByteTimeout):
 		r.m.firstByteTimeouts.Inc()
+	case errors.Is(err, proxy.ErrResponseTimeout):
+		r.m.responseTimeouts.Inc()
 	}
 	h := w.health
 	if int(h.fails.Add(1)) < r.cfg.EjectAfter || !h.down.CompareAndSwap(false, true) {
@@ -50,8 +53,10 @@ func (r *Router) workerFailed(w *workerInfo, err error) {
 }
 
 // eject takes a worker marked down out of the scheduler (its active
-// requests are dropped; its index entries stay, for when it comes back) and
-// starts its prober. Batcher goroutine.
+// requests are dropped; its index entries stay, for when it comes back),
+// gives up on the requests it holds that have had no byte of their answer
+// yet (proxy.Proxy.Abandon: their handlers send them elsewhere), and starts
+// its prober. Batcher goroutine.
 func (r *Router) eject(w *workerInfo, err error) {
 	cur, ok := r.b.workers[w.ID]
 	if !ok || cur.health != w.health || w.health.stop != nil {
@@ -64,9 +69,10 @@ func (r *Router) eject(w *workerInfo, err error) {
 	r.s.RemoveWorker(w.ID, r.now())
 	r.b.down[w.ID] = h
 	r.publishTable()
+	abandoned := r.proxy.Abandon(w.URL)
 	r.cfg.Logger.Warn("worker down: taken out of routing until it answers GET /health",
 		"worker", w.ID, "url", w.URL, "static", w.Static, "consecutive_failures", h.fails.Load(), "err", err,
-		"first_probe_in", r.cfg.ProbeInterval)
+		"waiting_requests_resent", abandoned, "first_probe_in", r.cfg.ProbeInterval)
 	go r.probe(w.ID, w.URL, h, h.stop)
 }
 

@@ -30,6 +30,48 @@ const (
 	HeaderCachedBlocks = "X-Kvroute-Cached-Blocks"
 )
 
+// HeaderClientTimeout is the request header in which the OpenAI SDKs send
+// their own timeout, in seconds: a non-streamed request waits for its
+// worker's answer no longer than that (clientDeadline).
+const HeaderClientTimeout = "X-Stainless-Timeout"
+
+// clientDeadline returns the deadline a request's HeaderClientTimeout
+// (seconds, counted from start) sets, or the zero time when it has none or
+// an unusable one.
+func clientDeadline(ctx *fasthttp.RequestCtx, start time.Time) time.Time {
+	d, ok := parseSeconds(ctx.Request.Header.Peek(HeaderClientTimeout))
+	if !ok {
+		return time.Time{}
+	}
+	return start.Add(d)
+}
+
+// parseSeconds parses a positive decimal number of seconds ("600",
+// "12.5") of at most a week, without allocating.
+func parseSeconds(v []byte) (time.Duration, bool) {
+	var whole, frac, scale int64 = 0, 0, 1
+	dot := false
+	for _, c := range v {
+		switch {
+		case c == '.' && !dot:
+			dot = true
+		case c >= '0' && c <= '9' && !dot:
+			whole = whole*10 + int64(c-'0')
+			if whole > 7*24*3600 {
+				return 0, false
+			}
+		case c >= '0' && c <= '9':
+			if scale < int64(time.Second) {
+				frac, scale = frac*10+int64(c-'0'), scale*10
+			}
+		default:
+			return 0, false
+		}
+	}
+	d := time.Duration(whole)*time.Second + time.Duration(frac*int64(time.Second)/scale)
+	return d, len(v) > 0 && d > 0
+}
+
 var routeParsers fastjson.ParserPool
 
 // Server returns a fasthttp server for Handler with the configured body and
@@ -338,16 +380,17 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	}
 	req := openai.AcquireRequest()
 	defer openai.ReleaseRequest(req)
+	req.TokenLimit = r.table.Load().maxPrompt
 	body := ctx.PostBody()
 	if err := openai.ParseWith(body, chat, r.cfg.Tokenizer, r.tmpls, req); err != nil {
 		badRequest(ctx, err)
 		return
 	}
-	if len(req.Tokens) == 0 {
-		badRequest(ctx, emptyPrompt(chat))
+	if r.promptTooLong(ctx, req, chat) {
 		return
 	}
-	if r.promptTooLong(ctx, len(req.Tokens), chat) {
+	if len(req.Tokens) == 0 {
+		badRequest(ctx, emptyPrompt(chat))
 		return
 	}
 	ranks, restrict, ok := r.table.Load().ranksFor(req.Model)
@@ -374,13 +417,17 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		badRequest(ctx, err)
 		return
 	}
+	if ok, limit := r.table.Load().fitPrompt(p, len(req.Tokens)); !ok {
+		r.refusePrompt(ctx, len(req.Tokens), false, limit, chat)
+		return
+	}
 	r.submit(p)
 	if p.err != nil {
 		r.fail(ctx, p.err)
 		return
 	}
 	start := time.Now()
-	u := r.send(ctx, p, body, req.Stream)
+	u := r.send(ctx, p, body, req.Stream, clientDeadline(ctx, start))
 	if u == nil {
 		return // answered
 	}
@@ -424,9 +471,14 @@ func (r *Router) setRouteHeaders(ctx *fasthttp.RequestCtx, p *pending) {
 // worker cannot be dialed, gives no first byte in time, or drops the
 // connection before its answer) counts against the worker's health and the
 // request is decided again once, among the other routable workers; if that
-// fails too the client gets 502 (or the new decision's error). On nil the
-// client has been answered and p's load freed.
-func (r *Router) send(ctx *fasthttp.RequestCtx, p *pending, body []byte, stream bool) *proxy.Upstream {
+// fails too the client gets 502 (or the new decision's error). A request
+// decided onto a worker that was ejected since, or given up on by the
+// ejection while it waited for its answer (proxy.ErrAbandoned), is decided
+// again the same way. A non-streamed request waits for its answer at most
+// --worker-response-timeout and the client's own deadline (clientDeadline):
+// when the client's passes first it gets 504 and the worker is not blamed.
+// On nil the client has been answered and p's load freed.
+func (r *Router) send(ctx *fasthttp.RequestCtx, p *pending, body []byte, stream bool, deadline time.Time) *proxy.Upstream {
 	path := string(ctx.Path())
 	for attempt := 0; ; attempt++ {
 		info := r.table.Load().byID[p.dec.Worker.Worker]
@@ -443,13 +495,32 @@ func (r *Router) send(ctx *fasthttp.RequestCtx, p *pending, body []byte, stream 
 		if len(info.Ranks) > 1 {
 			rank = int(p.dec.Worker.Dp)
 		}
-		u, err := r.proxy.SendRank(info.URL+path, rank, body, stream)
+		var (
+			u   *proxy.Upstream
+			err error
+		)
+		if info.health.down.Load() { // ejected since the decision
+			err = proxy.ErrAbandoned
+		} else {
+			u, err = r.proxy.SendDeadline(info.URL+path, rank, body, stream, deadline)
+		}
 		if err == nil {
 			info.health.ok()
 			return u
 		}
 		r.notify(opFree, p.id)
-		r.workerFailed(info, err)
+		switch {
+		case errors.Is(err, proxy.ErrClientDeadline):
+			r.m.clientDeadline.Inc()
+			proxy.WriteError(ctx, fasthttp.StatusGatewayTimeout, fmt.Sprintf(
+				"worker %d did not answer within the client's deadline (%s header)", info.ID, HeaderClientTimeout))
+			r.setRouteHeaders(ctx, p)
+			return nil
+		case errors.Is(err, proxy.ErrAbandoned):
+			r.m.abandoned.Inc()
+		default:
+			r.workerFailed(info, err)
+		}
 		if attempt > 0 || !r.allowedExcept(p, info.ID) {
 			r.m.proxyErrors.Inc()
 			proxy.WriteError(ctx, fasthttp.StatusBadGateway, err.Error())
@@ -472,6 +543,13 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	if !r.admit(ctx) {
 		return
 	}
+	req := openai.AcquireRequest()
+	defer openai.ReleaseRequest(req)
+	req.TokenLimit = r.table.Load().maxPrompt
+	if req.PrecheckPrompt(ctx.PostBody(), r.cfg.Tokenizer) {
+		r.promptTooLong(ctx, req, false)
+		return
+	}
 	parser := routeParsers.Get()
 	defer routeParsers.Put(parser)
 	v, err := parser.ParseBytes(ctx.PostBody())
@@ -483,8 +561,6 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		proxy.WriteError(ctx, fasthttp.StatusBadRequest, "body must be a JSON object")
 		return
 	}
-	req := openai.AcquireRequest()
-	defer openai.ReleaseRequest(req)
 	if v.Get("messages") != nil && v.Get("prompt") == nil && v.Get("token_ids") == nil {
 		// A chat: rendered as /v1/chat/completions renders it (the model's
 		// chat template; parseRouteOptions checks model's type below).
@@ -496,11 +572,11 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		badRequest(ctx, err)
 		return
 	}
-	if len(req.Tokens) == 0 {
-		badRequest(ctx, emptyPrompt(false))
+	if r.promptTooLong(ctx, req, false) {
 		return
 	}
-	if r.promptTooLong(ctx, len(req.Tokens), false) {
+	if len(req.Tokens) == 0 {
+		badRequest(ctx, emptyPrompt(false))
 		return
 	}
 	p := r.acquire()
@@ -518,6 +594,10 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	if err := r.table.Load().fitCapacity(p); err != nil {
 		r.m.refused[refPromptTooLong].Inc()
 		badRequest(ctx, err)
+		return
+	}
+	if ok, limit := r.table.Load().fitPrompt(p, len(req.Tokens)); !ok {
+		r.refusePrompt(ctx, len(req.Tokens), false, limit, false)
 		return
 	}
 	if p.routeID == "" {
@@ -767,24 +847,33 @@ func fieldErr(param, format string, args ...any) error {
 	return &openai.FieldError{Param: param, Msg: fmt.Sprintf(format, args...)}
 }
 
-// promptTooLong answers 400 to a prompt of more than the table's
-// maxPrompt tokens (--max-prompt-tokens, or the workers' max_model_len) and
-// reports whether it did.
-func (r *Router) promptTooLong(ctx *fasthttp.RequestCtx, n int, chat bool) bool {
-	limit := r.table.Load().maxPrompt
-	if n <= limit {
+// promptTooLong answers 400 to a prompt parsed past its token limit
+// (req.TooLong: more than the table's maxPrompt tokens) and reports whether
+// it did.
+func (r *Router) promptTooLong(ctx *fasthttp.RequestCtx, req *openai.Request, chat bool) bool {
+	if !req.TooLong {
 		return false
 	}
+	r.refusePrompt(ctx, req.AtLeast, true, req.TokenLimit, chat)
+	return true
+}
+
+// refusePrompt answers 400 context_length_exceeded to a prompt of n tokens
+// (at least n, when atLeast: tokenizing stopped past the limit) over limit.
+func (r *Router) refusePrompt(ctx *fasthttp.RequestCtx, n int, atLeast bool, limit int, chat bool) {
 	r.m.refused[refPromptTooLong].Inc()
 	param := "prompt"
 	if chat {
 		param = "messages"
 	}
+	size := strconv.Itoa(n)
+	if atLeast {
+		size = "at least " + size
+	}
 	proxy.WriteAPIError(ctx, fasthttp.StatusBadRequest, openai.Error{
-		Message: fmt.Sprintf("prompt of %d tokens is longer than the %d allowed (--max-prompt-tokens, the workers' max_model_len, or the largest worker's KV capacity)", n, limit),
+		Message: fmt.Sprintf("prompt of %s tokens is longer than the %d allowed (--max-prompt-tokens, the workers' max_model_len, or the largest worker's KV capacity)", size, limit),
 		Param:   param, Code: "context_length_exceeded",
 	})
-	return true
 }
 
 // newRouteID returns an unguessable /route request id ("kvr-" and 128

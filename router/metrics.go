@@ -76,6 +76,9 @@ var routerFamilies = []promtext.Family{
 	{Name: "kvroute_proxy_worker_left_total", Type: promtext.Counter, Help: "Routed requests answered 503 because their worker left before they were forwarded"},
 	{Name: "kvroute_proxy_retries_total", Type: promtext.Counter, Help: "Requests decided again and sent to another worker after a connection failure"},
 	{Name: "kvroute_proxy_first_byte_timeouts_total", Type: promtext.Counter, Help: "Streamed requests whose worker sent no byte within --worker-first-byte-timeout"},
+	{Name: "kvroute_proxy_response_timeouts_total", Type: promtext.Counter, Help: "Non-streamed requests whose worker sent no byte within --worker-response-timeout"},
+	{Name: "kvroute_proxy_abandoned_total", Type: promtext.Counter, Help: "Requests given up on, and decided again, because their worker was ejected before it answered"},
+	{Name: "kvroute_proxy_client_deadline_total", Type: promtext.Counter, Help: "Non-streamed requests answered 504 because their worker did not answer within the client's X-Stainless-Timeout"},
 	{Name: "kvroute_worker_ejections_total", Type: promtext.Counter, Help: "Workers taken out of routing after consecutive connection failures"},
 	{Name: "kvroute_worker_recoveries_total", Type: promtext.Counter, Help: "Ejected workers put back after answering a health probe"},
 	{Name: "kvroute_worker_up", Type: promtext.Gauge, Help: "1 while the worker is routable, 0 while it is down (ejected and probed)"},
@@ -158,6 +161,7 @@ type metricSet struct {
 	workerGone                                 *metrics.Counter
 
 	retries, firstByteTimeouts, ejections, recoveries *metrics.Counter
+	responseTimeouts, abandoned, clientDeadline       *metrics.Counter
 
 	refused [numRefusals]*metrics.Counter
 	logs    rateLog
@@ -259,6 +263,9 @@ func newMetricSet(r *Router) *metricSet {
 	m.workerGone = s.NewCounter("kvroute_proxy_worker_gone_total")
 	m.retries = s.NewCounter("kvroute_proxy_retries_total")
 	m.firstByteTimeouts = s.NewCounter("kvroute_proxy_first_byte_timeouts_total")
+	m.responseTimeouts = s.NewCounter("kvroute_proxy_response_timeouts_total")
+	m.abandoned = s.NewCounter("kvroute_proxy_abandoned_total")
+	m.clientDeadline = s.NewCounter("kvroute_proxy_client_deadline_total")
 	m.ejections = s.NewCounter("kvroute_worker_ejections_total")
 	m.recoveries = s.NewCounter("kvroute_worker_recoveries_total")
 	m.sync = newSyncMetrics(s)

@@ -48,9 +48,17 @@ type workerTable struct {
 	// candidates for a model no worker declares.
 	anyModel []wire.WorkerKey
 	list     []openai.Model // GET /v1/models, sorted by id
-	// maxPrompt is the longest prompt accepted, in tokens
-	// (Config.MaxPromptTokens or the workers' largest max_model_len).
+	// maxPrompt is the longest prompt accepted, in tokens: the largest
+	// of the workers' prompt limits (promptLimit), bounded by the largest
+	// declared KV capacity. Prompts are tokenized up to it.
 	maxPrompt int
+	// promptLimit is each worker's longest prompt: --max-prompt-tokens or
+	// DefaultMaxPromptTokens, lowered (with the flag) or replaced (without
+	// it) by the max_model_len it declares. A longer prompt goes only to
+	// workers it fits (fitPrompt): a worker declaring a huge context raises
+	// the limit for the requests routed to it, not for everyone.
+	promptLimit map[uint64]int
+	minPrompt   int // the smallest promptLimit
 	// minCap is the smallest declared per-rank KV capacity, in blocks (0:
 	// none declared): a longer prompt goes only to ranks it fits
 	// (fitCapacity).
@@ -97,6 +105,44 @@ func (t *workerTable) fitCapacitySlow(p *pending, n uint64) error {
 		return fieldErr("prompt", "a prompt of %d blocks fits no allowed worker's KV cache", n)
 	}
 	return nil
+}
+
+// fitPrompt keeps a prompt of n tokens away from the workers whose prompt
+// limit it exceeds (within p's restriction, if any); it reports false, with
+// the largest limit among the workers considered, when none is left. The
+// fast path (a prompt within every worker's limit) does nothing.
+func (t *workerTable) fitPrompt(p *pending, n int) (bool, int) {
+	if n <= t.minPrompt {
+		return true, 0
+	}
+	return t.fitPromptSlow(p, n)
+}
+
+func (t *workerTable) fitPromptSlow(p *pending, n int) (bool, int) {
+	largest := 0
+	fits := func(id uint64) bool {
+		l, ok := t.promptLimit[id]
+		if !ok {
+			return true // left since: the decision will not pick it
+		}
+		largest = max(largest, l)
+		return n <= l
+	}
+	if p.override.PinnedSet {
+		return fits(p.override.Pinned.Worker), largest
+	}
+	if len(p.allowed) > 0 {
+		p.allowed = slices.DeleteFunc(p.allowed, func(k wire.WorkerKey) bool { return !fits(k.Worker) })
+	} else {
+		for _, id := range t.ids {
+			if fits(id) {
+				for _, rank := range t.byID[id].Ranks {
+					p.allowed = append(p.allowed, wire.WorkerKey{Worker: id, Dp: rank})
+				}
+			}
+		}
+	}
+	return len(p.allowed) > 0, largest
 }
 
 // modelRanks are the ranks that may serve one model.
@@ -159,14 +205,25 @@ func (r *Router) publishTable() {
 		}
 		slices.SortFunc(t.list, func(a, b openai.Model) int { return strings.Compare(a.ID, b.ID) })
 	}
-	t.maxPrompt = r.cfg.MaxPromptTokens
-	if t.maxPrompt == 0 {
-		for _, w := range t.byID {
-			t.maxPrompt = max(t.maxPrompt, w.MaxModelLen)
+	base := r.cfg.MaxPromptTokens
+	if base == 0 {
+		base = DefaultMaxPromptTokens
+	}
+	t.promptLimit = make(map[uint64]int, len(t.byID))
+	t.maxPrompt, t.minPrompt = 0, 0
+	for i, id := range t.ids {
+		l := base
+		if d := t.byID[id].MaxModelLen; d > 0 && (r.cfg.MaxPromptTokens == 0 || d < l) {
+			l = d
 		}
-		if t.maxPrompt == 0 {
-			t.maxPrompt = DefaultMaxPromptTokens
+		t.promptLimit[id] = l
+		t.maxPrompt = max(t.maxPrompt, l)
+		if i == 0 || l < t.minPrompt {
+			t.minPrompt = l
 		}
+	}
+	if len(t.ids) == 0 {
+		t.maxPrompt, t.minPrompt = base, base
 	}
 	// A prompt needing more blocks than the largest rank's KV cache can
 	// never be served, and its booking would mark every worker busy for

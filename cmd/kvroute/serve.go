@@ -110,6 +110,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		grace      = fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, time in-flight requests get to finish")
 		readyDelay = autoDuration{}
 		fbTimeout  = fs.Duration("worker-first-byte-timeout", 10*time.Second, "a streamed request whose worker sends no byte within this is retried on another worker and the worker ejected (0: off)")
+		respTO     = fs.Duration("worker-response-timeout", 60*time.Second, "a non-streamed request whose worker has not answered within this (or within the client's own X-Stainless-Timeout, if shorter) is retried on another worker and the worker ejected (0: off)")
 		ejectAfter = fs.Int("worker-eject-failures", 1, "consecutive connection failures (refused, timed out, dropped) after which a worker is taken out of routing")
 		probeIvl   = fs.Duration("worker-probe-interval", time.Second, "first wait before a down worker's GET /health is asked; doubles after each failure")
 		probeMax   = fs.Duration("worker-probe-max-interval", 30*time.Second, "longest wait between health probes of a down worker")
@@ -191,6 +192,9 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	}
 	if *fbTimeout < 0 {
 		return cfg, o, fmt.Errorf("--worker-first-byte-timeout must be >= 0 (got %v)", *fbTimeout)
+	}
+	if *respTO < 0 {
+		return cfg, o, fmt.Errorf("--worker-response-timeout must be >= 0 (got %v)", *respTO)
 	}
 	if *ejectAfter < 1 {
 		return cfg, o, fmt.Errorf("--worker-eject-failures must be >= 1 (got %d)", *ejectAfter)
@@ -365,7 +369,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
 		MaxConns: *maxConns, MaxInflightBodyBytes: int64(inflight), MaxWorkers: *maxWorkers, MaxDpRanks: *maxRanks,
 		MaxPromptTokens: *maxPrompt, Peers: peerIDs, Sync: *syncOn, SyncInterval: *syncIvl, SyncExpiry: *syncExp,
-		Proxy:      proxy.Config{FirstByteTimeout: *fbTimeout},
+		Proxy:      proxy.Config{FirstByteTimeout: *fbTimeout, ResponseTimeout: *respTO},
 		EjectAfter: *ejectAfter, ProbeInterval: *probeIvl, ProbeMaxInterval: *probeMax,
 		ChatTemplate: chatDefault, ModelChatTemplates: chatByModel}
 	for _, w := range workers {

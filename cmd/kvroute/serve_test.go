@@ -329,3 +329,21 @@ func TestMockTokenizerFlag(t *testing.T) {
 		t.Fatalf("err %v, want one naming --tokenizer", err)
 	}
 }
+
+// --worker-response-timeout defaults to 60 s, takes its KVROUTE_*
+// equivalent, and a negative value is refused naming the flag.
+func TestWorkerResponseTimeoutFlag(t *testing.T) {
+	if c, _, err := serveConfig(nil); err != nil || c.Router.Proxy.ResponseTimeout != time.Minute {
+		t.Errorf("default: %v, %v; want 1m0s", c.Router.Proxy.ResponseTimeout, err)
+	}
+	if c, _, err := serveConfig([]string{"--worker-response-timeout", "0"}); err != nil || c.Router.Proxy.ResponseTimeout != 0 {
+		t.Errorf("--worker-response-timeout 0: %v, %v; want 0 (off)", c.Router.Proxy.ResponseTimeout, err)
+	}
+	if _, _, err := serveConfig([]string{"--worker-response-timeout", "-1s"}); err == nil || !strings.Contains(err.Error(), "--worker-response-timeout") {
+		t.Errorf("--worker-response-timeout -1s: %v; want an error naming the flag", err)
+	}
+	t.Setenv("KVROUTE_WORKER_RESPONSE_TIMEOUT", "5s")
+	if c, _, err := serveConfig(nil); err != nil || c.Router.Proxy.ResponseTimeout != 5*time.Second {
+		t.Errorf("KVROUTE_WORKER_RESPONSE_TIMEOUT=5s: %v, %v", c.Router.Proxy.ResponseTimeout, err)
+	}
+}

@@ -164,6 +164,17 @@ type Request struct {
 	// placeholder tokens overlap, as the engine's events do.
 	MM []wire.MMRange
 
+	// TokenLimit, when > 0, bounds the work spent on a prompt longer than
+	// it: tokenizing stops once the prompt is known to have more than
+	// TokenLimit tokens, and TooLong is set (see Request.encode). Set it
+	// before parsing; Reset keeps it, ReleaseRequest clears it.
+	TokenLimit int
+	// TooLong: the prompt has more than TokenLimit tokens, at least
+	// AtLeast (exactly that many with the bytes tokenizer); Tokens then
+	// holds only part of it.
+	TooLong bool
+	AtLeast int
+
 	text []byte // rendered chat template scratch
 	// media are the byte ranges of the placeholders of multimodal content
 	// parts in text, with their objects' hashes.
@@ -189,6 +200,7 @@ func (r *Request) Reset() {
 	r.LoRA = r.LoRA[:0]
 	r.Salt = r.Salt[:0]
 	r.MM = r.MM[:0]
+	r.TooLong, r.AtLeast = false, 0
 	r.text = r.text[:0]
 	r.media = r.media[:0]
 }
@@ -205,11 +217,19 @@ func Parse(body []byte, chat bool, tok Tokenizer, r *Request) error {
 // ParseWith is Parse with chat templates: a chat request's messages are
 // rendered with tmpl.For(model) (ChatML when it is nil) before they are
 // tokenized.
+//
+// With r.TokenLimit set and the bytes tokenizer, a completion whose text
+// prompt is longer than the limit is found so before the body is parsed
+// (r.TooLong, no error; the body is not checked further): a 15 MB prompt
+// costs neither the parser's copy of the body nor its tokens.
 func ParseWith(body []byte, chat bool, tok Tokenizer, tmpl *ChatTemplates, r *Request) error {
-	p := parsers.Get()
-	defer parsers.Put(p)
 	r.Reset()
 	r.Chat = chat
+	if !chat && r.PrecheckPrompt(body, tok) {
+		return nil
+	}
+	p := parsers.Get()
+	defer parsers.Put(p)
 	v, err := p.ParseBytes(body)
 	if err != nil {
 		return InvalidJSON(body)
@@ -439,18 +459,22 @@ func ParsePrompt(v *fastjson.Value, tok Tokenizer, r *Request) error {
 	}
 	switch p.Type() {
 	case fastjson.TypeString:
-		r.Tokens = encodePrompt(tok, r.Tokens, p.GetStringBytes())
+		r.encode(tok, p.GetStringBytes(), true)
 		r.TextPrompt = true
 		return nil
 	case fastjson.TypeArray:
 		arr := p.GetArray()
 		if len(arr) == 1 && (arr[0].Type() == fastjson.TypeArray || arr[0].Type() == fastjson.TypeString) {
 			if arr[0].Type() == fastjson.TypeString {
-				r.Tokens = encodePrompt(tok, r.Tokens, arr[0].GetStringBytes())
+				r.encode(tok, arr[0].GetStringBytes(), true)
 				r.TextPrompt = true
 				return nil
 			}
 			arr = arr[0].GetArray()
+		}
+		if r.TokenLimit > 0 && len(r.Tokens)+len(arr) > r.TokenLimit {
+			r.tooLong(len(r.Tokens) + len(arr))
+			return nil
 		}
 		for i, t := range arr {
 			if t.Type() != fastjson.TypeNumber {
@@ -515,13 +539,13 @@ func parseMessages(v *fastjson.Value, tok Tokenizer, r *Request) error {
 	// at special tokens), so each object's token range is known.
 	at := 0
 	for _, m := range r.media {
-		r.Tokens = tok.Encode(r.Tokens, text[at:m.start])
+		r.encode(tok, text[at:m.start], false)
 		off := len(r.Tokens)
-		r.Tokens = tok.Encode(r.Tokens, text[m.start:m.end])
+		r.encode(tok, text[m.start:m.end], false)
 		r.MM = append(r.MM, wire.MMRange{Hash: m.hash, Offset: off, Length: len(r.Tokens) - off})
 		at = m.end
 	}
-	r.Tokens = tok.Encode(r.Tokens, text[at:])
+	r.encode(tok, text[at:], false)
 	return nil
 }
 
@@ -555,7 +579,7 @@ func renderMessages(v *fastjson.Value, t ChatTemplate, tok Tokenizer, r *Request
 		return badField("messages", "chat template: %v", err)
 	}
 	r.text = text
-	r.Tokens = tok.Encode(r.Tokens, text)
+	r.encode(tok, text, false)
 	return nil
 }
 
@@ -664,5 +688,23 @@ var reqPool = sync.Pool{New: func() any { return new(Request) }}
 // AcquireRequest returns an empty Request from a pool; ReleaseRequest returns it.
 func AcquireRequest() *Request { return reqPool.Get().(*Request) }
 
-// ReleaseRequest returns r to the pool; r must not be used afterwards.
-func ReleaseRequest(r *Request) { r.Reset(); reqPool.Put(r) }
+// ReleaseRequest returns r to the pool; r must not be used afterwards. The
+// buffers of a very long prompt are dropped rather than kept in the pool.
+func ReleaseRequest(r *Request) {
+	r.Reset()
+	r.TokenLimit = 0
+	if cap(r.Tokens) > maxPooledTokens {
+		r.Tokens = nil
+	}
+	if cap(r.text) > maxPooledText {
+		r.text = nil
+	}
+	reqPool.Put(r)
+}
+
+// The largest buffers a pooled Request keeps: room for a 256 Ki-token
+// prompt (1 MiB of ids) and 1 MiB of rendered chat.
+const (
+	maxPooledTokens = 256 << 10
+	maxPooledText   = 1 << 20
+)

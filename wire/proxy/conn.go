@@ -13,6 +13,20 @@ import (
 // a timeout as this error.)
 var ErrFirstByteTimeout = errors.New("no answer within the first-byte timeout (--worker-first-byte-timeout)")
 
+// ErrResponseTimeout is the error of a non-streamed Send whose worker
+// accepted the request but sent no byte of its answer within
+// Config.ResponseTimeout.
+var ErrResponseTimeout = errors.New("no answer within the response timeout (--worker-response-timeout)")
+
+// ErrClientDeadline is the error of a non-streamed SendDeadline whose
+// client's deadline passed before the worker answered: the client has given
+// up, and the worker may be healthy (a long generation).
+var ErrClientDeadline = errors.New("no answer within the client's deadline")
+
+// ErrAbandoned is the error of a Send that Abandon gave up on: the worker
+// was taken out of routing while the request waited for its answer.
+var ErrAbandoned = errors.New("request given up: the worker was taken out of routing before it answered")
+
 // firstByteConn bounds the wait for the first byte of each answer on a
 // keep-alive connection to a worker. The fasthttp client sets one read
 // deadline per request (Config.ReadTimeout, long: it must let a generation

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,8 +35,13 @@ type Config struct {
 	// accepted the request, before prefill, so the wait is short on a
 	// healthy engine and a stopped one (SIGSTOP: its kernel still accepts
 	// connections) is found out. A non-streamed answer comes only with the
-	// whole generation, so no such bound applies to it.
+	// whole generation, so FirstByteTimeout does not apply to it.
 	FirstByteTimeout time.Duration
+	// ResponseTimeout bounds, for a non-streamed request, the wait for the
+	// first byte of the worker's answer (--worker-response-timeout), which
+	// comes with the whole generation; 0: only ReadTimeout. SendDeadline
+	// shortens it to a client's own deadline.
+	ResponseTimeout time.Duration
 }
 
 // Hooks are called by Relay and Forward. FirstToken is called at most once,
@@ -63,20 +69,51 @@ type Proxy struct {
 	plain  *fasthttp.Client // non-streamed requests
 	stream *fasthttp.Client // streamed: connections bound the first byte
 
-	firstByte bool // Config.FirstByteTimeout is set and shorter than ReadTimeout
+	firstByte bool          // Config.FirstByteTimeout is set and shorter than ReadTimeout
+	response  time.Duration // Config.ResponseTimeout if set and shorter than ReadTimeout, else 0
 	cut       atomic.Bool
-	active    atomic.Int64 // streams being relayed
+	active    atomic.Int64  // streams being relayed
+	abandons  atomic.Uint64 // connections Abandon closed
 	mu        struct {
 		sync.Mutex
 		conns map[*conn]struct{} // open connections to workers
 	}
 }
 
-// conn is a connection to a worker, tracked for CutStreams.
+// conn is a connection to a worker, tracked for CutStreams and Abandon.
 type conn struct {
 	net.Conn
-	p    *Proxy
-	once sync.Once
+	p     *Proxy
+	addr  string       // host:port dialed
+	state atomic.Int32 // connIdle, connWaiting, connAbandoned
+	once  sync.Once
+}
+
+// A conn's state: a request written and no byte of its answer read yet is
+// waiting; Abandon turns a waiting conn abandoned and closes it.
+const (
+	connIdle int32 = iota
+	connWaiting
+	connAbandoned
+)
+
+func (c *conn) Write(b []byte) (int, error) {
+	c.state.CompareAndSwap(connIdle, connWaiting)
+	return c.Conn.Write(b)
+}
+
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.state.Load() == connIdle {
+		return n, err
+	}
+	if n > 0 && c.state.CompareAndSwap(connWaiting, connIdle) {
+		return n, err
+	}
+	if c.state.Load() == connAbandoned {
+		return 0, ErrAbandoned // what was read raced Abandon: it lost
+	}
+	return n, err
 }
 
 func (c *conn) Close() error {
@@ -111,12 +148,10 @@ func New(cfg Config) *Proxy {
 			StreamResponseBody:       true,
 			NoDefaultUserAgentHeader: true,
 			Dial:                     dial,
-			// A keep-alive connection the worker closed while idle fails
-			// the next request with EOF before any answer: try once more,
-			// on a fresh connection, before calling the worker down.
-			RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
-				return false, attempts < 2 && (errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed))
-			},
+			// Never retried by the client: SendDeadline retries a request
+			// that failed on a stale keep-alive connection itself, unless
+			// Abandon closed it.
+			RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 		}
 	}
 	p := &Proxy{}
@@ -126,24 +161,71 @@ func New(cfg Config) *Proxy {
 		if err != nil {
 			return nil, err
 		}
-		c := &conn{Conn: nc, p: p}
+		c := &conn{Conn: nc, p: p, addr: addr}
 		p.mu.Lock()
 		p.mu.conns[c] = struct{}{}
 		p.mu.Unlock()
 		return c, nil
 	}
-	p.plain, p.stream = client(dial), client(dial)
-	if fbt := cfg.FirstByteTimeout; fbt > 0 && fbt < cfg.ReadTimeout {
-		p.firstByte = true
-		p.stream = client(func(addr string) (net.Conn, error) {
+	bounded := func(timeout time.Duration) fasthttp.DialFunc {
+		return func(addr string) (net.Conn, error) {
 			c, err := dial(addr)
 			if err != nil {
 				return nil, err
 			}
-			return &firstByteConn{Conn: c, timeout: fbt}, nil
-		})
+			return &firstByteConn{Conn: c, timeout: timeout}, nil
+		}
+	}
+	p.plain, p.stream = client(dial), client(dial)
+	if fbt := cfg.FirstByteTimeout; fbt > 0 && fbt < cfg.ReadTimeout {
+		p.firstByte = true
+		p.stream = client(bounded(fbt))
+	}
+	if rt := cfg.ResponseTimeout; rt > 0 && rt < cfg.ReadTimeout {
+		p.response = rt
+		p.plain = client(bounded(rt))
 	}
 	return p
+}
+
+// Abandon gives up on the requests sent to url's host (scheme://host:port,
+// as the worker's URL) whose answer has not sent a byte yet: it closes
+// their connections, so their Send fails with ErrAbandoned and, nothing
+// having been written to a client, the caller may send them elsewhere.
+// Requests whose answer has begun are left alone. It returns how many it
+// gave up on. For a worker taken out of routing (a stopped process answers
+// nothing, and would hold each request until its timeout).
+func (p *Proxy) Abandon(url string) int {
+	addr := hostPort(url)
+	n := 0
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.mu.conns {
+		if c.addr == addr && c.state.CompareAndSwap(connWaiting, connAbandoned) {
+			p.abandons.Add(1) // before the close its Send sees
+			_ = c.Conn.Close()
+			n++
+		}
+	}
+	return n
+}
+
+// hostPort returns the host:port the client dials for url.
+func hostPort(url string) string {
+	rest, scheme := url, "http"
+	if i := strings.Index(url, "://"); i >= 0 {
+		scheme, rest = url[:i], url[i+3:]
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	if _, _, err := net.SplitHostPort(rest); err == nil {
+		return rest
+	}
+	if scheme == "https" {
+		return net.JoinHostPort(strings.Trim(rest, "[]"), "443")
+	}
+	return net.JoinHostPort(strings.Trim(rest, "[]"), "80")
 }
 
 // CutStreams ends the streams being relayed, for a shutdown whose grace
@@ -215,9 +297,28 @@ const HeaderDPRank = "X-Data-Parallel-Rank"
 // SendRank is Send with the request pinned to dp rank dpRank by the
 // X-Data-Parallel-Rank header; a negative dpRank sends no header.
 func (p *Proxy) SendRank(url string, dpRank int, body []byte, stream bool) (*Upstream, error) {
+	return p.SendDeadline(url, dpRank, body, stream, time.Time{})
+}
+
+// SendDeadline is SendRank with a client's own deadline: a non-streamed
+// request waits for its answer until Config.ResponseTimeout or deadline,
+// whichever comes first (a zero deadline: none). Its timeout is
+// ErrResponseTimeout when Config.ResponseTimeout ended the wait, a failure
+// of the worker's, and ErrClientDeadline when deadline did, which says
+// nothing of the worker. Streamed requests ignore deadline.
+func (p *Proxy) SendDeadline(url string, dpRank int, body []byte, stream bool, deadline time.Time) (*Upstream, error) {
 	client := p.plain
 	if stream {
 		client = p.stream
+	}
+	clientBound := false
+	var err error
+	if !stream && !deadline.IsZero() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("worker %s: %w", url, ErrClientDeadline)
+		}
+		clientBound = p.response == 0 || left < p.response
 	}
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
@@ -229,12 +330,42 @@ func (p *Proxy) SendRank(url string, dpRank int, body []byte, stream bool) (*Ups
 		req.Header.SetBytesV(HeaderDPRank, strconv.AppendUint(b[:0], uint64(dpRank), 10))
 	}
 	req.SetBodyRaw(body)
-	err := client.Do(req, resp)
+	for attempt := 0; ; attempt++ {
+		if clientBound {
+			req.SetTimeout(max(time.Until(deadline), time.Nanosecond))
+		}
+		gen := p.abandons.Load()
+		err = client.Do(req, resp)
+		if err == nil || !(errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)) {
+			break
+		}
+		// The connection closed before any answer: Abandon closed it, or
+		// it is a keep-alive connection the worker closed while idle,
+		// which is tried once more, on a fresh connection, before calling
+		// the worker down. (fasthttp reports any error before the first
+		// byte as EOF, so the abandons count tells the two apart; another
+		// worker's Abandon meanwhile only sends this request elsewhere.)
+		if p.abandons.Load() != gen {
+			err = ErrAbandoned
+			break
+		}
+		if attempt > 0 {
+			break
+		}
+		resp.Reset()
+	}
 	fasthttp.ReleaseRequest(req)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		if stream && p.firstByte && errors.Is(err, fasthttp.ErrTimeout) {
-			err = ErrFirstByteTimeout
+		if errors.Is(err, fasthttp.ErrTimeout) || isTimeout(err) {
+			switch {
+			case stream && p.firstByte:
+				err = ErrFirstByteTimeout
+			case !stream && clientBound:
+				err = ErrClientDeadline
+			case !stream && p.response > 0:
+				err = ErrResponseTimeout
+			}
 		}
 		return nil, fmt.Errorf("worker %s: %w", url, err)
 	}
@@ -250,6 +381,11 @@ func (p *Proxy) SendRank(url string, dpRank int, body []byte, stream bool) (*Ups
 		}
 	}
 	return u, nil
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }
 
 func readAll(b []byte, r io.Reader) ([]byte, error) {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -407,4 +408,119 @@ func cutAfterFirstChunk(t *testing.T, front string) {
 		}
 	}
 	conn.Close()
+}
+
+// A non-streamed request to a worker that accepts but never answers fails
+// with ErrResponseTimeout once Config.ResponseTimeout passes, instead of
+// waiting for ReadTimeout.
+func TestSendResponseTimeout(t *testing.T) {
+	p := New(Config{ResponseTimeout: 100 * time.Millisecond})
+	start := time.Now()
+	_, err := p.Send(silent(t)+"/v1/completions", []byte(`{}`), false)
+	if !errors.Is(err, ErrResponseTimeout) {
+		t.Fatalf("non-streamed Send to a silent worker: %v, want ErrResponseTimeout", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("gave up after %v", d)
+	}
+}
+
+// A client's own deadline shorter than Config.ResponseTimeout ends the wait
+// with ErrClientDeadline (the worker is not to blame), and one already
+// passed sends nothing.
+func TestSendClientDeadline(t *testing.T) {
+	p := New(Config{ResponseTimeout: time.Hour})
+	url := silent(t) + "/v1/completions"
+	_, err := p.SendDeadline(url, -1, []byte(`{}`), false, time.Now().Add(100*time.Millisecond))
+	if !errors.Is(err, ErrClientDeadline) {
+		t.Fatalf("Send with a 100 ms client deadline to a silent worker: %v, want ErrClientDeadline", err)
+	}
+	if _, err := p.SendDeadline(url, -1, []byte(`{}`), false, time.Now().Add(-time.Second)); !errors.Is(err, ErrClientDeadline) {
+		t.Fatalf("Send with a passed deadline: %v, want ErrClientDeadline", err)
+	}
+}
+
+// waiting counts p's connections whose request has no byte of answer yet.
+func (p *Proxy) waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for c := range p.mu.conns {
+		if c.state.Load() == connWaiting {
+			n++
+		}
+	}
+	return n
+}
+
+// Abandon gives up on the requests waiting for a silent worker's first byte,
+// streamed or not, at once; a stream whose answer has begun on another
+// worker is left alone.
+func TestAbandonGivesUpOnWaitingRequests(t *testing.T) {
+	gate := make(chan struct{})
+	slow := serve(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			fmt.Fprintf(w, "data: {\"n\":0}\n\n")
+			w.Flush()
+			<-gate
+			fmt.Fprintf(w, "data: [DONE]\n\n")
+		})
+	})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release) // before the server's shutdown, which waits for the handler
+	p := New(Config{}) // no timeouts but the 5 min ReadTimeout
+	begun, err := p.Send(slow+"/v1/completions", []byte(`{}`), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := silent(t)
+	errs := make(chan error, 3)
+	for _, stream := range []bool{false, true, false} {
+		go func() {
+			_, err := p.Send(url+"/v1/completions", []byte(`{}`), stream)
+			errs <- err
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.waiting() < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := p.Abandon(slow); n != 0 {
+		t.Errorf("Abandon of the worker whose answer has begun gave up on %d requests", n)
+	}
+	if n := p.Abandon(url + "/"); n != 3 {
+		t.Fatalf("Abandon gave up on %d requests, want 3", n)
+	}
+	for range 3 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrAbandoned) {
+				t.Errorf("abandoned Send: %v, want ErrAbandoned", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("an abandoned Send still waits")
+		}
+	}
+	release()
+	b, err := readAll(nil, begun.resp.BodyStream())
+	begun.Release()
+	if err != nil || !strings.Contains(string(b), "[DONE]") {
+		t.Errorf("the begun stream: %q %v", b, err)
+	}
+}
+
+func TestHostPort(t *testing.T) {
+	for url, want := range map[string]string{
+		"http://10.0.0.5:8000":      "10.0.0.5:8000",
+		"http://10.0.0.5:8000/v1/x": "10.0.0.5:8000",
+		"http://worker":             "worker:80",
+		"https://worker/v1":         "worker:443",
+		"http://[::1]:9000/":        "[::1]:9000",
+	} {
+		if got := hostPort(url); got != want {
+			t.Errorf("hostPort(%q) = %q, want %q", url, got, want)
+		}
+	}
 }

@@ -98,6 +98,7 @@ type Service struct {
 	// "starting: ..." (startingWhat) on it until the router serves it.
 	shared       *handover.Listener
 	early        *fasthttp.Server
+	earlyView    net.Listener // the view early serves; closed with it
 	startingWhat atomic.Pointer[string]
 }
 
@@ -172,7 +173,9 @@ func (s *Service) start() error {
 	s.setStarting("connecting to NATS")
 	s.early = &fasthttp.Server{Handler: s.answerStarting, Name: "kvroute", NoDefaultServerHeader: true, ReadTimeout: 10 * time.Second,
 		IdleTimeout: 10 * time.Second, CloseOnShutdown: true, Logger: fasthttpLogger{cfg.Logger}}
-	go func() { _ = s.early.Serve(s.shared.View()) }()
+	early, view := s.early, s.shared.View()
+	s.earlyView = view
+	go func() { _ = early.Serve(view) }()
 	cfg.Node.Starting = s.setStarting
 	if cfg.Pprof {
 		addr := cfg.AdminAddr
@@ -289,7 +292,10 @@ func (s *Service) stopEarly() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = s.early.ShutdownWithContext(ctx)
-	s.early = nil
+	// Closing the view ends a Serve that had not yet registered it when
+	// Shutdown ran (a start that fails at once).
+	_ = s.earlyView.Close()
+	s.early, s.earlyView = nil, nil
 }
 
 // Addr is the API listener's address (host:port).

@@ -1,3 +1,0 @@
-module slowbench
-
-go 1.26

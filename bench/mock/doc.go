@@ -127,8 +127,9 @@
 // (--recovery-ring, default 4096) and answers recovery requests on
 // kv-recover.<id> (wire/plane): the events after the asked id from its ring,
 // or, when they are no longer there, a dump of its block manager's cached
-// blocks in parent order (blocks whose parent was evicted are left out: no
-// index can place them). A paused worker does not answer. Restart empties
+// blocks in parent order, the device's and then the host tier's copies
+// (blocks whose parent neither tier holds are left out: no index can place
+// them). A paused worker does not answer. Restart empties
 // the ring and changes the epoch. The drop and duplicate switches
 // (--drop-events, --duplicate-events, Config.DropFraction/DupFraction,
 // seeded by --seed) exercise it.

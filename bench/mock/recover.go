@@ -97,7 +97,8 @@ func (w *Worker) onRecover(m *nats.Msg) {
 		}
 	default:
 		h.Kind = plane.RecoverDump
-		evs = dumpEvents(w.mu.eng.KV().Held(nil), req.Worker, h.At)
+		kv := w.mu.eng.KV()
+		evs = dumpEvents(kv.Held(nil), kv.HostHeld(nil), req.Worker, h.At)
 	}
 	w.mu.Unlock()
 	w.replyEvents(m.Reply, h, evs)
@@ -128,12 +129,26 @@ func (w *Worker) reply(inbox string, h plane.RecoverReply, body []byte) {
 	}
 }
 
-// dumpEvents returns Stored events that rebuild the cached blocks held, each
-// block after its parent (depth first from the chain roots, a chain's run
-// of single children in one event of at most maxDumpRun blocks), all with
-// id at. A block whose parent is not cached cannot be placed by an index
-// (its prefix is unknown) and is left out.
-func dumpEvents(held []kvcache.HeldBlock, k wire.WorkerKey, at uint64) []wire.Event {
+// dumpEvents returns Stored events that rebuild the cached blocks, those
+// the device holds (device) and then the host tier's copies (host), all
+// with id at: a dump replaces everything an index holds of the worker key,
+// so a tier left out would be lost until the blocks are stored again,
+// while the id says the index is up to date. Each block comes after its
+// parent (depth first from the chain roots, a chain's run of single
+// children in one event of at most maxDumpRun blocks). A block whose
+// parent is in neither tier cannot be placed by an index (its prefix is
+// unknown) and is left out; a host copy may hang below a device block.
+func dumpEvents(device, host []kvcache.HeldBlock, k wire.WorkerKey, at uint64) []wire.Event {
+	placed := make(map[wire.EngineHash]bool, len(device)+len(host))
+	evs := appendTierDump(nil, device, placed, k, at, wire.TierDevice)
+	return appendTierDump(evs, host, placed, k, at, wire.TierHost)
+}
+
+// appendTierDump appends the Stored events of one tier's blocks held (see
+// dumpEvents) to evs: a chain starts at a block without a parent or whose
+// parent is not in this tier but was placed by an earlier one. It adds the
+// blocks it places to placed.
+func appendTierDump(evs []wire.Event, held []kvcache.HeldBlock, placed map[wire.EngineHash]bool, k wire.WorkerKey, at uint64, tier wire.Tier) []wire.Event {
 	children := make(map[wire.EngineHash][]int, len(held))
 	var roots []int
 	present := make(map[wire.EngineHash]bool, len(held))
@@ -146,17 +161,19 @@ func dumpEvents(held []kvcache.HeldBlock, k wire.WorkerKey, at uint64) []wire.Ev
 			roots = append(roots, i)
 		case present[b.Parent]:
 			children[b.Parent] = append(children[b.Parent], i)
+		case placed[b.Parent]:
+			roots = append(roots, i)
 		}
 	}
-	var evs []wire.Event
 	stack := append([]int(nil), roots...)
 	for len(stack) > 0 {
 		i := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		b := held[i]
-		ev := wire.Event{Worker: k, ID: at, Kind: wire.KindStored, HasParent: b.HasParent, Parent: b.Parent}
+		ev := wire.Event{Worker: k, ID: at, Kind: wire.KindStored, Tier: tier, HasParent: b.HasParent, Parent: b.Parent}
 		for {
 			ev.Blocks = append(ev.Blocks, wire.Block{Engine: b.Engine, Local: b.Local})
+			placed[b.Engine] = true
 			kids := children[b.Engine]
 			if len(kids) != 1 || len(ev.Blocks) == maxDumpRun {
 				stack = append(stack, kids...)

@@ -494,6 +494,15 @@ func (w *Worker) Held(dst []kvcache.HeldBlock) []kvcache.HeldBlock {
 	return w.mu.eng.KV().Held(dst)
 }
 
+// HostHeld appends the blocks this rank's host tier holds to dst (see
+// kvcache.Manager.HostHeld; nothing without WorkerConfig.HostKVBlocks) and
+// returns it; Rank(r).HostHeld for the other ranks.
+func (w *Worker) HostHeld(dst []kvcache.HeldBlock) []kvcache.HeldBlock {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.eng.KV().HostHeld(dst)
+}
+
 // Stats returns this rank's engine counters (reset by Restart).
 func (w *Worker) Stats() engine.Stats {
 	w.mu.Lock()

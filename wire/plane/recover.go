@@ -22,8 +22,9 @@ import (
 // nothing is missing (after >= at).
 // kind 2 (dump): after is older than the worker's ring (or newer than its
 // last id: it restarted); body is a native batch of Stored events that
-// rebuild the rank's whole cache, each block after its parent, consistent
-// at event id at (their ID fields are at).
+// rebuild the rank's whole cache, every storage tier it announces (each
+// event's Tier), each block after its parent, consistent at event id at
+// (their ID fields are at).
 // kind 3 (error): body is a UTF-8 message (an unknown dp rank, a bad request).
 //
 // An answer is split into chunks numbered 0, 1, 2, ... so that no message

@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: docs tokenizers golden bench-tokenizer replay all build test fmt-check vet test-race test-invariants chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
+.PHONY: docs tokenizers golden bench-tokenizer replay all build test fmt-check vet test-race test-invariants test-plain chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
 
 all: build
 
@@ -23,7 +23,7 @@ LDFLAGS   ?= -X main.revision=$(REVISION) -X main.buildTime=$(shell date -u +%Y-
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kvroute ./cmd/kvroute
 
-test: fmt-check vet test-race test-invariants
+test: fmt-check vet test-plain test-race test-invariants
 
 # docs/reference/{flags,metrics,http-api}.md from the code (flag sets, metric
 # registries, route and error tables); make test fails while they are stale.
@@ -43,6 +43,16 @@ test-race:
 # One pass with invariant checks after every mutation of the index.
 test-invariants:
 	$(GO) test -tags invariants -count=1 -timeout 10m ./radix/... ./shard/... ./sched/... ./bench/...
+
+# One pass without -race or tags over what the race build leaves out: the
+# allocation gates and other tests in //go:build !race files, by name, and
+# whole each package whose code or checks a race build changes
+# (internal/cow, prompt/tokenizer, bench/tracestream's full-trace replay).
+# The go tool picks the files (perf/test-plain.sh); fails when a selected
+# package runs nothing, or, with CI=true, when a test skips. Log in
+# out/test-plain.log.
+test-plain:
+	GO='$(GO)' perf/test-plain.sh out/test-plain.log
 
 # Fault scenarios (build tag chaos, node/chaos_test.go) on a real NATS and the
 # simulated fleet: one line per scenario with the agreement right after the

@@ -89,7 +89,8 @@ func TestShippedTrace(t *testing.T) {
 	}
 }
 
-// TestStatsFull checks the README statistics of the full shipped trace.
+// TestStatsFull checks the statistics bench/traces/README.md states for the
+// full shipped trace. A missing trace fails it.
 func TestStatsFull(t *testing.T) {
 	tr, err := ReadFile(fullPath)
 	if err != nil {

@@ -285,11 +285,12 @@ func btoi(b bool) uint8 {
 }
 
 // TestFullTrace builds the full shipped trace's stream and checks its
-// request blocks against the trace.
+// request blocks against the trace. A missing trace fails it. make test runs
+// it in its plain pass (make test-plain); -race and -tags invariants skip it.
 func TestFullTrace(t *testing.T) {
 	const path = "../traces/mooncake_synthetic_trace.jsonl"
 	if testing.Short() || slowChecks {
-		t.Skip("short, race or invariants build: the full replay check would take minutes")
+		t.Skip("short, race or invariants build: the full replay check would take minutes; make test-plain runs it")
 	}
 	tr, err := trace.ReadFile(path)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bench/indexbench"
-	"github.com/kvroute/kvroute/bench/trace"
 	"github.com/kvroute/kvroute/bench/tracestream"
 	"github.com/kvroute/kvroute/internal/cpuset"
 )
@@ -24,9 +22,9 @@ func runBench(args []string) error {
 }
 
 func runBenchIndex(args []string) error {
-	fs := flag.NewFlagSet("kvroute bench index", flag.ContinueOnError)
+	fs := newFlagSet("kvroute bench index")
 	var (
-		tracePath = fs.String("trace", "../shared/traces/mooncake_synthetic_trace.jsonl", "Mooncake JSONL trace to replay")
+		tracePath = fs.String("trace", defaultTrace, "Mooncake JSONL trace to replay (default: the Mooncake trace shipped in the repository, for a run from its root)")
 		workers   = fs.Int("workers", 256, "simulated workers W the trace is partitioned over")
 		kvBlocks  = fs.Int("kv-blocks", 16384, "KV cache blocks C per worker")
 		blockSize = fs.Int("block-size", 512, "engine block size B in tokens")
@@ -43,7 +41,7 @@ func runBenchIndex(args []string) error {
 		lockOS    = fs.Bool("lock-os-thread", false, "lock unpinned shard goroutines to OS threads (slower hand-offs; pinned shards are always locked)")
 		direct    = fs.Bool("direct", false, "replay into one shard core on the replaying goroutine (no runner, queue or hand-off): the index's own cost per op")
 		churn     = fs.Int("churn", 0, "with --seconds: each pass after the first removes the workers of one of N groups (not timed) and replays only their part of the trace, into an index that keeps the rest (workers leaving and rejoining); 0: every pass into an emptied index")
-		settle    = fs.Bool("settle", true, "collect the heap and return its free pages to the OS before each run (not timed); false: the stream build's garbage stays in the heap, for comparison with unsettled runs")
+		settle    = fs.Bool("settle", true, "collect the heap and return its free pages to the OS before each run (not timed); false: the stream build's garbage stays in the heap")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -66,9 +64,9 @@ func runBenchIndex(args []string) error {
 			return fmt.Errorf("--cpus: %w", err)
 		}
 	}
-	tr, err := trace.ReadFile(*tracePath)
+	tr, err := readTrace(*tracePath)
 	if err != nil {
-		return fmt.Errorf("--trace: %w", err)
+		return err
 	}
 	if *limit > 0 && *limit < len(tr.Requests) {
 		tr.Requests = tr.Requests[:*limit]

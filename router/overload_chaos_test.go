@@ -35,8 +35,10 @@ package router
 //
 // Seconds in which the load generator itself sent 10% more or less than its
 // rate (the machine did not run the test process) are left out; when they
-// are over a third of the steady seconds the test is skipped as
-// unjudgeable, with its figures printed.
+// are over a third of the steady seconds the run is unjudgeable: the test
+// prints a line "chaos: UNJUDGED overload[shed] ..." after its figures and
+// is skipped, and `make chaos` ends on that verdict with exit status 3
+// instead of passing.
 
 import (
 	"fmt"
@@ -354,6 +356,17 @@ func (r overloadRun) verdict() verdict {
 	return v
 }
 
+// unjudgedLine is the line a run prints when the load generator stalled in
+// over a third of the steady seconds, so that the targets cannot be judged
+// (`make chaos` looks for it); "" when the run can be judged.
+func (v verdict) unjudgedLine(mode string) string {
+	if v.stalled <= (steadyUntil-steadyFrom)/3 {
+		return ""
+	}
+	return fmt.Sprintf("chaos: UNJUDGED overload[%s] stalled_seconds=%d of %d: the load generator itself stalled, the machine is too loaded to judge the targets\n",
+		mode, v.stalled, steadyUntil-steadyFrom)
+}
+
 func (r overloadRun) print() verdict {
 	fmt.Printf("chaos: overload[%s] max_queue_wait=%v unloaded_p99=%v saturated_p99=%v capacity=%.1f/s offered=%.1f/s\n",
 		r.mode, r.maxWait, r.unloadedP99.Round(time.Millisecond), r.saturatedP99.Round(time.Millisecond), r.capacity, r.offered)
@@ -381,8 +394,9 @@ func TestChaosOverload(t *testing.T) {
 	if err := writeTimelineSVG(filepath.Join("..", "out", "overload-timeline.svg"), ref, shed); err != nil {
 		t.Logf("timeline plot: %v", err)
 	}
-	if v.stalled > (steadyUntil-steadyFrom)/3 {
-		t.Skipf("the load generator stalled in %d of %d steady seconds: the machine is too loaded to judge the targets", v.stalled, steadyUntil-steadyFrom)
+	if line := v.unjudgedLine(shed.mode); line != "" {
+		fmt.Print(line)
+		t.Skipf("unjudged: the load generator stalled in %d of %d steady seconds: the machine is too loaded to judge the targets", v.stalled, steadyUntil-steadyFrom)
 	}
 	if v.p99 > v.p99Bound {
 		t.Errorf("the 200s' p99 latency %v is over --max-queue-wait + the saturated p99 = %v", v.p99, v.p99Bound)
@@ -399,6 +413,32 @@ func TestChaosOverload(t *testing.T) {
 	}
 	if shed.refused == 0 || shed.windows != 0 {
 		t.Errorf("shedding: %v refused for queue wait, %v all-workers-busy windows: want > 0 and 0", shed.refused, shed.windows)
+	}
+}
+
+// TestChaosOverloadUnjudged: a run whose load generator sent nothing in 5
+// of the 13 steady seconds cannot be judged and says so; with 4 such
+// seconds, or none, it is judged.
+func TestChaosOverloadUnjudged(t *testing.T) {
+	for _, stalled := range []int{0, 4, 5} {
+		r := overloadRun{mode: "shed", maxWait: time.Second, saturatedP99: time.Second, capacity: 10, offered: 10}
+		for sec := range overloadSecs {
+			if sec >= steadyFrom && sec < steadyFrom+stalled {
+				continue
+			}
+			for k := range 10 {
+				at := time.Duration(sec)*time.Second + time.Duration(k)*100*time.Millisecond
+				r.shots = append(r.shots, shot{sent: at, done: at + 50*time.Millisecond, code: 200})
+			}
+		}
+		v := r.verdict()
+		line := v.unjudgedLine(r.mode)
+		if v.stalled != stalled || (line != "") != (stalled > 4) {
+			t.Errorf("%d seconds without load: verdict counted %d stalled, unjudged line %q", stalled, v.stalled, line)
+		}
+		if line != "" && !strings.HasPrefix(line, "chaos: UNJUDGED overload[shed] stalled_seconds=5 of 13") {
+			t.Errorf("unjudged line %q", line)
+		}
 	}
 }
 

@@ -225,6 +225,13 @@ func (w *Worker) stream(bw *bufio.Writer, c *call, h openai.Header) {
 			w.abort(c)
 			return
 		}
+		if c.trace != nil {
+			w.mu.Lock()
+			for range n - len(c.trace.sent) {
+				c.trace.sent = append(c.trace.sent, w.mu.clock)
+			}
+			w.mu.Unlock()
+		}
 		if done {
 			return
 		}

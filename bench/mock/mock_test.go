@@ -488,16 +488,20 @@ func TestEventsReproduceCacheOverZMQ(t *testing.T) {
 	}
 }
 
-// TestStreaming: SSE chunks arrive as the engine produces them (one per
-// token, spread over the decode steps), then a final chunk with usage and
-// [DONE]; chat requests stream deltas.
+// TestStreaming: SSE chunks leave as the engine produces them (one per
+// token, each made by its own decode step), then a final chunk with usage
+// and [DONE]; chat requests stream deltas. The timing is read on the
+// engine's clock (the worker's call trace), not on the client's: a client
+// descheduled for a while reads several chunks at once.
 func TestStreaming(t *testing.T) {
-	f := startFleet(t, Config{Workers: 1, BlockSize: 16, KVBlocks: 256, Speedup: 1, Transport: plane.TransportNone}, nil)
-	url := f.Workers()[0].URL()
+	const speedup = 1
+	f := startFleet(t, Config{Workers: 1, BlockSize: 16, KVBlocks: 256, Speedup: speedup, Transport: plane.TransportNone}, nil)
+	w := f.Workers()[0]
+	url := w.URL()
 	complete(t, url, tokens(9, 40), 1) // warm the cache: 2 blocks
-	const n = 12
+	w.traceCalls()
+	const n = 24
 	b, _ := json.Marshal(map[string]any{"prompt": tokens(9, 40), "max_tokens": n, "stream": true})
-	start := time.Now()
 	resp, err := client.Post(url+"/v1/completions", "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
@@ -507,10 +511,10 @@ func TestStreaming(t *testing.T) {
 		t.Fatalf("content type %q", ct)
 	}
 	var (
-		at   []time.Duration
-		text string
-		last completion
-		done bool
+		chunks int
+		text   string
+		last   completion
+		done   bool
 	)
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -533,21 +537,40 @@ func TestStreaming(t *testing.T) {
 		if err := json.Unmarshal([]byte(data), &c); err != nil {
 			t.Fatal(err)
 		}
-		at = append(at, time.Since(start))
+		chunks++
 		text += c.Choices[0].Text
 		last = c
 	}
-	if !done || len(at) != n || text != generated(tokens(9, 40), n) {
-		t.Fatalf("%d chunks %q done %v, want %d chunks", len(at), text, done, n)
+	if !done || chunks != n || text != generated(tokens(9, 40), n) {
+		t.Fatalf("%d chunks %q done %v, want %d chunks", chunks, text, done, n)
 	}
 	if last.Usage == nil || last.Usage.CompletionTokens != n || last.Usage.PromptTokens != 40 ||
 		last.Usage.PromptTokensDetails.CachedTokens != 32 || *last.Choices[0].FinishReason != "length" {
 		t.Fatalf("final chunk %+v", last)
 	}
-	// n-1 decode steps of at least 5.74 ms each (speedup 1) separate the
-	// first chunk from the last: the chunks were not sent all at once.
-	if spread := at[n-1] - at[0]; spread < time.Duration(n-1)*5*time.Millisecond {
-		t.Fatalf("chunks arrived within %v: %v", spread, at)
+	traces := w.tracedCalls()
+	if len(traces) != 1 || len(traces[0].made) != n || len(traces[0].sent) != n {
+		t.Fatalf("traces %+v, want one call with %d tokens made and sent", traces, n)
+	}
+	made, sent := traces[0].made, traces[0].sent
+	// Each token after the first is made by a decode step of its own, at
+	// least DecodePoly(0) / speedup (5.74 ms) after the one before.
+	step := time.Duration(float64(engine.DecodePoly(0)) / speedup)
+	for i := 1; i < n; i++ {
+		if made[i]-made[i-1] < step {
+			t.Fatalf("token %d made %v after token %d, want a decode step of at least %v: made %v", i, made[i]-made[i-1], i-1, step, made)
+		}
+	}
+	// A chunk never leaves before its token is made, and the first one
+	// leaves while the engine is still generating: the n-1 decode steps
+	// after it (over 130 ms) are the writer's margin.
+	for i := range n {
+		if sent[i] < made[i] {
+			t.Fatalf("chunk %d sent at %v, before its token was made at %v", i, sent[i], made[i])
+		}
+	}
+	if sent[0] >= made[n-1] {
+		t.Fatalf("the first chunk left at %v, once the last token was made (%v): chunks held back until the end\nmade %v\nsent %v", sent[0], made[n-1], made, sent)
 	}
 
 	// Chat: deltas, the same accounting.

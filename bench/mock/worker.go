@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -146,10 +147,32 @@ type call struct {
 	ring    chan struct{}    // one-slot doorbell: progress was made
 	first   bool
 	cached  int
-	emitted int   // output tokens produced so far
-	gone    bool  // the client disconnected: queued in Worker.mu.aborts
-	done    bool  // finished or failed
-	err     error // why it failed
+	emitted int        // output tokens produced so far
+	gone    bool       // the client disconnected: queued in Worker.mu.aborts
+	done    bool       // finished or failed
+	err     error      // why it failed
+	trace   *callTrace // nil unless the worker traces calls (traceCalls)
+}
+
+// callTrace is a call's timeline on the engine's clock (the end of the
+// engine's steps, engine.Effect.At), kept only while a test traces calls:
+// made[i] is the end of the step that produced output token i, and sent[i]
+// the end of the last step delivered when the chunk carrying token i was
+// written to the stream (streamed calls only). Neither depends on how
+// promptly a client reads.
+type callTrace struct {
+	made, sent []time.Duration
+}
+
+// advance raises c.emitted to n, tokens produced by the step that ended at
+// end.
+func (c *call) advance(n int, end time.Duration) {
+	if c.trace != nil {
+		for i := c.emitted; i < n; i++ {
+			c.trace.made = append(c.trace.made, end)
+		}
+	}
+	c.emitted = n
 }
 
 // tokEntry is a prompt block's tokens, referenced by the calls using it.
@@ -213,6 +236,12 @@ type Worker struct {
 		drop      float64 // fault switches (from the config, then SetFaults)
 		dup       float64
 		rec       recRing
+		// clock is the end of the last step delivered to the calls
+		// (engine time). With tracing, every call submitted gets a trace,
+		// appended to traces.
+		clock   time.Duration
+		tracing bool
+		traces  []*callTrace
 	}
 	recSub *nats.Subscription // recovery requests (NATS transports)
 
@@ -707,6 +736,10 @@ func (w *Worker) submit(tokens []uint32, maxTokens int, lora, salt []byte, mm []
 		return nil, err
 	}
 	w.mu.calls[c.id] = c
+	if w.mu.tracing {
+		c.trace = new(callTrace)
+		w.mu.traces = append(w.mu.traces, c.trace)
+	}
 	if w.cfg.Transport == plane.TransportZMQ {
 		for i, h := range c.local {
 			e := w.mu.toks[h]
@@ -892,6 +925,9 @@ func (w *Worker) restartLocked() {
 // deliverLocked hands the last step's effects and progress to the calls.
 func (w *Worker) deliverLocked() {
 	eng := w.mu.eng
+	last := eng.LastStep()
+	end := last.At + last.Duration
+	w.mu.clock = end
 	for _, ef := range eng.Effects() {
 		c := w.mu.calls[ef.Request]
 		if c == nil {
@@ -900,10 +936,11 @@ func (w *Worker) deliverLocked() {
 		switch ef.Kind {
 		case engine.FirstToken:
 			c.first, c.cached = true, ef.CachedTokens
-			c.emitted = max(c.emitted, ef.OutputTokens)
+			c.advance(max(c.emitted, ef.OutputTokens), ef.At)
 			notify(c)
 		case engine.Finished:
-			c.first, c.cached, c.emitted = true, ef.CachedTokens, ef.OutputTokens
+			c.first, c.cached = true, ef.CachedTokens
+			c.advance(ef.OutputTokens, ef.At)
 			w.endLocked(c, nil)
 		}
 	}
@@ -914,11 +951,30 @@ func (w *Worker) deliverLocked() {
 		}
 		if n, ok := kv.Tokens(c.id); ok {
 			if p := min(n-c.prompt+1, c.max-1); p > c.emitted {
-				c.emitted = p
+				c.advance(p, end)
 				notify(c)
 			}
 		}
 	}
+}
+
+// traceCalls gives every call submitted from now on a callTrace, for tests.
+func (w *Worker) traceCalls() {
+	w.mu.Lock()
+	w.mu.tracing = true
+	w.mu.Unlock()
+}
+
+// tracedCalls returns copies of the traces of the calls submitted since
+// traceCalls, in submission order.
+func (w *Worker) tracedCalls() []callTrace {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]callTrace, len(w.mu.traces))
+	for i, t := range w.mu.traces {
+		out[i] = callTrace{made: slices.Clone(t.made), sent: slices.Clone(t.sent)}
+	}
+	return out
 }
 
 func (w *Worker) loadLocked() plane.Load {

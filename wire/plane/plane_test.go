@@ -1,10 +1,18 @@
 package plane
 
 import (
+	"encoding/json"
 	"errors"
+	"maps"
+	"net"
+	"net/url"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/wire"
 )
 
 func TestSubjects(t *testing.T) {
@@ -212,21 +220,129 @@ func TestRegistryIdentity(t *testing.T) {
 	}
 }
 
-// FuzzRegistration: decoding and validating any bytes neither panics nor
-// accepts a registration that breaks the bounds.
+// registrationRule restates the validation rules of a registration
+// (Registration.Validate with DefaultMaxDpRanks) independently of it: ""
+// when r is valid, else the field (as its JSON key or Validate's message
+// spells it) that the error must name, with the rules taken in Validate's
+// order.
+func registrationRule(r Registration) string {
+	if r.WorkerID == 0 {
+		return "worker_id"
+	}
+	if len(r.URL) > MaxURLBytes {
+		return "url"
+	}
+	if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
+		return "url"
+	}
+	if len(r.Model) > MaxNameBytes || len(r.Instance) > MaxNameBytes {
+		return "instance_id"
+	}
+	if len(r.DpRanks) == 0 || len(r.DpRanks) > DefaultMaxDpRanks {
+		return "dp_ranks"
+	}
+	if r.BlockSize < 1 || r.BlockSize > MaxBlockSize {
+		return "block_size"
+	}
+	if r.KVBlocks < 0 || r.MaxBatchedTokens < 0 || r.MaxModelLen < 0 {
+		return "kv_blocks"
+	}
+	if r.HeartbeatMillis < 1 || r.HeartbeatMillis > MaxHeartbeatMillis {
+		return "heartbeat_ms"
+	}
+	for i, rank := range r.DpRanks {
+		if rank > wire.MaxDPRank || slices.Contains(r.DpRanks[:i], rank) {
+			return "dp rank"
+		}
+	}
+	switch r.EventTransport {
+	case TransportDynamo, TransportNative, TransportNone:
+		return ""
+	case TransportZMQ:
+		if r.ZMQEndpoint == "" {
+			return "zmq_endpoint"
+		}
+		for _, ep := range []string{r.ZMQEndpoint, r.ZMQReplay} {
+			if ep == "" {
+				continue
+			}
+			hostPort, ok := strings.CutPrefix(ep, "tcp://")
+			if _, _, err := net.SplitHostPort(hostPort); len(ep) > MaxURLBytes || !ok || err != nil {
+				return "zmq endpoint"
+			}
+		}
+		return ""
+	}
+	return "event_transport"
+}
+
+// roundTrip checks that v survives Encode and Decode unchanged and that
+// Encode writes exactly the JSON keys in keys (the wire names engines and
+// other routers use).
+func roundTrip[T any](t *testing.T, v T, keys ...string) {
+	t.Helper()
+	enc := Encode(v)
+	var got T
+	if err := Decode(enc, &got); err != nil {
+		t.Fatalf("%s does not decode: %v", enc, err)
+	}
+	if !reflect.DeepEqual(got, v) {
+		t.Fatalf("round trip changed the message:\n%+v\n%+v", v, got)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(enc, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(fields)); !slices.Equal(got, slices.Sorted(slices.Values(keys))) {
+		t.Fatalf("%s: keys %v, want %v", enc, got, keys)
+	}
+}
+
+// decodeErr checks that a decoding error names the message type.
+func decodeErr(t *testing.T, err error, typ string) {
+	t.Helper()
+	if !strings.Contains(err.Error(), typ) {
+		t.Fatalf("decode error %q does not name %s", err, typ)
+	}
+}
+
+// FuzzRegistration: any bytes either fail to decode with an error naming
+// the message, or decode to a registration that survives the round trip
+// and that Validate accepts exactly when the rules (registrationRule) do,
+// refusing it with an error that names the field; a registration it
+// accepts joins a registry.
 func FuzzRegistration(f *testing.F) {
 	r := reg(3)
 	f.Add(Encode(r))
 	r.EventTransport, r.ZMQEndpoint = TransportZMQ, "tcp://127.0.0.1:5557"
 	f.Add(Encode(r))
 	f.Add([]byte(`{"worker_id":1,"url":"ftp://x","dp_ranks":[0,0]}`))
+	f.Add([]byte(`{"worker_id":-1}`))
+	for _, field := range []string{
+		`"worker_id":0`, `"url":"http://u:p@h:1"`, `"url":"http://:80"`, `"model":"` + strings.Repeat("m", MaxNameBytes+1) + `"`,
+		`"dp_ranks":[]`, `"dp_ranks":[1,1]`, `"dp_ranks":[65536]`, `"block_size":65537`, `"kv_blocks":-1`, `"max_model_len":-1`,
+		`"heartbeat_ms":0`, `"heartbeat_ms":600001`, `"event_transport":"grpc"`, `"event_transport":"zmq"`,
+		`"event_transport":"zmq","zmq_endpoint":"ipc:///x"`, `"event_transport":"zmq","zmq_endpoint":"tcp://h:1","zmq_replay":"tcp://h"`,
+	} {
+		f.Add([]byte(`{"worker_id":2,"url":"https://w:9100","dp_ranks":[0,7],"block_size":16,"kv_blocks":8,"event_transport":"native","heartbeat_ms":100,` + field + `}`))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var g Registration
-		if Decode(data, &g) != nil || g.Validate() != nil {
+		if err := Decode(data, &g); err != nil {
+			decodeErr(t, err, "plane.Registration")
 			return
 		}
-		if g.WorkerID == 0 || len(g.DpRanks) == 0 || len(g.DpRanks) > DefaultMaxDpRanks || g.BlockSize <= 0 {
-			t.Fatalf("accepted %+v", g)
+		roundTrip(t, g, registrationKeys(g)...)
+		want, err := registrationRule(g), g.Validate()
+		switch {
+		case want == "" && err != nil:
+			t.Fatalf("valid registration %+v refused: %v", g, err)
+		case want != "" && err == nil:
+			t.Fatalf("registration %+v accepted, breaking the %s rule", g, want)
+		case err != nil && !strings.Contains(err.Error(), want):
+			t.Fatalf("refusal %q does not name %s", err, want)
+		case err != nil:
+			return
 		}
 		reg := NewRegistry()
 		if _, err := reg.Heartbeat(g, time.Unix(0, 0), nil); err != nil {
@@ -235,21 +351,54 @@ func FuzzRegistration(f *testing.F) {
 	})
 }
 
-// FuzzLoad and FuzzAllWorkersBusy: the other JSON messages of the plane.
+// registrationKeys is the JSON keys Encode writes for r: omitempty fields
+// only when set.
+func registrationKeys(r Registration) []string {
+	keys := []string{"worker_id", "url", "dp_ranks", "block_size", "kv_blocks", "event_transport", "heartbeat_ms"}
+	for k, set := range map[string]bool{"instance_id": r.Instance != "", "model": r.Model != "", "max_batched_tokens": r.MaxBatchedTokens != 0,
+		"max_model_len": r.MaxModelLen != 0, "zmq_endpoint": r.ZMQEndpoint != "", "zmq_replay": r.ZMQReplay != ""} {
+		if set {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// FuzzLoad: any bytes either fail to decode with an error naming the
+// message, or decode to a load that survives the round trip under its six
+// wire names.
 func FuzzLoad(f *testing.F) {
 	f.Add(Encode(Load{WorkerID: 1, KVUsed: 3, KVTotal: 10}))
 	f.Add([]byte(`{"worker_id":-1}`))
+	f.Add([]byte(`{"WORKER_ID":7,"dp_rank":4294967295,"waiting":-3,"extra":[1]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var l Load
-		_ = Decode(data, &l)
+		if err := Decode(data, &l); err != nil {
+			decodeErr(t, err, "plane.Load")
+			return
+		}
+		roundTrip(t, l, "worker_id", "dp_rank", "kv_used_blocks", "kv_total_blocks", "waiting", "running")
 	})
 }
 
+// FuzzAllWorkersBusy: any bytes either fail to decode with an error naming
+// the message, or decode to a message that survives the round trip, with
+// window_ms written only when set.
 func FuzzAllWorkersBusy(f *testing.F) {
 	f.Add(Encode(AllWorkersBusy{Router: "r1", QueueDepth: 3, AtUnixNano: 1, WindowMillis: 5000}))
 	f.Add([]byte(`{"router":"","window_ms":-9}`))
+	f.Add([]byte(`{"router":"r\u00e9\ud800","window_ms":0,"at_unix_nano":-1}`))
+	f.Add([]byte(`{"queue_depth":"3"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var b AllWorkersBusy
-		_ = Decode(data, &b)
+		if err := Decode(data, &b); err != nil {
+			decodeErr(t, err, "plane.AllWorkersBusy")
+			return
+		}
+		keys := []string{"router", "queue_depth", "at_unix_nano"}
+		if b.WindowMillis != 0 {
+			keys = append(keys, "window_ms")
+		}
+		roundTrip(t, b, keys...)
 	})
 }

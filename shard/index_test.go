@@ -1056,7 +1056,11 @@ func TestMatchInQuietStretches(t *testing.T) {
 		workers = 16
 		shared  = 48 // blocks of a round every worker stores
 		own     = 48 // then blocks of its own
-		rounds  = 30
+		// At least minRounds rounds, and more (up to maxRounds) until a
+		// Match has held the core in a quiet stretch: on a loaded machine
+		// the matchers may not run during the first rounds' stretches.
+		minRounds = 30
+		maxRounds = 600
 	)
 	local := func(round, w, j int) wire.BlockHash {
 		return wire.BlockHash(uint64(round)<<32 | uint64(w)<<16 | uint64(j) + 1)
@@ -1121,7 +1125,16 @@ func TestMatchInQuietStretches(t *testing.T) {
 			}
 		}()
 	}
-	for round := range rounds {
+	quietShared := func() uint64 {
+		var n uint64
+		if err := r.Do(func(*Core) { n = r.quietShared }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	rounds := 0
+	for round := 0; round < minRounds || (round < maxRounds && quietShared() == 0); round++ {
+		rounds = round + 1
 		evs := make([]wire.Event, workers)
 		for w := range workers {
 			evs[w] = event(round, w)
@@ -1153,11 +1166,8 @@ func TestMatchInQuietStretches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var shared2 uint64
-	if err := r.Do(func(*Core) { shared2 = r.quietShared }); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d quiet stretches ended with a Match holding the core", shared2)
+	shared2 := quietShared()
+	t.Logf("%d quiet stretches ended with a Match holding the core, in %d rounds", shared2, rounds)
 	if shared2 == 0 {
 		t.Fatal("no Match ran in a quiet stretch: the test did not exercise them")
 	}

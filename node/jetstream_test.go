@@ -1,7 +1,7 @@
 package node
 
 import (
-	"bytes"
+	"github.com/kvroute/kvroute/internal/syncbuf"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,25 +12,6 @@ import (
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/wire/plane"
 )
-
-// syncBuffer is a log destination that Start's goroutine writes and the
-// test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A JetStream that never answers (one node of a 3-node cluster: no
 // quorum, no JetStream leader) is waited for, with retries logged and
@@ -43,7 +24,7 @@ func TestStartWaitsForJetStreamUntilDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	var mu sync.Mutex
 	var phases []string
 	const wait = 2 * time.Second

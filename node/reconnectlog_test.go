@@ -1,33 +1,15 @@
 package node
 
 import (
-	"bytes"
+	"github.com/kvroute/kvroute/internal/syncbuf"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/shard"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // After a NATS reconnection, a node that ingests KV events over core NATS
 // warns that the index may lack blocks; one that keeps no KV-event ingest
@@ -36,7 +18,7 @@ func (l *lockedBuffer) String() string {
 func TestReconnectWarnsOnlyWhenIngesting(t *testing.T) {
 	for _, noEvents := range []bool{false, true} {
 		s := natstest.Server(t)
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		n, err := Start(Config{Index: shard.Config{Shards: 1}, BlockSize: 16, Subjects: subjects(t), NATSURL: s.ClientURL(),
 			NATSReconnectWait: 20 * time.Millisecond, NoEvents: noEvents,
 			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})

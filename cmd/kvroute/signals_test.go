@@ -2,12 +2,11 @@ package main
 
 import (
 	"bufio"
-	"bytes"
+	"github.com/kvroute/kvroute/internal/syncbuf"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,7 +17,7 @@ func TestWatchSignals(t *testing.T) {
 	done := make(chan struct{})
 	defer close(done)
 	exited := make(chan struct{})
-	var w syncBuffer
+	var w syncbuf.Buffer
 	stop := watchSignals(sig, done, "kvroute x", &w, func() { close(exited) })
 	sig <- syscall.SIGINT
 	<-stop
@@ -34,26 +33,9 @@ func TestWatchSignals(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startServe runs `kvroute serve` in a child process with a demo fleet
 // and a long ready delay; it returns the process and the API's base URL.
-func startServeProcess(t *testing.T, stderr *syncBuffer) (*exec.Cmd, string) {
+func startServeProcess(t *testing.T, stderr *syncbuf.Buffer) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "serve", "--http-addr", "127.0.0.1:0", "--demo-fleet", "1",
 		"--shutdown-grace", "60s", "--shutdown-ready-delay", "30s", "--log-level", "warn")
@@ -103,7 +85,7 @@ func exitWithin(t *testing.T, cmd *exec.Cmd, d time.Duration) int {
 // With nothing in flight, the first Ctrl-C exits without waiting out the
 // ready delay (30s here).
 func TestServeIdleInterruptExits(t *testing.T) {
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	cmd, _ := startServeProcess(t, &stderr)
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -116,7 +98,7 @@ func TestServeIdleInterruptExits(t *testing.T) {
 // A second Ctrl-C exits at once while the first waits for a request in
 // flight.
 func TestServeSecondInterruptExits(t *testing.T) {
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	cmd, base := startServeProcess(t, &stderr)
 	var resp *http.Response
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // until the worker has joined

@@ -38,12 +38,18 @@ func TestPrefixAffinityAndBalance(t *testing.T) {
 		}
 	}
 	// Affinity: one request at a time, each family's next requests go home
-	// and hit the whole prefix.
+	// and hit the whole prefix, as the router predicts (its cached-blocks
+	// header) and as the engine reports (cached_tokens).
 	for i := 1; i < perFamily; i++ {
 		for f := range families {
-			w, cached := e.complete(tokens(f, i, prefix, 8), 2)
+			toks := tokens(f, i, prefix, 8)
+			w, cached, u := e.post("/v1/completions", fmt.Sprintf(`{"prompt":%s,"max_tokens":2}`, promptJSON(toks)))
 			if w != home[f] || cached != prefix/testBlockSize {
 				t.Errorf("family %d request %d: worker %d (home %d), %d cached blocks", f, i, w, home[f], cached)
+			}
+			if got := u.Usage.PromptTokensDetails.CachedTokens; got != prefix || u.Usage.PromptTokens != len(toks) {
+				t.Errorf("family %d request %d: the engine found %d of %d prompt tokens cached, want the %d-token prefix of %d",
+					f, i, got, u.Usage.PromptTokens, prefix, len(toks))
 			}
 		}
 	}

@@ -103,7 +103,9 @@
 // router) pins each request to the rank with its longest prefix, load
 // ignored. Workload.PartitionedLRU splits the fleet-size LRU into one per
 // rank under an offline placement with a balance bound
-// (TestPartitionedLRUReport with KVROUTE_PARTREF_TRACE). These replay
+// (TestPartitionedLRUReport checks the figures docs/decisions/0026 quotes
+// on the shipped trace; with KVROUTE_PARTREF_TRACE it logs the whole sweep
+// on another). These replay
 // tables chose sched's cost defaults and cache affinity; the records are in
 // docs/decisions/ and the current figures in docs/benchmarks.md
 // (BenchmarkReplay times one run of the 200-line testdata trace).

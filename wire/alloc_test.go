@@ -45,6 +45,21 @@ func TestDecodeAllocs(t *testing.T) {
 			}
 		})
 	}
+	// vLLM 0.26's locality and STORAGE medium.
+	located := &VLLMBatch{Events: []VLLMEvent{
+		{Kind: KindStored, BlockHashes: []EngineHash{1, 2}, Tokens: tokensFrom(5, 32), BlockSize: 16, Medium: "GPU", Locality: "REMOTE"},
+		{Kind: KindStored, BlockHashes: []EngineHash{1, 2}, Tokens: []uint32{}, BlockSize: 16, Medium: "STORAGE", Locality: "REMOTE"},
+		{Kind: KindRemoved, BlockHashes: []EngineHash{2}, Medium: "STORAGE", Locality: "LOCAL"},
+	}}
+	for _, m := range []bool{false, true} {
+		payload := AppendVLLMBatch(nil, located, VLLMEncoding{Map: m})
+		d := NewVLLMDecoder(VLLMConfig{Worker: 1, BlockSize: 16})
+		checkNoAllocs(t, "vllm locality", func(b *Batch) {
+			if err := d.Decode(b, 0, payload); err != nil || b.Rejected != 0 || b.Events[1].Tier != TierExternal {
+				t.Fatal(err, b.Err, eventsString(b.Events))
+			}
+		})
+	}
 	// A stream of rejected events builds its error once.
 	bad := &VLLMBatch{Events: []VLLMEvent{{Kind: KindStored, BlockHashes: []EngineHash{1}, Tokens: make([]uint32, 32), BlockSize: 32}}}
 	badPayload := AppendVLLMBatch(nil, bad, VLLMEncoding{})

@@ -175,8 +175,9 @@ func malformed(what string, cause error) error {
 // tierOf maps a storage tier or medium name, ignoring ASCII case: vLLM's
 // GPU/CPU/DISK, SGLang's CPU_PINNED, Dynamo's device/host/disk (and
 // host_pinned) and the media of Dynamo's StorageTier::from_kv_medium
-// (CPU_TIER1 host; CPU_TIER2, NVME disk); any other name is TierExternal. A
-// missing name (nil) is TierDevice.
+// (CPU_TIER1 host; CPU_TIER2, NVME disk), vLLM's STORAGE (its native
+// offload to a file system or object store, named FS before 0.27) disk; any
+// other name is TierExternal. A missing name (nil) is TierDevice.
 func tierOf(name []byte) Tier {
 	switch {
 	case name == nil:
@@ -186,7 +187,8 @@ func tierOf(name []byte) Tier {
 	case equalFold(name, "cpu"), equalFold(name, "host"), equalFold(name, "host_pinned"), equalFold(name, "hostpinned"),
 		equalFold(name, "cpu_pinned"), equalFold(name, "cpu_tier1"):
 		return TierHost
-	case equalFold(name, "disk"), equalFold(name, "cpu_tier2"), equalFold(name, "nvme"):
+	case equalFold(name, "disk"), equalFold(name, "cpu_tier2"), equalFold(name, "nvme"),
+		equalFold(name, "storage"), equalFold(name, "fs"):
 		return TierDisk
 	}
 	return TierExternal

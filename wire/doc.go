@@ -25,8 +25,8 @@
 //
 //	["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
 //	 lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
-//	 kv_cache_spec_sliding_window]
-//	["BlockRemoved", block_hashes, medium, group_idx]
+//	 kv_cache_spec_sliding_window, locality]
+//	["BlockRemoved", block_hashes, medium, group_idx, locality]
 //	["AllBlocksCleared"]
 //
 // whose trailing fields may be omitted, or a map keyed by the same names with
@@ -35,8 +35,19 @@
 // uint64 or bytes (the last 8 bytes big-endian; shorter strings are
 // zero-extended on the left); parent_block_hash may be nil. medium maps
 // GPU→device; CPU, CPU_PINNED (SGLang's HiCache) and CPU_TIER1→host; DISK,
-// CPU_TIER2 and NVME→disk; nil→device; anything else→external (ignoring
-// case).
+// CPU_TIER2, NVME and STORAGE (vLLM's native offload to a file system or
+// object store; FS before 0.27)→disk; nil→device; anything else→external
+// (ignoring case).
+//
+// Locality (vLLM 0.26: LOCAL or REMOTE, where the copy lives relative to the
+// publishing engine; absent: unspecified) qualifies the medium: a host or
+// disk copy that is not LOCAL (a shared CPU pool, remote storage; any value
+// but LOCAL counts) is priced as external, the slowest tier the worker can
+// still load from. A device copy is the worker's own however it got there:
+// in disaggregated serving a decode worker publishes the blocks it pulled
+// from a prefill worker as GPU blocks, and they are indexed like any other.
+// Without locality every event decodes as before; the field costs one
+// zero-copy string read (the allocation gates cover it).
 //
 // The VLLMDecoder is configured with the worker id and the engine's block
 // size B. It computes each block's local hash from token_ids: block i is

@@ -107,6 +107,16 @@ func FuzzDecodeVLLM(f *testing.F) {
 		}
 		addSeeds(f, AppendVLLMBatch(nil, fid, VLLMEncoding{Map: m}))
 	}
+	// vLLM 0.26's locality and the STORAGE medium, rich and hash-only.
+	for _, m := range []bool{false, true} {
+		addSeeds(f, AppendVLLMBatch(nil, &VLLMBatch{Events: []VLLMEvent{
+			{Kind: KindStored, BlockHashes: []EngineHash{1, 2}, Tokens: tokensFrom(5, 2*bs), BlockSize: bs, Medium: "GPU", Locality: "REMOTE"},
+			{Kind: KindStored, BlockHashes: []EngineHash{1, 2}, Tokens: []uint32{}, BlockSize: bs, Medium: "STORAGE", Locality: "LOCAL"},
+			{Kind: KindStored, BlockHashes: []EngineHash{2}, Tokens: tokensFrom(5+bs, bs), BlockSize: bs, Medium: "STORAGE", Locality: "REMOTE"},
+			{Kind: KindRemoved, BlockHashes: []EngineHash{2}, Medium: "STORAGE", Locality: "REMOTE"},
+			{Kind: KindRemoved, BlockHashes: []EngineHash{1}, Medium: "CPU", Locality: "LOCAL", HasGroup: true},
+		}}, VLLMEncoding{Map: m}))
+	}
 	mismatch := &VLLMBatch{Events: []VLLMEvent{{Kind: KindStored, BlockHashes: []EngineHash{1}, Tokens: tokensFrom(0, 8), BlockSize: 8}}}
 	addSeeds(f, AppendVLLMBatch(nil, mismatch, VLLMEncoding{}), nil, []byte{0x92, 0, 0x90})
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -264,15 +264,17 @@ const (
 	fGroup
 	fSpecKind
 	fSalt
+	fLocality
 )
 
 // Positional fields of the tagged-array form after the tag (vLLM's
 // BlockStored and BlockRemoved field order); lora_id, the sliding window and
-// fields past the listed ones are skipped.
+// fields past the listed ones (ownership) are skipped. locality was appended
+// after the fields before it (vLLM 0.26), as every optional field is.
 var (
 	storedFields = [...]vllmField{fHashes, fParent, fTokens, fBlockSize, fSkip /* lora_id */, fMedium, fLoRAName,
-		fExtraKeys, fGroup, fSpecKind}
-	removedFields = [...]vllmField{fHashes, fMedium, fGroup}
+		fExtraKeys, fGroup, fSpecKind, fSkip /* kv_cache_spec_sliding_window */, fLocality}
+	removedFields = [...]vllmField{fHashes, fMedium, fGroup, fLocality}
 )
 
 func vllmFieldOf(key []byte) vllmField {
@@ -297,6 +299,8 @@ func vllmFieldOf(key []byte) vllmField {
 		return fSpecKind
 	case "cache_salt":
 		return fSalt
+	case "locality":
+		return fLocality
 	}
 	return fSkip
 }
@@ -327,6 +331,7 @@ type vllmEvent struct {
 	blockSize         uint64
 	group             uint64
 	medium            []byte
+	locality          []byte // LOCAL, REMOTE, nil when unspecified
 	lora              []byte
 	kind              []byte // kv_cache_spec_kind
 	salt              []byte // cache_salt (explicit)
@@ -404,7 +409,7 @@ func (d *VLLMDecoder) decodeEvent(b *Batch, o []byte, ordinal int) (next []byte,
 		}
 		return o, otherGroup, rejection{}
 	}
-	ev := Event{ID: uint64(ordinal), Kind: kind, Tier: tierOf(f.medium)}
+	ev := Event{ID: uint64(ordinal), Kind: kind, Tier: placedTier(tierOf(f.medium), f.locality)}
 	switch kind {
 	case KindStored:
 		if !f.hasHashes || !f.hasTokens {
@@ -489,6 +494,22 @@ func (d *VLLMDecoder) mainGroupEvent(kind Kind, f *vllmEvent) bool {
 		return true
 	}
 	return int64(f.group) == max(d.mainGroup, 0)
+}
+
+// placedTier qualifies a medium's tier with vLLM's locality (where the copy
+// lives relative to the publishing engine: LOCAL, REMOTE, or unspecified).
+// A host or disk copy that is not LOCAL (a shared CPU pool, a remote file
+// system or object store) is priced as TierExternal: the worker can load it,
+// at the cost of the slowest tier. A device copy is the worker's own however
+// it arrived (a decode worker publishes the blocks it pulled from a prefill
+// worker as GPU blocks): locality never changes TierDevice. Unspecified
+// locality keeps the medium's tier (vLLM never infers it); a value other
+// than LOCAL or REMOTE is taken as not local.
+func placedTier(t Tier, locality []byte) Tier {
+	if locality == nil || t == TierDevice || t == TierExternal || equalFold(locality, "local") {
+		return t
+	}
+	return TierExternal
 }
 
 // fullAttention reports whether a kv_cache_spec_kind names a full-attention
@@ -608,6 +629,10 @@ func (d *VLLMDecoder) readField(b *Batch, f *vllmEvent, field vllmField, o []byt
 	case fSalt:
 		if f.salt, o, err = readOptString(o); err != nil {
 			return o, rejection{what: "cache_salt", cause: err}
+		}
+	case fLocality:
+		if f.locality, o, err = readOptString(o); err != nil {
+			return o, rejection{what: "locality", cause: err}
 		}
 	case fGroup:
 		if msgp.IsNil(o) {
@@ -797,6 +822,10 @@ type VLLMEvent struct {
 	LoRAID      int        // Stored: 0 is written as nil
 	Medium      string     // "" is written as nil
 	LoRA        string     // Stored: lora_name; "" is written as nil
+	// Locality is vLLM's locality (LOCAL or REMOTE, Stored and Removed),
+	// written after the sliding window (Stored) or group_idx (Removed) when
+	// set or with VLLMEncoding.Extras; "" is written as nil.
+	Locality string
 
 	// Newer fields (written when set, or all of them with VLLMEncoding.Extras).
 	// ExtraKeys are the Stored event's extra_keys, one entry per block (a nil
@@ -943,7 +972,7 @@ func appendVLLMEvent(dst []byte, e *VLLMEvent, enc VLLMEncoding) []byte {
 			named("medium", optString(e.Medium)),
 			loraName,
 		}
-		if enc.Extras || e.ExtraKeys != nil || e.HasGroup || e.SpecKind != "" {
+		if enc.Extras || e.ExtraKeys != nil || e.HasGroup || e.SpecKind != "" || e.Locality != "" {
 			extra := nilValue
 			if e.ExtraKeys != nil {
 				extra = vllmValue{write: func(dst []byte) []byte {
@@ -970,6 +999,9 @@ func appendVLLMEvent(dst []byte, e *VLLMEvent, enc VLLMEncoding) []byte {
 				vllmValue{key: "group_idx", write: func(dst []byte) []byte { return msgp.AppendInt(dst, e.Group) }},
 				vllmValue{key: "kv_cache_spec_kind", write: func(dst []byte) []byte { return msgp.AppendString(dst, kind) }},
 				named("kv_cache_spec_sliding_window", nilValue))
+			if enc.Extras || e.Locality != "" {
+				fields = append(fields, named("locality", optString(e.Locality)))
+			}
 		}
 		if e.Salt != "" && enc.Map {
 			fields = append(fields, vllmValue{key: "cache_salt", write: func(dst []byte) []byte { return msgp.AppendString(dst, e.Salt) }})
@@ -979,6 +1011,11 @@ func appendVLLMEvent(dst []byte, e *VLLMEvent, enc VLLMEncoding) []byte {
 		fields = []vllmValue{{key: "block_hashes", write: hashes}, named("medium", optString(e.Medium))}
 		if enc.Extras || e.HasGroup {
 			fields = append(fields, vllmValue{key: "group_idx", write: func(dst []byte) []byte { return msgp.AppendInt(dst, e.Group) }})
+		} else if e.Locality != "" {
+			fields = append(fields, named("group_idx", nilValue))
+		}
+		if enc.Extras || e.Locality != "" {
+			fields = append(fields, named("locality", optString(e.Locality)))
 		}
 	default:
 		tag = "AllBlocksCleared"

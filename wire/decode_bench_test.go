@@ -48,15 +48,24 @@ func totalLen(msgs [][]byte) int64 {
 
 func BenchmarkDecodeVLLM(b *testing.B) {
 	batch := realisticVLLM(1)
+	located := realisticVLLM(1) // vLLM 0.26's locality on every event
+	for i := range located.Events {
+		located.Events[i].Locality = "REMOTE"
+	}
 	for _, tc := range []struct {
-		name string
-		enc  VLLMEncoding
+		name    string
+		enc     VLLMEncoding
+		located bool
 	}{
-		{"array", VLLMEncoding{}},
-		{"map", VLLMEncoding{Map: true}},
-		{"array-bytes-hashes", VLLMEncoding{Hashes: HashBytes}},
+		{"array", VLLMEncoding{}, false},
+		{"map", VLLMEncoding{Map: true}, false},
+		{"map-locality", VLLMEncoding{Map: true}, true},
+		{"array-bytes-hashes", VLLMEncoding{Hashes: HashBytes}, false},
 	} {
 		payload := AppendVLLMBatch(nil, batch, tc.enc)
+		if tc.located {
+			payload = AppendVLLMBatch(nil, located, tc.enc)
+		}
 		b.Run(tc.name, func(b *testing.B) {
 			d := NewVLLMDecoder(VLLMConfig{Worker: 7, BlockSize: 16})
 			var out Batch

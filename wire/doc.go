@@ -47,7 +47,11 @@
 // in disaggregated serving a decode worker publishes the blocks it pulled
 // from a prefill worker as GPU blocks, and they are indexed like any other.
 // Without locality every event decodes as before; the field costs one
-// zero-copy string read (the allocation gates cover it).
+// zero-copy string read per event: BenchmarkDecodeVLLM's map-locality
+// (locality on every event of the realistic batch) and map were alike
+// within the noise of a shared 2-core machine (21–131 µs per 1024-block
+// batch for both, 2026-11-28), and the allocation gates cover it (0
+// allocations).
 //
 // The VLLMDecoder is configured with the worker id and the engine's block
 // size B. It computes each block's local hash from token_ids: block i is

@@ -65,4 +65,32 @@
 // name the live URL and, when registered with one, the instance id
 // (ErrLeaveMismatch); MaxWorkers bounds the live set (ErrFull).
 // FuzzRegistration, FuzzLoad and FuzzAllWorkersBusy fuzz the JSON messages.
+//
+// # Disaggregated prefill/decode
+//
+// A registration may declare three more fields, all optional, so that a
+// worker that declares none is an aggregated worker exactly as before (it
+// encodes to the same JSON, and the Registry treats it the same):
+//
+//   - role: "prefill", "decode" or "both" (RolePrefill, RoleDecode, RoleBoth;
+//     absent: both). A prefill worker computes prompts' KV caches for
+//     decode workers; a decode worker pulls them and generates.
+//   - pd_protocol: "vllm-nixl" (absent: the default) or "sglang"
+//     (ProtocolVLLMNIXL, ProtocolSGLang): how the two legs of a request are
+//     sent, as vLLM's NIXL example proxy or SGLang's mini_lb do it.
+//   - bootstrap_port: an SGLang worker's --disaggregation-bootstrap-port,
+//     in [1, 65535], refused with any other protocol (a vLLM worker has no
+//     such port, and the field there betrays a missing pd_protocol). It is
+//     not required for an SGLang prefill worker: SGLang's mini_lb makes
+//     --prefill-bootstrap-ports optional and then sends bootstrap_port
+//     null, which the engine replaces by its own setting (8998,
+//     SGLangDefaultBootstrapPort, unless changed).
+//
+// Values are matched exactly (lower case, as the engines spell them);
+// anything else is refused with an error naming the field, and
+// FuzzRegistration restates these rules. RoleOrDefault and
+// ProtocolOrDefault resolve the defaults. A change of any of the three is a
+// change of registration (Updated), so a router moves the worker between
+// pools. The fields cost nothing on a hot path: they are read when a
+// registration arrives, not per request.
 package plane

@@ -72,6 +72,62 @@ type Registration struct {
 	ZMQEndpoint     string `json:"zmq_endpoint,omitempty"` // with TransportZMQ: rank r publishes on this port + r
 	ZMQReplay       string `json:"zmq_replay,omitempty"`
 	HeartbeatMillis int    `json:"heartbeat_ms"`
+
+	// Disaggregated prefill/decode. All three are optional: a registration
+	// without them is an aggregated worker, as before they existed.
+
+	// Role is RolePrefill, RoleDecode or RoleBoth; "" means RoleBoth.
+	Role string `json:"role,omitempty"`
+	// PDProtocol is how the worker takes part in a disaggregated request:
+	// ProtocolVLLMNIXL or ProtocolSGLang; "" means ProtocolVLLMNIXL.
+	PDProtocol string `json:"pd_protocol,omitempty"`
+	// BootstrapPort is an SGLang worker's disaggregation bootstrap port
+	// (--disaggregation-bootstrap-port), sent as bootstrap_port to both
+	// legs of a request it prefills; 0: not declared. Only with
+	// ProtocolSGLang. It is optional even for a prefill worker, as in
+	// SGLang's mini_lb (--prefill-bootstrap-ports may be left out): the
+	// legs then carry bootstrap_port null and the engine falls back to
+	// its own setting (SGLangDefaultBootstrapPort unless changed).
+	BootstrapPort int `json:"bootstrap_port,omitempty"`
+}
+
+// Worker roles in disaggregated prefill/decode serving.
+const (
+	RoleBoth    = "both"    // aggregated: prefill and decode (the default)
+	RolePrefill = "prefill" // computes prompts' KV caches for decode workers
+	RoleDecode  = "decode"  // pulls a prompt's KV cache and generates
+)
+
+// Disaggregation protocols (how the two legs of a request are sent).
+const (
+	// ProtocolVLLMNIXL is vLLM's NIXL connector: a one-token prefill leg
+	// whose answer's kv_transfer_params go into the decode leg (the
+	// default).
+	ProtocolVLLMNIXL = "vllm-nixl"
+	// ProtocolSGLang is SGLang's PD protocol: both legs at once, meeting
+	// on bootstrap_host, bootstrap_port and bootstrap_room.
+	ProtocolSGLang = "sglang"
+)
+
+// SGLangDefaultBootstrapPort is SGLang's default
+// --disaggregation-bootstrap-port.
+const SGLangDefaultBootstrapPort = 8998
+
+// RoleOrDefault is the worker's role, RoleBoth when none is declared.
+func (r *Registration) RoleOrDefault() string {
+	if r.Role == "" {
+		return RoleBoth
+	}
+	return r.Role
+}
+
+// ProtocolOrDefault is the worker's disaggregation protocol,
+// ProtocolVLLMNIXL when none is declared.
+func (r *Registration) ProtocolOrDefault() string {
+	if r.PDProtocol == "" {
+		return ProtocolVLLMNIXL
+	}
+	return r.PDProtocol
 }
 
 // Bounds of a valid registration (Validate). The strings are bounded so
@@ -91,7 +147,9 @@ func (r *Registration) Validate() error { return r.ValidateRanks(DefaultMaxDpRan
 // https URL with a host, 1 to maxRanks distinct dp ranks each at most
 // wire.MaxDPRank, a block size in [1, MaxBlockSize], non-negative
 // capacities, a heartbeat in [1, MaxHeartbeatMillis] ms, a known event
-// transport (zmq with a tcp://host:port endpoint) and bounded strings.
+// transport (zmq with a tcp://host:port endpoint), bounded strings, and, when
+// declared, a known role and pd_protocol and a bootstrap_port in [1, 65535]
+// with the sglang protocol only.
 func (r *Registration) ValidateRanks(maxRanks int) error {
 	if r.WorkerID == 0 {
 		return errors.New("registration: worker_id must be > 0")
@@ -152,6 +210,22 @@ func (r *Registration) ValidateRanks(maxRanks int) error {
 		}
 	default:
 		return bad("unknown event_transport %q (dynamo, native, zmq or none)", r.EventTransport)
+	}
+	switch r.Role {
+	case "", RoleBoth, RolePrefill, RoleDecode:
+	default:
+		return bad("unknown role %q (prefill, decode or both)", r.Role)
+	}
+	switch r.PDProtocol {
+	case "", ProtocolVLLMNIXL, ProtocolSGLang:
+	default:
+		return bad("unknown pd_protocol %q (vllm-nixl or sglang)", r.PDProtocol)
+	}
+	switch {
+	case r.BootstrapPort < 0 || r.BootstrapPort > 65535:
+		return bad("bootstrap_port %d must be in [1, 65535]", r.BootstrapPort)
+	case r.BootstrapPort != 0 && r.PDProtocol != ProtocolSGLang:
+		return bad("bootstrap_port is SGLang's: it needs pd_protocol %q, not %q", ProtocolSGLang, r.ProtocolOrDefault())
 	}
 	return nil
 }

@@ -257,7 +257,7 @@ func registrationRule(r Registration) string {
 	}
 	switch r.EventTransport {
 	case TransportDynamo, TransportNative, TransportNone:
-		return ""
+		return pdRule(r)
 	case TransportZMQ:
 		if r.ZMQEndpoint == "" {
 			return "zmq_endpoint"
@@ -271,9 +271,24 @@ func registrationRule(r Registration) string {
 				return "zmq endpoint"
 			}
 		}
-		return ""
+		return pdRule(r)
 	}
 	return "event_transport"
+}
+
+// pdRule restates the disaggregation fields' rules: role and pd_protocol
+// empty or known, bootstrap_port 0 or a port, and only with sglang.
+func pdRule(r Registration) string {
+	if !slices.Contains([]string{"", "prefill", "decode", "both"}, r.Role) {
+		return "role"
+	}
+	if !slices.Contains([]string{"", "vllm-nixl", "sglang"}, r.PDProtocol) {
+		return "pd_protocol"
+	}
+	if r.BootstrapPort < 0 || r.BootstrapPort > 65535 || (r.BootstrapPort != 0 && r.PDProtocol != "sglang") {
+		return "bootstrap_port"
+	}
+	return ""
 }
 
 // roundTrip checks that v survives Encode and Decode unchanged and that
@@ -323,6 +338,10 @@ func FuzzRegistration(f *testing.F) {
 		`"dp_ranks":[]`, `"dp_ranks":[1,1]`, `"dp_ranks":[65536]`, `"block_size":65537`, `"kv_blocks":-1`, `"max_model_len":-1`,
 		`"heartbeat_ms":0`, `"heartbeat_ms":600001`, `"event_transport":"grpc"`, `"event_transport":"zmq"`,
 		`"event_transport":"zmq","zmq_endpoint":"ipc:///x"`, `"event_transport":"zmq","zmq_endpoint":"tcp://h:1","zmq_replay":"tcp://h"`,
+		`"role":"prefill"`, `"role":"decode","pd_protocol":"sglang"`, `"role":"Prefill"`, `"role":"router"`, `"pd_protocol":"nixl"`,
+		`"role":"prefill","pd_protocol":"sglang","bootstrap_port":8998`, `"pd_protocol":"sglang","bootstrap_port":65536`,
+		`"pd_protocol":"sglang","bootstrap_port":-1`, `"bootstrap_port":8998`, `"pd_protocol":"vllm-nixl","bootstrap_port":1`,
+		`"role":"both","pd_protocol":"vllm-nixl"`, `"role":""`,
 	} {
 		f.Add([]byte(`{"worker_id":2,"url":"https://w:9100","dp_ranks":[0,7],"block_size":16,"kv_blocks":8,"event_transport":"native","heartbeat_ms":100,` + field + `}`))
 	}
@@ -356,7 +375,8 @@ func FuzzRegistration(f *testing.F) {
 func registrationKeys(r Registration) []string {
 	keys := []string{"worker_id", "url", "dp_ranks", "block_size", "kv_blocks", "event_transport", "heartbeat_ms"}
 	for k, set := range map[string]bool{"instance_id": r.Instance != "", "model": r.Model != "", "max_batched_tokens": r.MaxBatchedTokens != 0,
-		"max_model_len": r.MaxModelLen != 0, "zmq_endpoint": r.ZMQEndpoint != "", "zmq_replay": r.ZMQReplay != ""} {
+		"max_model_len": r.MaxModelLen != 0, "zmq_endpoint": r.ZMQEndpoint != "", "zmq_replay": r.ZMQReplay != "",
+		"role": r.Role != "", "pd_protocol": r.PDProtocol != "", "bootstrap_port": r.BootstrapPort != 0} {
 		if set {
 			keys = append(keys, k)
 		}

@@ -192,5 +192,6 @@ func sameRegistration(a, b Registration) bool {
 	}
 	return a.WorkerID == b.WorkerID && a.Instance == b.Instance && a.MaxModelLen == b.MaxModelLen && a.URL == b.URL && a.Model == b.Model && a.BlockSize == b.BlockSize &&
 		a.KVBlocks == b.KVBlocks && a.MaxBatchedTokens == b.MaxBatchedTokens && a.EventTransport == b.EventTransport &&
-		a.ZMQEndpoint == b.ZMQEndpoint && a.ZMQReplay == b.ZMQReplay && a.HeartbeatMillis == b.HeartbeatMillis
+		a.ZMQEndpoint == b.ZMQEndpoint && a.ZMQReplay == b.ZMQReplay && a.HeartbeatMillis == b.HeartbeatMillis &&
+		a.Role == b.Role && a.PDProtocol == b.PDProtocol && a.BootstrapPort == b.BootstrapPort
 }

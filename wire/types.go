@@ -46,7 +46,8 @@ func (k Kind) String() string {
 type Tier uint8
 
 // Storage tiers. vLLM's medium maps GPU→TierDevice, CPU→TierHost,
-// DISK→TierDisk, anything else→TierExternal.
+// DISK and STORAGE→TierDisk, anything else→TierExternal; a host or disk
+// copy whose locality is not LOCAL is TierExternal (see the package doc).
 const (
 	TierDevice Tier = iota
 	TierHost

@@ -113,7 +113,7 @@ bench-gate:
 fuzz: tokenizers
 	CI=true perf/fuzz-all.sh '$(FUZZTIME)'
 
-# Every fuzz target for 10 minutes (29 targets: about 4.8 hours on one
+# Every fuzz target for 10 minutes (33 targets: about 5.5 hours on one
 # core); not part of make test. Split it over cores or machines with
 # FUZZ_SHARD=i/n (and FUZZ_PARALLEL=1), e.g. FUZZ_SHARD=0/2 and 1/2 side by side.
 fuzz-long: tokenizers

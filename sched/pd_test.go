@@ -423,3 +423,67 @@ func TestDecidePDWithoutPrefillIsDecide(t *testing.T) {
 		checkInv(t, b)
 	}
 }
+
+// With prefill ranks the plain-rank heap is keyed by the transfer weight,
+// so decode legs take the heap path; its pairs are the scan's, while ranks
+// join and leave the prefill pool (re-keying the heap).
+func TestPDHeapMatchesScan(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		cfg := DefaultConfig()
+		cfg.BlockSize = 4
+		cfg.DisaggPolicy = DisaggPolicy(seed % 4)
+		cfg.DisaggMinUncachedTokens = 8
+		cfg.QueueAffinityHold = 0
+		heap, _ := New(cfg, seed)
+		scan, _ := New(cfg, seed)
+		scan.forceScan = true
+		rng := rand.New(rand.NewPCG(seed, 9))
+		var now int64
+		var ids []uint64
+		pairHeap := uint64(0) // heap-path decisions of DecidePD with prefill ranks
+		for step := 0; step < 500; step++ {
+			now += int64(rng.IntN(3)) * int64(time.Millisecond)
+			k := key(uint64(1 + rng.IntN(12)))
+			switch op := rng.IntN(10); {
+			case op == 0:
+				c := Capacity{TotalBlocks: 1000, Role: Role(rng.IntN(3))}
+				heap.AddWorker(k, c)
+				scan.AddWorker(k, c)
+			case op == 1 && rng.IntN(3) == 0:
+				heap.RemoveRank(k, now)
+				scan.RemoveRank(k, now)
+			case op <= 6:
+				id := uint64(step + 1)
+				n := 1 + rng.IntN(8)
+				r := Request{ID: id, ISL: uint32(4 * n), Blocks: pdHashes(uint64(rng.IntN(3)), n)}
+				ov := []Overlap{{Worker: k, Device: uint32(rng.IntN(n + 1))}}
+				before := heap.heapUsed
+				dh, ds := heap.DecidePD(&r, ov, now), scan.DecidePD(&r, ov, now)
+				if dh.Rule != RuleNoPrefillPool {
+					pairHeap += heap.heapUsed - before
+				}
+				if dh != ds {
+					t.Fatalf("seed %d step %d: heap %+v, scan %+v", seed, step, dh, ds)
+				}
+				ids = append(ids, id)
+			case len(ids) > 0:
+				id := ids[rng.IntN(len(ids))]
+				switch op {
+				case 7:
+					heap.PrefillDone(id, now)
+					scan.PrefillDone(id, now)
+				case 8:
+					heap.MarkPrefillCompleted(id, now)
+					scan.MarkPrefillCompleted(id, now)
+				default:
+					heap.Free(id, now)
+					scan.Free(id, now)
+				}
+			}
+			checkInv(t, heap)
+		}
+		if pairHeap == 0 || scan.heapUsed != 0 {
+			t.Fatalf("seed %d: heap path taken %d times by pairs, by the scan twin %d", seed, pairHeap, scan.heapUsed)
+		}
+	}
+}

@@ -271,10 +271,11 @@ func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
 				s.RemoveRank(key, s.now)
 			}
 			s.prefillPool().AddWorker(key, c)
+			s.syncHeapWeight()
 			return
 		}
-		if s.pf != nil {
-			s.pf.RemoveRank(key, s.now)
+		if s.pf != nil && s.pf.RemoveRank(key, s.now) {
+			s.syncHeapWeight()
 		}
 	}
 	if i, ok := s.slotOf[key]; ok {
@@ -414,6 +415,9 @@ func floorLimit(x float64) int64 {
 // the outbox on the next queue pass. It reports whether the worker was known.
 func (s *Scheduler) RemoveWorker(worker uint64, now int64) bool {
 	inPool := s.pf != nil && s.pf.RemoveWorker(worker, now)
+	if inPool {
+		s.syncHeapWeight()
+	}
 	w, ok := s.workerOf[worker]
 	if !ok {
 		return inPool
@@ -431,7 +435,11 @@ func (s *Scheduler) RemoveRank(key wire.WorkerKey, now int64) bool {
 	now = s.advance(now)
 	i, ok := s.slotOf[key]
 	if !ok {
-		return s.pf != nil && s.pf.RemoveRank(key, now)
+		if s.pf != nil && s.pf.RemoveRank(key, now) {
+			s.syncHeapWeight()
+			return true
+		}
+		return false
 	}
 	for s.slots[i].reqHead != 0 {
 		s.freeReq(s.slots[i].reqHead, now)

@@ -322,6 +322,14 @@ func TestRoles(t *testing.T) {
 			t.Errorf("ParseDisaggPolicy(%q) = %v, %v", n, p, err)
 		}
 	}
+	for r, want := range pairRuleNames {
+		if got := PairRule(r).String(); got != want {
+			t.Errorf("PairRule(%d) = %q, want %q", r, got, want)
+		}
+	}
+	if RuleShortPrompt.String() != "short-prompt" || RuleLoad.String() != "load" || RulePrefillBusy.String() != "prefill-busy" {
+		t.Error("rule names")
+	}
 	if _, err := ParseDisaggPolicy("sometimes"); err == nil {
 		t.Error("ParseDisaggPolicy accepted an unknown policy")
 	}

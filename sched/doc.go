@@ -8,8 +8,8 @@
 //	decisions = s.Decide(decisions[:0], batch, overlaps, now) // overlaps[i] for batch[i]
 //	s.MarkPrefillCompleted(id, now); s.Free(id, now)         // as the engine reports
 //	effects = s.Drain(effects[:0])                            // admissions, rejections, expiries
-//	pair := s.DecidePD(&req, overlaps, now)                    // with prefill ranks (Capacity.Role)
-//	s.PrefillDone(id, now)                                     // the prefill leg answered
+//	pair := s.DecidePD(&req, overlaps, now)                   // with prefill ranks (Capacity.Role)
+//	s.PrefillDone(id, now)                                    // the prefill leg answered
 //
 // A Scheduler is a synchronous, single-owner state machine in the style of
 // etcd raft's RawNode: no goroutines, no locks, no clock, no global

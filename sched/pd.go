@@ -181,7 +181,9 @@ func (s *Scheduler) PrefillRanks() int {
 // are its "prefill", to pull), and booked until Free; then
 // Config.DisaggPolicy decides whether the prompt is computed there or on a
 // prefill rank, chosen by the cost (cached prefix, prefill load) among the
-// prefill ranks and booked until PrefillDone. It does not allocate once the
+// prefill ranks and booked until PrefillDone. The request's Override pins
+// or restricts the decode leg (the rank that answers); the prefill leg
+// takes its weight and temperature only. It does not allocate once the
 // tables have grown.
 func (s *Scheduler) DecidePD(req *Request, overlaps []Overlap, now int64) PairDecision {
 	now = s.advance(now)

@@ -43,6 +43,26 @@ func TestDecideAllocs(t *testing.T) {
 	}
 }
 
+// A P/D decision (both legs and their bookings), prefill done, first token
+// and free allocate nothing once the tables have grown, and neither does
+// the aggregated fleet decided through DecidePD.
+func TestDecidePDAllocs(t *testing.T) {
+	for _, n := range []int{16, 256} {
+		for _, w := range []string{"unit", "default"} {
+			agg, pd := pdFleets(t, n, w)
+			for name, f := range map[string]*fleet{"aggregated": agg, "pd": pd} {
+				f.remote = 0
+				if a := testing.AllocsPerRun(50, f.step); a != 0 {
+					t.Errorf("workers=%d weights=%s %s: %v allocs per batch of %d", n, w, name, a, len(f.batch))
+				}
+				if name == "pd" && f.remote != 51*len(f.batch) {
+					t.Errorf("workers=%d weights=%s: %d of %d disaggregated", n, w, f.remote, 51*len(f.batch))
+				}
+			}
+		}
+	}
+}
+
 // Explaining a decision into a caller's buffer allocates nothing.
 func TestExplainAllocs(t *testing.T) {
 	f := newFleet(t, benchOpts(8))

@@ -26,6 +26,26 @@ func (s *Scheduler) checkInvariants() {
 // the oldest-prefill anchor against the prefill lists, the expiry order, the
 // worker table and the queue order. It is O(state); for tests.
 func (s *Scheduler) CheckInvariants() error {
+	var pfTotal int64
+	for i := range s.hot {
+		pfTotal += s.hot[i].pfSum
+	}
+	if pfTotal != s.pfTotal {
+		return fmt.Errorf("prefill total %d, the ranks' prefill sums add to %d", s.pfTotal, pfTotal)
+	}
+	if s.pf != nil {
+		for k := range s.pf.slotOf {
+			if _, ok := s.slotOf[k]; ok {
+				return fmt.Errorf("rank %v in both the prefill pool and the table", k)
+			}
+		}
+		if s.pf.q.len() != 0 {
+			return fmt.Errorf("prefill pool: %d requests waiting", s.pf.q.len())
+		}
+		if err := s.pf.CheckInvariants(); err != nil {
+			return fmt.Errorf("prefill pool: %w", err)
+		}
+	}
 	// Block index: vectors, one holder per (hash, slot), counts.
 	rc := make(map[holderKey]uint32) // (hash, slot) → references from requests
 	activeBy := make(map[uint32]int64)

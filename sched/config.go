@@ -218,6 +218,22 @@ type Config struct {
 	// queue's measured drain rate (see QueueWait). Default 0: off, the
 	// reference behaviour (the service flag's default is 2 s).
 	MaxQueueWait time.Duration
+
+	// DisaggPolicy says when DecidePD, in a fleet with prefill ranks,
+	// serves a request on its decode rank alone instead of prefilling it
+	// remotely (--disagg-policy; doc.go, "Disaggregated prefill and
+	// decode"). Default DisaggISL.
+	DisaggPolicy DisaggPolicy
+	// DisaggMinUncachedTokens is the ISL rule's threshold
+	// (--disagg-min-uncached-tokens): a prompt with fewer tokens not cached
+	// on its decode rank is computed there. Default 512.
+	DisaggMinUncachedTokens uint32
+	// TransferWeight is the weight of the decode leg's "prefill" term, the
+	// prompt's blocks the decode rank would pull (those it does not hold):
+	// the decode cost is TransferWeight × blocks to pull + decode blocks.
+	// Default 1: a block to pull weighs as a block held, so load comes
+	// first (Weight, 8, would make the choice cache-first).
+	TransferWeight float64
 }
 
 // DefaultConfig returns the defaults documented on Config's fields, with
@@ -244,6 +260,9 @@ func DefaultConfig() Config {
 		QueueAffinityTail:         2,
 		QueueAffinityHoldPerBlock: 4 * time.Millisecond,
 		RejectionWindow:           5 * time.Second,
+		DisaggPolicy:              DisaggISL,
+		DisaggMinUncachedTokens:   512,
+		TransferWeight:            1,
 	}
 }
 
@@ -291,6 +310,10 @@ func (c *Config) Validate() error {
 		return bad("rejection window %v must be ≥ 0", c.RejectionWindow)
 	case c.MaxQueueWait < 0:
 		return bad("max queue wait %v must be ≥ 0", c.MaxQueueWait)
+	case int(c.DisaggPolicy) >= len(disaggPolicyNames):
+		return bad("disaggregation policy %d", c.DisaggPolicy)
+	case !finite(c.TransferWeight) || c.TransferWeight < 0:
+		return bad("transfer weight %v must be finite and ≥ 0", c.TransferWeight)
 	}
 	return nil
 }

@@ -64,6 +64,35 @@ func (s *Scheduler) initHeap() {
 	}
 }
 
+// syncHeapWeight keys the heap by the weight the decisions use: while the
+// prefill pool has ranks, most decisions are decode legs, weighted by
+// Config.TransferWeight, so the heap takes that weight (aggregated
+// decisions then scan); otherwise the cost's. Re-keying is O(ranks), on a
+// change of pool only.
+func (s *Scheduler) syncHeapWeight() {
+	h := &s.ph
+	if !h.on || s.cfg.Policy != PolicyKV {
+		return
+	}
+	w := s.cfg.Weight
+	if s.cfg.CreditCost {
+		w = s.cfg.PrefillLoadScale
+	}
+	if s.PrefillRanks() > 0 {
+		w = s.cfg.TransferWeight
+	}
+	if w == h.w {
+		return
+	}
+	h.w = w
+	for j := range h.ents {
+		h.ents[j].key = s.heapKey(s.scan[h.ents[j].rank])
+	}
+	for j := len(h.ents)/2 - 1; j >= 0; j-- {
+		h.down(j)
+	}
+}
+
 func (s *Scheduler) heapKey(sc slotScan) float64 {
 	return s.ph.w*float64(sc.pf)*s.invBS + float64(sc.active)
 }

@@ -45,6 +45,8 @@ type fleet struct {
 	inFlight int
 	decideNs int64 // wall time inside Decide, when timed
 	timed    bool
+	pd       bool  // DecidePD, one request at a time
+	remote   int   // DecidePD: pairs booked
 	now      int64 // advances 1 ms per batch
 }
 
@@ -57,6 +59,8 @@ type fleetOpts struct {
 	inFlight   int
 	batch      int
 	decay      bool // requests carry an expected prefill duration
+	prefill    int  // of the workers, how many are prefill ranks (the first)
+	pd         bool // decide one request at a time with DecidePD
 	cfg        Config
 }
 
@@ -67,9 +71,15 @@ func newFleet(tb testing.TB, o fleetOpts) *fleet {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for w := 0; w < o.workers; w++ {
-		s.AddWorker(wire.WorkerKey{Worker: uint64(w + 1)}, Capacity{TotalBlocks: 1 << 40})
+		c := Capacity{TotalBlocks: 1 << 40}
+		if w < o.prefill {
+			c.Role = RolePrefill
+		} else if o.prefill > 0 {
+			c.Role = RoleDecode
+		}
+		s.AddWorker(wire.WorkerKey{Worker: uint64(w + 1)}, c)
 	}
-	f := &fleet{s: s, inFlight: o.inFlight}
+	f := &fleet{s: s, inFlight: o.inFlight, pd: o.pd}
 	const pool = 1024
 	for i := 0; i < pool; i++ {
 		fam := rng.IntN(o.families)
@@ -113,6 +123,10 @@ func newFleet(tb testing.TB, o fleetOpts) *fleet {
 func (f *fleet) step() {
 	f.now += int64(time.Millisecond)
 	f.fill(len(f.batch))
+	if f.pd {
+		f.stepPD()
+		return
+	}
 	if f.timed {
 		t0 := time.Now()
 		f.dec = f.s.Decide(f.dec[:0], f.batch, f.bovs, f.now)
@@ -126,6 +140,38 @@ func (f *fleet) step() {
 	}
 	for f.count > f.inFlight {
 		id := f.ring[f.head]
+		f.s.MarkPrefillCompleted(id, f.now)
+		f.s.Free(id, f.now)
+		f.head = (f.head + 1) % len(f.ring)
+		f.count--
+	}
+}
+
+// stepPD is step with DecidePD, one request at a time; retiring a request
+// ends its prefill booking, then its decode rank's prefill, then frees it.
+func (f *fleet) stepPD() {
+	var t0 time.Time
+	if f.timed {
+		t0 = time.Now()
+	}
+	f.dec = f.dec[:0]
+	for i := range f.batch {
+		d := f.s.DecidePD(&f.batch[i], f.bovs[i], f.now)
+		if d.Remote() {
+			f.remote++
+		}
+		f.dec = append(f.dec, d.Decode)
+	}
+	if f.timed {
+		f.decideNs += int64(time.Since(t0))
+	}
+	for i := range f.dec {
+		f.ring[(f.head+f.count)%len(f.ring)] = f.dec[i].ID
+		f.count++
+	}
+	for f.count > f.inFlight {
+		id := f.ring[f.head]
+		f.s.PrefillDone(id, f.now)
 		f.s.MarkPrefillCompleted(id, f.now)
 		f.s.Free(id, f.now)
 		f.head = (f.head + 1) % len(f.ring)
@@ -181,6 +227,65 @@ func runFleet(b *testing.B, f *fleet, batch int) {
 	if c := cpuNanos() - cpu; c > 0 {
 		b.ReportMetric(n/(float64(c)/1e9), "cpu-decisions/s")
 		b.ReportMetric(float64(c)/n, "cpu-ns/decision")
+	}
+}
+
+// pdFleets builds the two fleets BenchmarkDecidePD compares on the same
+// GPUs: n aggregated ranks, and n/2 prefill with n/2 decode ranks where
+// every request is disaggregated (DisaggAlways: the decode leg, then the
+// prefill leg, two bookings). Both decide each request alone with DecidePD
+// (without prefill ranks it is Decide). weights "default" takes
+// DefaultConfig's weight and cache affinity, where the decode leg's
+// transfer weight (1) differs from the cost's (8).
+func pdFleets(tb testing.TB, n int, weights string) (agg, pd *fleet) {
+	o := benchOpts(n)
+	o.pd = true
+	o.cfg.DisaggPolicy = DisaggAlways
+	if weights == "default" {
+		d := DefaultConfig()
+		o.cfg.Weight, o.cfg.CacheAffinity = d.Weight, d.CacheAffinity
+	}
+	agg = newFleet(tb, o)
+	o.prefill = n / 2
+	pd = newFleet(tb, o)
+	return agg, pd
+}
+
+// BenchmarkDecidePD compares a P/D decision with an aggregated one
+// (pdFleets). One op steps both fleets by a batch of 64 decisions each
+// (with their retirements: prefill done, first token, free), alternating so
+// a shared machine's load falls on both alike; pd/aggregated is the ratio
+// of their CPU time, the figure the target bounds (≤ 1.5; doc.go,
+// "Disaggregated prefill and decode"), and the ns/decision of each are
+// reported too.
+func BenchmarkDecidePD(b *testing.B) {
+	for _, n := range []int{16, 256, 2048} {
+		for _, weights := range []string{"unit", "default"} {
+			b.Run(fmt.Sprintf("workers=%d/weights=%s", n, weights), func(b *testing.B) {
+				agg, pd := pdFleets(b, n, weights)
+				pd.remote = 0
+				var aggNs, pdNs int64
+				b.ReportAllocs()
+				for b.Loop() {
+					c0 := cpuNanos()
+					agg.step()
+					c1 := cpuNanos()
+					pd.step()
+					c2 := cpuNanos()
+					aggNs += c1 - c0
+					pdNs += c2 - c1
+				}
+				if pd.remote != b.N*len(pd.batch) {
+					b.Fatalf("%d of %d requests disaggregated", pd.remote, b.N*len(pd.batch))
+				}
+				d := float64(b.N * len(pd.batch))
+				b.ReportMetric(float64(aggNs)/d, "aggregated-cpu-ns/decision")
+				b.ReportMetric(float64(pdNs)/d, "pd-cpu-ns/decision")
+				if aggNs > 0 {
+					b.ReportMetric(float64(pdNs)/float64(aggNs), "pd/aggregated")
+				}
+			})
+		}
 	}
 }
 

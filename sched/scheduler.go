@@ -28,6 +28,15 @@ type Scheduler struct {
 	now    int64
 	gen    uint32
 	rrLast int // slot chosen last by round-robin, -1 none
+	seed   uint64
+
+	// The prefill-role ranks live in a scheduler of their own (pd.go), made
+	// when the first one is added; nil in an aggregated fleet. inner marks
+	// that scheduler. pfTotal is the sum of the ranks' prefill tokens
+	// (undecayed), the pool's queue for Config.DisaggPolicy's load rule.
+	pf      *Scheduler
+	inner   bool
+	pfTotal int64
 
 	// Dp ranks ("slots") in three parallel arrays: hot holds what every
 	// decision reads for every rank (one cache line each), held the
@@ -218,6 +227,7 @@ func New(cfg Config, seed uint64) (*Scheduler, error) {
 		invBS:    1 / float64(cfg.BlockSize),
 		rng:      rand.New(rand.NewPCG(seed, seed^0x6a09e667f3bcc909)),
 		rrLast:   -1,
+		seed:     seed,
 		slotOf:   make(map[wire.WorkerKey]uint32),
 		workerOf: make(map[uint64]uint32),
 		reqs:     make([]request, 1, 64),
@@ -247,8 +257,27 @@ var ErrDuplicate = errors.New("sched: duplicate request id")
 
 // AddWorker adds a dp rank to the worker table, or updates its capacity if it
 // is there, and admits waiting requests that can now be routed (at the latest
-// time seen). Control plane: it may allocate.
+// time seen). A rank whose Capacity.Role is RolePrefill joins the prefill
+// pool (DecidePD), out of reach of aggregated decisions; a rank changing
+// role to or from it is removed from its old table first (its requests are
+// dropped). Control plane: it may allocate.
 func (s *Scheduler) AddWorker(key wire.WorkerKey, c Capacity) {
+	if int(c.Role) >= len(roleNames) {
+		panic(fmt.Sprintf("sched: AddWorker: capacity role %d", c.Role))
+	}
+	if !s.inner {
+		if c.Role == RolePrefill {
+			if _, ok := s.slotOf[key]; ok {
+				s.RemoveRank(key, s.now)
+			}
+			s.prefillPool().AddWorker(key, c)
+			s.syncHeapWeight()
+			return
+		}
+		if s.pf != nil && s.pf.RemoveRank(key, s.now) {
+			s.syncHeapWeight()
+		}
+	}
 	if i, ok := s.slotOf[key]; ok {
 		s.slots[i].capacity = c
 		s.setLimits(i)
@@ -385,9 +414,13 @@ func floorLimit(x float64) int64 {
 // waiting requests that can no longer be routed anywhere are rejected through
 // the outbox on the next queue pass. It reports whether the worker was known.
 func (s *Scheduler) RemoveWorker(worker uint64, now int64) bool {
+	inPool := s.pf != nil && s.pf.RemoveWorker(worker, now)
+	if inPool {
+		s.syncHeapWeight()
+	}
 	w, ok := s.workerOf[worker]
 	if !ok {
-		return false
+		return inPool
 	}
 	for len(s.workers[w].ranks) > 0 {
 		ranks := s.workers[w].ranks
@@ -402,6 +435,10 @@ func (s *Scheduler) RemoveRank(key wire.WorkerKey, now int64) bool {
 	now = s.advance(now)
 	i, ok := s.slotOf[key]
 	if !ok {
+		if s.pf != nil && s.pf.RemoveRank(key, now) {
+			s.syncHeapWeight()
+			return true
+		}
 		return false
 	}
 	for s.slots[i].reqHead != 0 {
@@ -460,6 +497,9 @@ func (s *Scheduler) ReportLoad(key wire.WorkerKey, l Load, now int64) error {
 	now = s.advance(now)
 	i, ok := s.slotOf[key]
 	if !ok {
+		if s.pf != nil {
+			return s.pf.ReportLoad(key, l, now)
+		}
 		return ErrUnknownWorker
 	}
 	s.slots[i].reported = l
@@ -474,14 +514,18 @@ func (s *Scheduler) ReportLoad(key wire.WorkerKey, l Load, now int64) error {
 func (s *Scheduler) SetTreeSize(key wire.WorkerKey, blocks uint32) error {
 	i, ok := s.slotOf[key]
 	if !ok {
+		if s.pf != nil {
+			return s.pf.SetTreeSize(key, blocks)
+		}
 		return ErrUnknownWorker
 	}
 	s.slots[i].treeSize = blocks
 	return nil
 }
 
-// Workers returns the number of dp ranks in the table.
-func (s *Scheduler) Workers() int { return len(s.slotOf) }
+// Workers returns the number of dp ranks in the table, prefill ranks
+// included.
+func (s *Scheduler) Workers() int { return len(s.slotOf) + s.PrefillRanks() }
 
 // prefillAt is rank i's active prefill tokens at now: the sum of the
 // requests in prefill, with the oldest one's share decayed linearly over its
@@ -570,7 +614,8 @@ func (s *Scheduler) Stats() Stats {
 
 // AppendLoads appends the read model of every dp rank, in slot order, to
 // dst: active blocks, active prefill tokens at now, and how many of blocks
-// (a request's sequence hashes) each already has active.
+// (a request's sequence hashes) each already has active. The prefill ranks
+// follow, in their pool's slot order (Capacity.Role says which they are).
 func (s *Scheduler) AppendLoads(dst []WorkerLoad, blocks []wire.SeqHash, now int64) []WorkerLoad {
 	gen := s.nextGen()
 	s.countHeld(blocks, gen)
@@ -602,6 +647,9 @@ func (s *Scheduler) AppendLoads(dst []WorkerLoad, blocks []wire.SeqHash, now int
 			Decisions:     sl.decisions,
 			TreeSize:      sl.treeSize,
 		})
+	}
+	if s.pf != nil {
+		dst = s.pf.AppendLoads(dst, blocks, now)
 	}
 	return dst
 }

@@ -11,7 +11,9 @@ import (
 // elsewhere (another router replica, or a caller that chose the worker): its
 // blocks become active there (reference-counted by hash) and the hint's
 // effective prefill tokens join the rank's prefill load. isl and overlap are
-// recorded as given; the scheduler does no token arithmetic on them.
+// recorded as given; the scheduler does no token arithmetic on them. On a
+// prefill rank it books a prefill leg (PrefillDone ends it), whose id may
+// also have a decode booking.
 // A duplicate id is ErrDuplicate, an unknown rank ErrUnknownWorker.
 func (s *Scheduler) AddRequest(id uint64, worker wire.WorkerKey, blocks []wire.SeqHash, isl, overlap uint32, hint PrefillLoadHint, now int64) error {
 	now = s.advance(now)
@@ -20,6 +22,11 @@ func (s *Scheduler) AddRequest(id uint64, worker wire.WorkerKey, blocks []wire.S
 	}
 	i, ok := s.slotOf[worker]
 	if !ok {
+		if s.pf != nil && s.pf.byID.get(id) == 0 {
+			if _, ok := s.pf.slotOf[worker]; ok {
+				return s.pf.AddRequest(id, worker, blocks, isl, overlap, hint, now)
+			}
+		}
 		return ErrUnknownWorker
 	}
 	s.book(id, i, blocks, isl, overlap, hint, now, 0, 0, 0)
@@ -221,6 +228,7 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 		rq.pfTokens = int64(hint.InitialEffectiveTokens)
 		rq.pfDur = durNanos(hint.ExpectedDuration)
 		h.pfSum += rq.pfTokens
+		s.pfTotal += rq.pfTokens
 		rq.pfPrev = sl.pfTail
 		if sl.pfTail != 0 {
 			s.reqs[sl.pfTail].pfNext = r
@@ -281,10 +289,17 @@ func (s *Scheduler) MarkPrefillCompleted(id uint64, now int64) bool {
 
 // Free ends a request: its blocks and any prefill load leave its rank and
 // waiting requests are admitted if that freed a worker. A waiting request is
-// removed from the queue (Stats.Cancelled). Idempotent: it reports whether
-// the id was active or waiting.
+// removed from the queue (Stats.Cancelled). A prefill booking still open
+// (DecidePD) ends too. Idempotent: it reports whether the id was active or
+// waiting.
 func (s *Scheduler) Free(id uint64, now int64) bool {
 	now = s.advance(now)
+	if s.pf != nil && s.pf.byID.get(id) != 0 {
+		s.pf.Free(id, now)
+		if s.byID.get(id) == 0 && s.q.ids.get(id) == 0 {
+			return true // its decode rank was removed
+		}
+	}
 	if r := s.byID.get(id); r != 0 {
 		s.freeReq(r, now)
 		s.drain(now)
@@ -314,6 +329,9 @@ func (s *Scheduler) Tick(now int64) {
 			}
 			s.outbox = append(s.outbox, Effect{Kind: EffectExpired, ID: rq.id, Worker: s.slots[rq.slot].key, At: now})
 			s.stats.Expirations++
+			if s.pf != nil && s.pf.byID.get(rq.id) != 0 {
+				s.pf.Free(rq.id, now)
+			}
 			s.freeReq(r, now)
 		}
 	}
@@ -326,6 +344,7 @@ func (s *Scheduler) endPrefill(r uint32, now int64) {
 	i := rq.slot
 	sl := &s.slots[i]
 	s.hot[i].pfSum -= rq.pfTokens
+	s.pfTotal -= rq.pfTokens
 	if rq.pfPrev != 0 {
 		s.reqs[rq.pfPrev].pfNext = rq.pfNext
 	} else {

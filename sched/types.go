@@ -251,9 +251,13 @@ type Effect struct {
 // Capacity is a dp rank's static size, from the engine's runtime config. A
 // plain value; zero fields are unknown (and the busy checks that need them
 // never fire).
+//
+// Role is what the rank serves (RoleBoth, the zero value, unless it
+// declares otherwise): prefill ranks form the pool DecidePD prefills on.
 type Capacity struct {
 	TotalBlocks      uint64
 	MaxBatchedTokens uint64
+	Role             Role
 }
 
 // Load is what an engine reports about a dp rank (its load metrics). A plain
@@ -300,6 +304,8 @@ type Stats struct {
 	Expirations       uint64
 	Cancelled         uint64 // waiting requests freed before admission
 	Dropped           uint64 // active requests dropped with their worker
+	Disaggregated     uint64 // DecidePD: requests prefilled remotely (two bookings)
+	ServedLocal       uint64 // DecidePD with prefill ranks: requests served on the decode rank alone
 	QueueDepth        int
 	Active            int
 }

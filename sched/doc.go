@@ -205,11 +205,7 @@
 //
 // While the pool has ranks, the plain-rank heap is keyed by TransferWeight
 // (decode legs take the heap path; aggregated decisions then scan;
-// TestPDHeapMatchesScan). BenchmarkDecidePD steps an aggregated fleet of n
-// ranks and a P/D fleet of n/2 prefill and n/2 decode ranks (every request
-// disaggregated) alternately and reports the CPU-time ratio: 1.25–1.36 at
-// n = 16, 256 and 2048, unit and default weights (target ≤ 1.5; 2-core
-// shared machine, 2 × 2000 batches of 64). Keyed by Weight instead, the
-// decode legs scanned and the 2048-rank, default-weight cell measured
-// 1.77–1.87. Both fleets allocate nothing per decision (TestDecidePDAllocs).
+// TestPDHeapMatchesScan). A P/D decision costs 1.25–1.36× an aggregated
+// one and allocates nothing (BenchmarkDecidePD, TestDecidePDAllocs;
+// docs/decisions/0038-disaggregated-pair-decision.md).
 package sched

@@ -39,7 +39,7 @@ func TestDecodeSlowedByCoBatchedPrefill(t *testing.T) {
 		}
 		prev = d
 	}
-	// Calibration (see the package doc): beside a 2048-token prefill a
+	// The band of the package doc: beside a 2048-token prefill a
 	// decode step of this small batch takes several times its decode-only
 	// time.
 	if r := float64(itl(2048)) / float64(alone); r < 3 || r > 15 {

@@ -331,3 +331,10 @@ func (w *Worker) appendKVParams(resp []byte, reqID string, blocks int) []byte {
 	resp = append(resp, `,"tp_size":1}}`...)
 	return resp
 }
+
+// Role returns the worker's role in disaggregated serving.
+func (w *Worker) Role() string { return w.cfg.Role }
+
+// BootstrapPort returns the port a decode worker pulls this worker's KV
+// from (SGLang's bootstrap_port; NIXL's remote_port): the HTTP port.
+func (w *Worker) BootstrapPort() int { return w.pd.port }

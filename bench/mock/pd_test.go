@@ -229,7 +229,7 @@ func TestSGLangBootstrapRoom(t *testing.T) {
 	prompt := tokens(4, 200)
 	body := map[string]any{
 		"model": "m", "prompt": prompt, "max_tokens": 8,
-		"bootstrap_host": "127.0.0.1", "bootstrap_port": port(t, p), "bootstrap_room": uint64(1) << 62,
+		"bootstrap_host": "127.0.0.1", "bootstrap_port": p.BootstrapPort(), "bootstrap_room": uint64(1) << 62,
 	}
 	var wg sync.WaitGroup
 	var dcode int

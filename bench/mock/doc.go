@@ -172,10 +172,16 @@
 // admits the request). A decode worker given a body without P/D fields
 // serves it aggregated (a router's fallback when a prefill leg fails).
 //
+// A prefill or decode worker's registration carries role and pd_protocol,
+// and with SGLang bootstrap_port; an aggregated worker's carries none of
+// them, as before.
+//
 // Not modelled: batched SGLang bodies (lists of rooms) are refused with a
-// 400, a prefill-role worker's registration does not yet announce its role,
-// protocol or bootstrap port, and the transfer occupies no engine step on
-// either side (NIXL reads asynchronously; the decode worker only waits).
+// 400, as is an SGLang decode leg whose bootstrap_port is null (SGLang
+// falls back to its own port setting; the mock's is its HTTP port, which
+// the decode worker cannot know); and the transfer occupies no engine step
+// on either side (NIXL reads asynchronously; the decode worker only
+// waits).
 //
 // Besides the completion endpoints a worker serves GET /v1/models (its
 // model, in OpenAI's list shape, as vLLM does), /health and /metrics.

@@ -16,19 +16,20 @@ import (
 
 	"github.com/kvroute/kvroute/bench/engine"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/plane"
 )
 
-// Worker roles in disaggregated prefill/decode serving.
+// Worker roles in disaggregated prefill/decode serving (the registration's).
 const (
-	RoleBoth    = "both"    // aggregated: prefill and decode on one engine (the default)
-	RolePrefill = "prefill" // answers prefill legs and keeps their KV for a decode worker
-	RoleDecode  = "decode"  // pulls a prefill worker's KV, then decodes
+	RoleBoth    = plane.RoleBoth    // aggregated: prefill and decode on one engine (the default)
+	RolePrefill = plane.RolePrefill // answers prefill legs and keeps their KV for a decode worker
+	RoleDecode  = plane.RoleDecode  // pulls a prefill worker's KV, then decodes
 )
 
-// Disaggregation protocols, as the engines speak them.
+// Disaggregation protocols, as the engines speak them (the registration's).
 const (
-	ProtocolNIXL   = "vllm-nixl" // vLLM's NIXL connector: kv_transfer_params (the default)
-	ProtocolSGLang = "sglang"    // SGLang PD: bootstrap_host, bootstrap_port, bootstrap_room
+	ProtocolNIXL   = plane.ProtocolVLLMNIXL // vLLM's NIXL connector: kv_transfer_params (the default)
+	ProtocolSGLang = plane.ProtocolSGLang   // SGLang PD: bootstrap_host, bootstrap_port, bootstrap_room
 )
 
 // Defaults of the P/D settings.

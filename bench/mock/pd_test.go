@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/natstest"
 	"github.com/kvroute/kvroute/wire"
+	"github.com/kvroute/kvroute/wire/pd"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 
@@ -325,5 +326,100 @@ func TestNoRoleIsAggregated(t *testing.T) {
 		} else if !strings.Contains(err.Error(), "role") && !strings.Contains(err.Error(), "pd protocol") {
 			t.Errorf("error names no setting: %v", err)
 		}
+	}
+}
+
+// TestPDRegistration: prefill and decode workers announce role, protocol
+// and (SGLang) bootstrap port in registrations that validate; an
+// aggregated worker's registration has none of them.
+func TestPDRegistration(t *testing.T) {
+	p, d, _ := pdPair(t, ProtocolSGLang, nil)
+	for _, w := range []*Worker{p, d} {
+		r := w.Registration()
+		if r.Role != w.Role() || r.PDProtocol != ProtocolSGLang || r.BootstrapPort != port(t, w) {
+			t.Errorf("worker %d registration: role %q, protocol %q, bootstrap port %d", w.ID(), r.Role, r.PDProtocol, r.BootstrapPort)
+		}
+		if err := r.Validate(); err != nil {
+			t.Error(err)
+		}
+	}
+	n, _, _ := pdPair(t, ProtocolNIXL, nil)
+	if r := n.Registration(); r.Role != RolePrefill || r.PDProtocol != ProtocolNIXL || r.BootstrapPort != 0 || r.Validate() != nil {
+		t.Errorf("NIXL prefill registration %+v: %v", r, r.Validate())
+	}
+	w, err := StartWorker(WorkerConfig{ID: 9, Transport: plane.TransportNone}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if r := w.Registration(); r.Role != "" || r.PDProtocol != "" || r.BootstrapPort != 0 {
+		t.Errorf("aggregated registration %+v", r)
+	}
+}
+
+// TestLegsFromWirePD: the legs built by wire/pd from a client's body, as
+// the router builds them, are served by the simulated workers: vLLM's
+// prefill leg and then its decode leg with the prefill answer's
+// kv_transfer_params, and SGLang's one body sent to both at once.
+func TestLegsFromWirePD(t *testing.T) {
+	prompt := tokens(6, 150)
+	clientBody, _ := json.Marshal(map[string]any{"model": "m", "prompt": prompt, "max_tokens": 6, "stream_options": map[string]any{"include_usage": true}})
+	postRaw := func(url string, body []byte) (int, []byte) {
+		var v map[string]any
+		if err := json.Unmarshal(body, &v); err != nil {
+			t.Fatalf("leg body %s: %v", body, err)
+		}
+		return post(t, url, "/v1/completions", v)
+	}
+	text := func(body []byte) string {
+		var c completion
+		if err := json.Unmarshal(body, &c); err != nil || len(c.Choices) != 1 {
+			t.Fatalf("answer %s: %v", body, err)
+		}
+		return c.Choices[0].Text
+	}
+
+	p, d, _ := pdPair(t, ProtocolNIXL, nil)
+	leg, err := pd.AppendVLLMPrefill(nil, clientBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, answer := postRaw(p.URL(), leg)
+	if code != http.StatusOK {
+		t.Fatalf("prefill leg: %d %s", code, answer)
+	}
+	params, err := pd.TransferParams(answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leg, err = pd.AppendVLLMDecode(nil, clientBody, params); err != nil {
+		t.Fatal(err)
+	}
+	if code, answer = postRaw(d.URL(), leg); code != http.StatusOK || text(answer) != generated(prompt, 6) {
+		t.Errorf("decode leg: %d %s", code, answer)
+	}
+	if st := d.Stats(); st.TransferredTokens != 144 {
+		t.Errorf("%d tokens transferred, want 144", st.TransferredTokens)
+	}
+
+	p, d, _ = pdPair(t, ProtocolSGLang, nil)
+	leg, err = pd.AppendSGLang(nil, clientBody, pd.Bootstrap{Host: "127.0.0.1", Port: p.BootstrapPort(), Room: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var pcode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pcode, _ = postRaw(p.URL(), leg)
+	}()
+	code, answer = postRaw(d.URL(), leg)
+	wg.Wait()
+	if pcode != http.StatusOK || code != http.StatusOK || text(answer) != generated(prompt, 6) {
+		t.Errorf("SGLang legs: prefill %d, decode %d %s", pcode, code, answer)
+	}
+	if st := d.Stats(); st.TransferredTokens != 144 {
+		t.Errorf("%d tokens transferred, want 144", st.TransferredTokens)
 	}
 }

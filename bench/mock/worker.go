@@ -519,14 +519,23 @@ func (w *Worker) ZMQReplay() string {
 // Topic returns the ZMQ topic, kv@<worker>@<model> ("" without TransportZMQ).
 func (w *Worker) Topic() string { return w.topic }
 
-// Registration returns the worker's registration message.
+// Registration returns the worker's registration message. A prefill or
+// decode worker announces its role and protocol (and, speaking SGLang, its
+// bootstrap port); an aggregated one leaves them out, as before.
 func (w *Worker) Registration() plane.Registration {
-	return plane.Registration{
+	reg := plane.Registration{
 		WorkerID: w.cfg.ID, Instance: w.instance, URL: w.url, Model: w.cfg.Model, DpRanks: w.dpRanks(),
 		BlockSize: w.cfg.BlockSize, KVBlocks: w.cfg.KVBlocks, MaxBatchedTokens: w.cfg.MaxBatchedTokens,
 		EventTransport: w.cfg.Transport, ZMQEndpoint: w.ZMQEndpoint(), ZMQReplay: w.ZMQReplay(),
 		HeartbeatMillis: int(w.cfg.Heartbeat / time.Millisecond),
 	}
+	if w.cfg.Role != RoleBoth { // an aggregated worker registers as before
+		reg.Role, reg.PDProtocol = w.cfg.Role, w.cfg.PDProtocol
+		if w.cfg.PDProtocol == ProtocolSGLang {
+			reg.BootstrapPort = w.pd.port
+		}
+	}
+	return reg
 }
 
 // DPSize returns the number of dp ranks behind the worker's URL.

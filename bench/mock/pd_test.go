@@ -423,3 +423,26 @@ func TestLegsFromWirePD(t *testing.T) {
 		t.Errorf("%d tokens transferred, want 144", st.TransferredTokens)
 	}
 }
+
+// TestPDFleets: a P/D fleet is a prefill fleet and a decode fleet; their
+// workers carry the fleet's role and protocol and serve the two legs.
+func TestPDFleets(t *testing.T) {
+	pre := startFleet(t, Config{Workers: 1, WorkerIDs: []uint64{1}, KVBlocks: 256, Speedup: 50, Transport: plane.TransportNone, Role: RolePrefill}, nil)
+	dec := startFleet(t, Config{Workers: 1, WorkerIDs: []uint64{2}, KVBlocks: 256, Speedup: 50, Transport: plane.TransportNone, Role: RoleDecode}, nil)
+	p, d := pre.Workers()[0], dec.Workers()[0]
+	if p.Role() != RolePrefill || d.Role() != RoleDecode || d.Config().PDProtocol != ProtocolNIXL {
+		t.Fatalf("roles %q, %q; protocol %q", p.Role(), d.Role(), d.Config().PDProtocol)
+	}
+	prompt := tokens(7, 48)
+	_, body := post(t, p.URL(), "/v1/completions", nixlPrefillBody(prompt))
+	var pre1 struct {
+		KV map[string]any `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal(body, &pre1); err != nil || pre1.KV == nil {
+		t.Fatalf("prefill answer %s: %v", body, err)
+	}
+	code, body := post(t, d.URL(), "/v1/completions", map[string]any{"model": "m", "prompt": prompt, "max_tokens": 3, "kv_transfer_params": pre1.KV})
+	if code != http.StatusOK || d.Stats().TransferredTokens != 32 {
+		t.Errorf("decode leg: %d %s, %d tokens transferred", code, body, d.Stats().TransferredTokens)
+	}
+}

@@ -52,6 +52,16 @@ type Request struct {
 	// that repeats prompt and answer finds them cached. Empty: the engine
 	// names those blocks by the request id, so no two requests share one.
 	Output []wire.BlockHash
+	// Transferred counts prompt tokens whose KV arrived from another
+	// worker (the decode side of disaggregated serving): at admission the
+	// full blocks among them count as computed, as cached ones do, and are
+	// stored (and announced) like computed blocks; only the rest of the
+	// prompt is prefilled. 0: none.
+	Transferred int
+	// Pin keeps the request's blocks allocated after it finishes (the
+	// prefill side of disaggregated serving holds them until the decode
+	// side has pulled them), until Unpin.
+	Pin bool
 }
 
 // EffectKind is the kind of an Effect.
@@ -101,6 +111,9 @@ type Stats struct {
 	Preemptions           uint64
 	Finished              uint64
 	Aborted               uint64 // requests ended by Abort
+	// TransferredTokens: prompt tokens admitted as computed because their
+	// KV arrived from another worker (Request.Transferred).
+	TransferredTokens uint64
 }
 
 // StepInfo describes the last non-empty step (plain data).
@@ -126,6 +139,8 @@ type req struct {
 	cached    int // CachedTokens; -1 until first scheduled
 	host      int // HostTokens
 	first     bool
+	pin       bool
+	remote    int // Request.Transferred
 	arrival   time.Duration
 }
 
@@ -155,6 +170,7 @@ type Engine struct {
 	effects []Effect
 	stats   Stats
 	last    StepInfo
+	pinned  map[uint64]struct{} // finished requests whose blocks stay allocated (Request.Pin)
 }
 
 // New returns an idle engine.
@@ -214,6 +230,12 @@ func (e *Engine) Submit(r Request, now time.Duration) error {
 	if _, ok := e.index[r.ID]; ok {
 		return ErrDuplicate
 	}
+	if _, ok := e.pinned[r.ID]; ok {
+		return ErrDuplicate
+	}
+	if r.Transferred < 0 || r.Transferred > r.PromptTokens {
+		return fmt.Errorf("%w: %d transferred tokens of a %d-token prompt", ErrBadRequest, r.Transferred, r.PromptTokens)
+	}
 	var slot int32
 	if n := len(e.spare); n > 0 {
 		slot, e.spare = e.spare[n-1], e.spare[:n-1]
@@ -224,7 +246,7 @@ func (e *Engine) Submit(r Request, now time.Duration) error {
 	q := &e.reqs[slot]
 	*q = req{
 		id: r.ID, local: append(append(q.local[:0], r.Prompt...), r.Output...), prompt: r.PromptTokens, nPrompt: len(r.Prompt),
-		maxTokens: r.MaxTokens, cached: -1, arrival: now,
+		maxTokens: r.MaxTokens, cached: -1, arrival: now, pin: r.Pin, remote: r.Transferred,
 	}
 	e.index[r.ID] = slot
 	e.waiting = append(e.waiting, slot)
@@ -309,6 +331,13 @@ func (e *Engine) Step(now time.Duration) time.Duration {
 		q.cover(total / bs)
 		dev, host := e.kv.MatchTiers(q.local[:(total-1)/bs])
 		computed := (dev + host) * bs
+		hits := computed
+		if tb := min(q.remote/bs, (total-1)/bs); tb > dev+host {
+			// Transferred blocks past the cached prefix: taken as they
+			// came, nothing to onload.
+			host, computed = 0, tb*bs
+			hits = dev * bs
+		}
 		n := min(total-computed, budget)
 		e.kv.Onload(q.local, dev, dev+host)
 		if _, err := e.kv.Allocate(q.id, q.local, computed+n); err != nil {
@@ -319,9 +348,10 @@ func (e *Engine) Step(now time.Duration) time.Duration {
 		}
 		onload += host
 		if q.cached < 0 {
-			q.cached, q.host = computed, host*bs
-			e.stats.CachedTokens += uint64(computed)
+			q.cached, q.host = hits, host*bs
+			e.stats.CachedTokens += uint64(hits)
 			e.stats.HostTokens += uint64(host * bs)
+			e.stats.TransferredTokens += uint64(computed - hits)
 		} else {
 			e.stats.RecomputeCachedTokens += uint64(computed)
 		}
@@ -376,7 +406,14 @@ func (e *Engine) Step(now time.Duration) time.Duration {
 		}
 		if q.output >= q.maxTokens {
 			e.effects = append(e.effects, Effect{Kind: Finished, Request: q.id, At: end, CachedTokens: q.cached, HostTokens: q.host, OutputTokens: q.output})
-			e.kv.Free(q.id)
+			if q.pin {
+				if e.pinned == nil {
+					e.pinned = make(map[uint64]struct{})
+				}
+				e.pinned[q.id] = struct{}{}
+			} else {
+				e.kv.Free(q.id)
+			}
 			e.stats.Finished++
 			finished = true
 		}
@@ -439,6 +476,21 @@ func (e *Engine) Abort(id uint64) bool {
 	e.stats.Aborted++
 	return true
 }
+
+// Unpin frees the blocks of a finished request submitted with Pin; they
+// stay cached until evicted, as a finished request's do. It reports whether
+// id was pinned.
+func (e *Engine) Unpin(id uint64) bool {
+	if _, ok := e.pinned[id]; !ok {
+		return false
+	}
+	delete(e.pinned, id)
+	e.kv.Free(id)
+	return true
+}
+
+// Pinned returns the number of finished requests whose blocks are pinned.
+func (e *Engine) Pinned() int { return len(e.pinned) }
 
 // Effects returns the effects since the last Reset, in order.
 func (e *Engine) Effects() []Effect { return e.effects }

@@ -134,6 +134,55 @@
 // (--drop-events, --duplicate-events, Config.DropFraction/DupFraction,
 // seeded by --seed) exercise it.
 //
+// # Disaggregated serving
+//
+// WorkerConfig.Role makes a worker a prefill or a decode worker (default
+// both: aggregated, and P/D fields in bodies are ignored, as today), and
+// PDProtocol picks the protocol it speaks, as the engines speak them:
+//
+//   - vLLM NIXL (vllm-nixl, the default): a prefill worker answers a body
+//     whose kv_transfer_params has do_remote_decode true with an ordinary
+//     completion plus kv_transfer_params {do_remote_prefill: true,
+//     remote_engine_id, remote_block_ids, remote_host, remote_port,
+//     remote_request_id, tp_size}, and keeps the prompt's blocks pinned
+//     (engine.Request.Pin) until a decode worker pulls them or
+//     TransferTimeout passes. A decode worker given those parameters
+//     unchanged pulls the blocks from remote_host:remote_port, waits the
+//     modelled transfer time (blocks × BlockSize × engine.KVBytesPerToken
+//     at TransferGBps, divided by Speedup), then runs the request with the
+//     pulled prompt blocks as computed (engine.Request.Transferred): only
+//     the partial tail is prefilled. Parameters naming no pending transfer
+//     (never made, already pulled, or timed out) are refused with a 400
+//     naming kv_transfer_params, as vLLM refuses them.
+//   - SGLang PD (sglang): both legs carry the client's body plus
+//     bootstrap_host, bootstrap_port and bootstrap_room and start together.
+//     The prefill worker computes the prompt, answers one token and pins
+//     the blocks under the room; the decode worker waits for that room's
+//     prefill at bootstrap_host:bootstrap_port up to BootstrapTimeout, then
+//     pulls and decodes as above, or fails with a 500 naming the room.
+//     The mock serves the bootstrap on its HTTP port (BootstrapPort).
+//
+// The pull is real HTTP between workers (POST /mock/kv_transfer on the
+// prefill worker's HTTP port, answered with the blocks' local hashes and
+// unpinning them), so a fleet spread over processes works as one in a
+// process. A decode worker counts as transferred only the prefix of the
+// pulled blocks that matches its own prompt's hashes. Both sides publish
+// KV events for what they hold: the prefill worker for the prompt it
+// computed, the decode worker for the blocks it received (stored as it
+// admits the request). A decode worker given a body without P/D fields
+// serves it aggregated (a router's fallback when a prefill leg fails).
+//
+// A prefill or decode worker's registration carries role and pd_protocol,
+// and with SGLang bootstrap_port; an aggregated worker's carries none of
+// them, as before.
+//
+// Not modelled: batched SGLang bodies (lists of rooms) are refused with a
+// 400, as is an SGLang decode leg whose bootstrap_port is null (SGLang
+// falls back to its own port setting; the mock's is its HTTP port, which
+// the decode worker cannot know); and the transfer occupies no engine step
+// on either side (NIXL reads asynchronously; the decode worker only
+// waits).
+//
 // Besides the completion endpoints a worker serves GET /v1/models (its
 // model, in OpenAI's list shape, as vLLM does), /health and /metrics.
 //

@@ -43,6 +43,14 @@ type Config struct {
 	RecoveryRing     int // KV events kept per worker for recovery; default DefaultRecoveryRing, < 0: none
 	Logger           *slog.Logger
 	Tokenizer        openai.Tokenizer // text prompts and chat; default bytes (see WorkerConfig)
+	// Disaggregated serving, for every worker of the fleet (see
+	// WorkerConfig; a P/D fleet is a prefill fleet and a decode fleet
+	// with distinct WorkerIDs).
+	Role             string        // --role: prefill, decode or both (default)
+	PDProtocol       string        // --pd-protocol: vllm-nixl (default) or sglang
+	TransferGBps     float64       // --transfer-gbps; default DefaultTransferGBps
+	TransferTimeout  time.Duration // --transfer-timeout; default DefaultTransferTimeout
+	BootstrapTimeout time.Duration // --bootstrap-timeout; default DefaultBootstrapTimeout
 }
 
 // Validate checks the configuration; errors name the field's flag.
@@ -92,6 +100,20 @@ func (c *Config) Validate() error {
 	for name, v := range map[string]float64{"drop-events": c.DropFraction, "duplicate-events": c.DupFraction} {
 		if v < 0 || v > 1 {
 			errs = append(errs, fmt.Errorf("--%s must be in [0, 1] (got %g)", name, v))
+		}
+	}
+	if c.Role != "" && !validRole(c.Role) {
+		errs = append(errs, fmt.Errorf("--role %q: want prefill, decode or both", c.Role))
+	}
+	if c.PDProtocol != "" && !validProtocol(c.PDProtocol) {
+		errs = append(errs, fmt.Errorf("--pd-protocol %q: want vllm-nixl or sglang", c.PDProtocol))
+	}
+	if c.TransferGBps < 0 {
+		errs = append(errs, fmt.Errorf("--transfer-gbps must be > 0 (got %g)", c.TransferGBps))
+	}
+	for name, v := range map[string]time.Duration{"transfer-timeout": c.TransferTimeout, "bootstrap-timeout": c.BootstrapTimeout} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("--%s must be > 0 (got %v)", name, v))
 		}
 	}
 	switch c.Transport {
@@ -146,6 +168,8 @@ func Start(cfg Config, nc *nats.Conn) (*Fleet, error) {
 			Model: cfg.Model, ChatTemplate: cfg.ChatTemplate, Transport: cfg.Transport, Subjects: subj, Heartbeat: cfg.Heartbeat, LoadInterval: cfg.LoadInterval,
 			DropFraction: cfg.DropFraction, DupFraction: cfg.DupFraction, Seed: cfg.Seed, RecoveryRing: cfg.RecoveryRing, Logger: cfg.Logger,
 			Tokenizer: cfg.Tokenizer, DPSize: cfg.DPSize,
+			Role: cfg.Role, PDProtocol: cfg.PDProtocol, TransferGBps: cfg.TransferGBps,
+			TransferTimeout: cfg.TransferTimeout, BootstrapTimeout: cfg.BootstrapTimeout,
 		}
 		if cfg.Port > 0 {
 			wc.Port = cfg.Port + i

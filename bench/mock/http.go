@@ -71,6 +71,8 @@ func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetBodyString(`{"status":"ok"}`)
 	case "/metrics":
 		w.metrics(ctx)
+	case transferPath:
+		w.serveTransfer(ctx)
 	default:
 		w.fail(ctx, fasthttp.StatusNotFound, "no route "+path, "not_found_error")
 	}
@@ -114,7 +116,33 @@ func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	if maxTokens == 0 {
 		maxTokens = DefaultMaxTokens
 	}
-	c, err := w.submit(req.Tokens, maxTokens, req.LoRA, req.Salt, req.MM)
+	var (
+		l   *leg
+		opt submitOpts
+		err error
+	)
+	if w.cfg.Role != RoleBoth {
+		var param string
+		if l, param, err = w.parseLeg(ctx.PostBody()); err != nil {
+			w.badRequest(ctx, err.Error(), param)
+			return
+		}
+	}
+	switch {
+	case l == nil:
+	case l.prefill:
+		opt.pin = true
+		if w.cfg.PDProtocol == ProtocolSGLang {
+			maxTokens = 1 // an SGLang prefill server stops after the first token
+		}
+	default:
+		if opt.pulled, err = w.pull(l); err != nil {
+			w.pullFailed(ctx, l, err)
+			return
+		}
+		time.Sleep(w.transferTime(len(opt.pulled)))
+	}
+	c, err := w.submit(req.Tokens, maxTokens, req.LoRA, req.Salt, req.MM, opt)
 	switch {
 	case errors.Is(err, engine.ErrTooLong):
 		w.badRequest(ctx, fmt.Sprintf("prompt of %d tokens plus max_tokens %d exceeds the KV cache of %d blocks of %d tokens",
@@ -140,6 +168,11 @@ func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	// vLLM does: noticed when its connection closes, or when a streamed
 	// chunk fails to write.
 	stop := watchClose(ctx.Conn(), func() { w.abort(c) })
+	if l != nil && l.prefill {
+		w.respondPrefill(ctx, c, h, l)
+		stop()
+		return
+	}
 	if !req.Stream {
 		w.respond(ctx, c, h)
 		stop()
@@ -186,6 +219,48 @@ func (w *Worker) respond(ctx *fasthttp.RequestCtx, c *call, h openai.Header) {
 	ctx.SetContentType("application/json")
 	ctx.SetBody(openai.AppendResponse(nil, h, string(text), "length",
 		openai.Usage{PromptTokens: c.prompt, CompletionTokens: n, CachedTokens: cached}))
+}
+
+// respondPrefill answers a prefill leg once its prompt is computed, and
+// pins its blocks for the decode worker; a NIXL answer carries the
+// kv_transfer_params naming them.
+func (w *Worker) respondPrefill(ctx *fasthttp.RequestCtx, c *call, h openai.Header, l *leg) {
+	n, cached, _, err := w.wait(c, c.max)
+	switch {
+	case errors.Is(err, errClientGone):
+		ctx.SetConnectionClose()
+		return
+	case err != nil:
+		w.fail(ctx, fasthttp.StatusServiceUnavailable, err.Error(), "server_error")
+		return
+	}
+	key := l.key
+	if w.cfg.PDProtocol == ProtocolNIXL {
+		key = "nixl:" + h.ID
+	}
+	w.hold(key, c)
+	text := appendText(make([]byte, 0, n), c.digest, 0, n)
+	body := openai.AppendResponse(nil, h, string(text), "length", openai.Usage{PromptTokens: c.prompt, CompletionTokens: n, CachedTokens: cached})
+	if w.cfg.PDProtocol == ProtocolNIXL {
+		body = w.appendKVParams(body, h.ID, c.prompt/w.cfg.BlockSize)
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}
+
+// pullFailed answers a decode leg whose blocks could not be pulled: vLLM
+// refuses parameters naming no pending transfer (400); SGLang fails a
+// request whose prefill never arrived (500).
+func (w *Worker) pullFailed(ctx *fasthttp.RequestCtx, l *leg, err error) {
+	switch {
+	case errors.Is(err, errNoTransfer) && w.cfg.PDProtocol == ProtocolNIXL:
+		w.badRequest(ctx, fmt.Sprintf("kv_transfer_params name no pending transfer on %s", l.from), "kv_transfer_params")
+	case errors.Is(err, errNoTransfer):
+		w.fail(ctx, fasthttp.StatusInternalServerError,
+			fmt.Sprintf("bootstrap room %s: no prefill from %s within %v", l.key[len("room:"):], l.from, l.wait), "server_error")
+	default:
+		w.fail(ctx, fasthttp.StatusBadGateway, "pull KV from "+l.from+": "+err.Error(), "server_error")
+	}
 }
 
 // stream writes one SSE chunk per generated token as the engine produces

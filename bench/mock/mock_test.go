@@ -924,6 +924,12 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Workers: 1, Port: 65535, WorkerIDs: nil}, ""},
 		{Config{Workers: 2, Port: 65535}, "--port"},
 		{Config{Workers: 1, KVBlocks: -1}, "--kv-blocks"},
+		{Config{Workers: 1, Role: "prefil"}, "--role"},
+		{Config{Workers: 1, PDProtocol: "nixl"}, "--pd-protocol"},
+		{Config{Workers: 1, TransferGBps: -1}, "--transfer-gbps"},
+		{Config{Workers: 1, TransferTimeout: -1}, "--transfer-timeout"},
+		{Config{Workers: 1, BootstrapTimeout: -1}, "--bootstrap-timeout"},
+		{Config{Workers: 1, Role: RoleDecode, PDProtocol: ProtocolSGLang}, ""},
 	} {
 		err := c.cfg.Validate()
 		if c.want == "" {

@@ -79,6 +79,23 @@ type WorkerConfig struct {
 	// the rank named by its X-Data-Parallel-Rank header, else to the least
 	// loaded rank. Default 1, at most MaxDPSize.
 	DPSize int
+	// Role is the worker's part in disaggregated serving: RoleBoth
+	// (default: aggregated, P/D fields in bodies are ignored), RolePrefill
+	// or RoleDecode (see the package doc, Disaggregated serving).
+	Role string
+	// PDProtocol is the disaggregation protocol a prefill or decode worker
+	// speaks: ProtocolNIXL (default) or ProtocolSGLang.
+	PDProtocol string
+	// TransferGBps is the modelled KV transfer bandwidth a decode worker
+	// pulls blocks at; default DefaultTransferGBps.
+	TransferGBps float64
+	// TransferTimeout is how long a prefill worker keeps a finished
+	// prefill's blocks pinned for its decode worker; default
+	// DefaultTransferTimeout.
+	TransferTimeout time.Duration
+	// BootstrapTimeout is how long an SGLang-protocol decode worker waits
+	// for its prefill; default DefaultBootstrapTimeout.
+	BootstrapTimeout time.Duration
 }
 
 // MaxDPSize bounds WorkerConfig.DPSize.
@@ -133,6 +150,21 @@ func (c *WorkerConfig) defaults() {
 	}
 	if c.DPSize <= 0 {
 		c.DPSize = 1
+	}
+	if c.Role == "" {
+		c.Role = RoleBoth
+	}
+	if c.PDProtocol == "" {
+		c.PDProtocol = ProtocolNIXL
+	}
+	if c.TransferGBps <= 0 {
+		c.TransferGBps = DefaultTransferGBps
+	}
+	if c.TransferTimeout <= 0 {
+		c.TransferTimeout = DefaultTransferTimeout
+	}
+	if c.BootstrapTimeout <= 0 {
+		c.BootstrapTimeout = DefaultBootstrapTimeout
 	}
 }
 
@@ -212,6 +244,7 @@ type Worker struct {
 	// ranks nil.
 	rank  uint32
 	ranks []*Worker
+	pd    *pdShared     // every rank's: pending transfers
 	rr    atomic.Uint32 // the front's tie-break rotation over ranks
 
 	wake      chan struct{} // one-slot doorbell for the engine loop
@@ -267,6 +300,12 @@ func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
 	if cfg.ID == 0 {
 		return nil, errors.New("mock: worker id must be > 0")
 	}
+	if !validRole(cfg.Role) {
+		return nil, fmt.Errorf("mock: worker %d: role %q: want prefill, decode or both", cfg.ID, cfg.Role)
+	}
+	if !validProtocol(cfg.PDProtocol) {
+		return nil, fmt.Errorf("mock: worker %d: pd protocol %q: want vllm-nixl or sglang", cfg.ID, cfg.PDProtocol)
+	}
 	if cfg.DPSize > MaxDPSize {
 		return nil, fmt.Errorf("mock: worker %d: dp size %d exceeds %d", cfg.ID, cfg.DPSize, MaxDPSize)
 	}
@@ -309,6 +348,12 @@ func StartWorker(cfg WorkerConfig, nc *nats.Conn) (*Worker, error) {
 	}
 	w.ln = ln
 	w.url = "http://" + ln.Addr().String()
+	pd := &pdShared{host: cfg.Host, port: ln.Addr().(*net.TCPAddr).Port}
+	pd.mu.pending = make(map[string]*pendingKV)
+	pd.mu.waiters = make(map[string]chan struct{})
+	for _, rw := range ranks {
+		rw.pd = pd
+	}
 	if cfg.Transport == plane.TransportZMQ {
 		if err := openZMQ(ranks); err != nil {
 			return fail(err)
@@ -474,14 +519,23 @@ func (w *Worker) ZMQReplay() string {
 // Topic returns the ZMQ topic, kv@<worker>@<model> ("" without TransportZMQ).
 func (w *Worker) Topic() string { return w.topic }
 
-// Registration returns the worker's registration message.
+// Registration returns the worker's registration message. A prefill or
+// decode worker announces its role and protocol (and, speaking SGLang, its
+// bootstrap port); an aggregated one leaves them out, as before.
 func (w *Worker) Registration() plane.Registration {
-	return plane.Registration{
+	reg := plane.Registration{
 		WorkerID: w.cfg.ID, Instance: w.instance, URL: w.url, Model: w.cfg.Model, DpRanks: w.dpRanks(),
 		BlockSize: w.cfg.BlockSize, KVBlocks: w.cfg.KVBlocks, MaxBatchedTokens: w.cfg.MaxBatchedTokens,
 		EventTransport: w.cfg.Transport, ZMQEndpoint: w.ZMQEndpoint(), ZMQReplay: w.ZMQReplay(),
 		HeartbeatMillis: int(w.cfg.Heartbeat / time.Millisecond),
 	}
+	if w.cfg.Role != RoleBoth { // an aggregated worker registers as before
+		reg.Role, reg.PDProtocol = w.cfg.Role, w.cfg.PDProtocol
+		if w.cfg.PDProtocol == ProtocolSGLang {
+			reg.BootstrapPort = w.pd.port
+		}
+	}
+	return reg
 }
 
 // DPSize returns the number of dp ranks behind the worker's URL.
@@ -712,7 +766,12 @@ func (w *Worker) heartbeat() {
 
 // submit hashes tokens and the output they will generate, and queues a
 // request; the call's ring is signalled on progress.
-func (w *Worker) submit(tokens []uint32, maxTokens int, lora, salt []byte, mm []wire.MMRange) (*call, error) {
+//
+// With opt.pin the request's blocks stay allocated after it finishes (a
+// prefill leg, until hold's transfer ends); opt.pulled are the prompt block
+// hashes a decode leg pulled from its prefill worker: the prefix matching
+// this prompt's counts as transferred.
+func (w *Worker) submit(tokens []uint32, maxTokens int, lora, salt []byte, mm []wire.MMRange, opt submitOpts) (*call, error) {
 	bs := w.cfg.BlockSize
 	if (len(tokens)+maxTokens+bs-1)/bs > w.cfg.KVBlocks {
 		return nil, engine.ErrTooLong // before materializing up to 2^24 output tokens
@@ -732,7 +791,14 @@ func (w *Worker) submit(tokens []uint32, maxTokens int, lora, salt []byte, mm []
 	}
 	w.mu.nextID++
 	c.id = w.mu.nextID
-	if err := w.mu.eng.Submit(engine.Request{ID: c.id, Prompt: c.local[:np], Output: c.local[np:], PromptTokens: len(tokens), MaxTokens: maxTokens}, time.Since(w.epoch)); err != nil {
+	moved := 0
+	for moved < min(np, len(opt.pulled)) && opt.pulled[moved] == c.local[moved] {
+		moved++
+	}
+	if err := w.mu.eng.Submit(engine.Request{
+		ID: c.id, Prompt: c.local[:np], Output: c.local[np:], PromptTokens: len(tokens), MaxTokens: maxTokens,
+		Transferred: moved * bs, Pin: opt.pin,
+	}, time.Since(w.epoch)); err != nil {
 		return nil, err
 	}
 	w.mu.calls[c.id] = c
@@ -754,6 +820,12 @@ func (w *Worker) submit(tokens []uint32, maxTokens int, lora, salt []byte, mm []
 	w.mu.c.promptTokens += uint64(len(tokens))
 	w.ring()
 	return c, nil
+}
+
+// submitOpts are submit's P/D options.
+type submitOpts struct {
+	pin    bool
+	pulled []wire.BlockHash
 }
 
 // endLocked retires c (finished or failed) and drops its token references.

@@ -205,14 +205,25 @@ func (w *Worker) wait(c *call, emitted int) (n, cached int, done bool, err error
 	}
 }
 
-func (w *Worker) respond(ctx *fasthttp.RequestCtx, c *call, h openai.Header) {
+// waitAnswer waits for c's whole answer: its tokens and cached tokens, or
+// false when the client left (the connection is closed) or the call failed
+// (answered 503).
+func (w *Worker) waitAnswer(ctx *fasthttp.RequestCtx, c *call) (n, cached int, ok bool) {
 	n, cached, _, err := w.wait(c, c.max)
 	switch {
 	case errors.Is(err, errClientGone):
 		ctx.SetConnectionClose()
-		return
+		return 0, 0, false
 	case err != nil:
 		w.fail(ctx, fasthttp.StatusServiceUnavailable, err.Error(), "server_error")
+		return 0, 0, false
+	}
+	return n, cached, true
+}
+
+func (w *Worker) respond(ctx *fasthttp.RequestCtx, c *call, h openai.Header) {
+	n, cached, ok := w.waitAnswer(ctx, c)
+	if !ok {
 		return
 	}
 	text := appendText(make([]byte, 0, n), c.digest, 0, n)
@@ -225,13 +236,8 @@ func (w *Worker) respond(ctx *fasthttp.RequestCtx, c *call, h openai.Header) {
 // pins its blocks for the decode worker; a NIXL answer carries the
 // kv_transfer_params naming them.
 func (w *Worker) respondPrefill(ctx *fasthttp.RequestCtx, c *call, h openai.Header, l *leg) {
-	n, cached, _, err := w.wait(c, c.max)
-	switch {
-	case errors.Is(err, errClientGone):
-		ctx.SetConnectionClose()
-		return
-	case err != nil:
-		w.fail(ctx, fasthttp.StatusServiceUnavailable, err.Error(), "server_error")
+	n, cached, ok := w.waitAnswer(ctx, c)
+	if !ok {
 		return
 	}
 	key := l.key

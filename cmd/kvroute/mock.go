@@ -47,6 +47,11 @@ func runMock(args []string) error {
 		dup       = fs.Float64("duplicate-events", 0, "fault: fraction of KV event messages sent twice")
 		seed      = fs.Uint64("seed", 1, "seed of the fault switches")
 		ring      = fs.Int("recovery-ring", mock.DefaultRecoveryRing, "KV events each worker keeps to answer routers' recovery requests (NATS transports); older ones are answered with a cache dump; 0: dumps only")
+		role      = fs.String("role", "both", "disaggregated prefill/decode role of every worker: prefill (answers the prefill leg and keeps its KV for the decode side), decode (pulls the KV named by the leg, then decodes) or both (aggregated)")
+		pdProto   = fs.String("pd-protocol", "vllm-nixl", "with --role prefill or decode: the P/D protocol spoken, vllm-nixl (kv_transfer_params) or sglang (bootstrap_host, bootstrap_port, bootstrap_room)")
+		xferGBps  = fs.Float64("transfer-gbps", mock.DefaultTransferGBps, "KV transfer bandwidth between prefill and decode workers in GB/s")
+		xferTO    = fs.Duration("transfer-timeout", mock.DefaultTransferTimeout, "how long a prefill worker keeps a prompt's KV for the decode side to pull")
+		bootTO    = fs.Duration("bootstrap-timeout", mock.DefaultBootstrapTimeout, "sglang: how long a decode leg waits for its prefill to arrive")
 		verbose   = fs.Bool("v", false, "log warnings to stderr")
 		chatTmpl  = fs.String("chat-template", "", "render chat messages with this chat template (a tokenizer_config.json, a directory holding one, or a Jinja file), as the router's --chat-template; empty: ChatML")
 		tokenizer = fs.String("tokenizer", "bytes", "tokenizer of text prompts and chat: bytes (one token per UTF-8 byte) or the path of a Hugging Face tokenizer.json or of its directory; give the router the same")
@@ -59,6 +64,7 @@ func runMock(args []string) error {
 		MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *maxBatch, Speedup: *speedup, Namespace: *ns, Component: *comp,
 		Transport: *transport, ZMQPort: *zmqPort, Model: *model, Heartbeat: *heartbeat, LoadInterval: *loadIvl,
 		DropFraction: *drop, DupFraction: *dup, Seed: *seed, RecoveryRing: *ring, DPSize: *dpSize,
+		Role: *role, PDProtocol: *pdProto, TransferGBps: *xferGBps, TransferTimeout: *xferTO, BootstrapTimeout: *bootTO,
 	}
 	if *dpSize < 1 || *dpSize > mock.MaxDPSize {
 		return fmt.Errorf("--dp-size must be in [1, %d] (got %d)", mock.MaxDPSize, *dpSize)

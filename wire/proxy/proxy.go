@@ -336,10 +336,11 @@ func (p *Proxy) SendDeadline(url string, dpRank int, body []byte, stream bool, d
 		}
 		gen := p.abandons.Load()
 		err = client.Do(req, resp)
-		if err == nil || !(errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)) {
+		if err == nil || !(errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, net.ErrClosed)) {
 			break
 		}
-		// The connection closed before any answer: Abandon closed it, or
+		// The connection closed before any answer (or, closed under it,
+		// setting its deadline failed): Abandon closed it, or
 		// it is a keep-alive connection the worker closed while idle,
 		// which is tried once more, on a fresh connection, before calling
 		// the worker down. (fasthttp reports any error before the first

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"github.com/kvroute/kvroute/internal/jsonscan"
 	"unicode/utf8"
 )
 
@@ -123,96 +124,45 @@ func promptTooLong(body []byte, limit int) (int, bool) {
 // topLevelString returns the raw bytes (between the quotes, still escaped)
 // of the string value of key in the JSON object b, without allocating.
 func topLevelString(b []byte, key string) ([]byte, bool) {
-	i := skipWS(b, 0)
+	i := jsonscan.SkipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
 	}
 	i++
 	for {
-		i = skipWS(b, i)
+		i = jsonscan.SkipWS(b, i)
 		if i >= len(b) || b[i] != '"' {
 			return nil, false
 		}
-		ks, ke, ok := scanString(b, i)
+		kEnd, ok := jsonscan.StringEnd(b, i)
 		if !ok {
 			return nil, false
 		}
-		i = skipWS(b, ke+1)
+		ks, ke := i+1, kEnd-1
+		i = jsonscan.SkipWS(b, kEnd)
 		if i >= len(b) || b[i] != ':' {
 			return nil, false
 		}
-		i = skipWS(b, i+1)
+		i = jsonscan.SkipWS(b, i+1)
 		if i >= len(b) {
 			return nil, false
 		}
 		if string(b[ks:ke]) == key && b[i] == '"' {
-			s, e, ok := scanString(b, i)
-			return b[s:e], ok
+			e, ok := jsonscan.StringEnd(b, i)
+			if !ok {
+				return nil, false
+			}
+			return b[i+1 : e-1], true
 		}
-		if i, ok = skipValue(b, i); !ok {
+		if i, ok = jsonscan.ValueEnd(b, i); !ok {
 			return nil, false
 		}
-		i = skipWS(b, i)
+		i = jsonscan.SkipWS(b, i)
 		if i >= len(b) || b[i] != ',' {
 			return nil, false
 		}
 		i++
 	}
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
-		i++
-	}
-	return i
-}
-
-// scanString returns the bounds of the contents of the string at b[i]
-// (a quote) and whether it is closed.
-func scanString(b []byte, i int) (start, end int, ok bool) {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return i + 1, j, true
-		}
-	}
-	return 0, 0, false
-}
-
-// skipValue returns the index after the value at b[i].
-func skipValue(b []byte, i int) (int, bool) {
-	switch b[i] {
-	case '"':
-		_, e, ok := scanString(b, i)
-		return e + 1, ok
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				_, e, ok := scanString(b, j)
-				if !ok {
-					return 0, false
-				}
-				j = e
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, true
-				}
-			}
-		}
-		return 0, false
-	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\r' && b[j] != '\t' {
-		j++
-	}
-	return j, j > i
 }
 
 // decodedLen returns the length in bytes of the JSON string contents raw
@@ -236,7 +186,7 @@ func decodedLen(raw []byte) (int, bool) {
 		if i+4 >= len(raw) {
 			return 0, false
 		}
-		r, ok := hex4(raw[i+1 : i+5])
+		r, ok := jsonscan.Hex4(raw[i+1 : i+5])
 		if !ok {
 			return 0, false
 		}
@@ -247,7 +197,7 @@ func decodedLen(raw []byte) (int, bool) {
 		case r < 0x800:
 			n += 2
 		case r >= 0xD800 && r < 0xDC00 && i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u':
-			if lo, ok := hex4(raw[i+3 : i+7]); ok && lo >= 0xDC00 && lo < 0xE000 {
+			if lo, ok := jsonscan.Hex4(raw[i+3 : i+7]); ok && lo >= 0xDC00 && lo < 0xE000 {
 				n += 4
 				i += 6
 				continue
@@ -258,21 +208,4 @@ func decodedLen(raw []byte) (int, bool) {
 		}
 	}
 	return n, true
-}
-
-func hex4(b []byte) (rune, bool) {
-	var r rune
-	for _, c := range b {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }

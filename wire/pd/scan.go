@@ -2,6 +2,7 @@ package pd
 
 import (
 	"fmt"
+	"github.com/kvroute/kvroute/internal/jsonscan"
 
 	"github.com/valyala/fastjson"
 
@@ -30,7 +31,7 @@ func open(b []byte) (s scanner, valid bool) {
 	if fastjson.ValidateBytes(b) != nil {
 		return scanner{}, false
 	}
-	i := skipWS(b, 0)
+	i := jsonscan.SkipWS(b, 0)
 	if b[i] != '{' {
 		return scanner{}, true
 	}
@@ -55,90 +56,40 @@ type member struct {
 // next returns the next member, or false after the last one.
 func (s *scanner) next() (member, bool) {
 	b := s.b
-	i := skipWS(b, s.i)
+	i := jsonscan.SkipWS(b, s.i)
 	if b[i] == ',' {
-		i = skipWS(b, i+1)
+		i = jsonscan.SkipWS(b, i+1)
 	}
 	if b[i] == '}' {
 		s.i = i
 		return member{}, false
 	}
 	m := member{start: i}
-	ke := stringEnd(b, i)
+	ke := end(jsonscan.StringEnd(b, i))
 	m.key = b[i+1 : ke-1]
-	i = skipWS(b, ke)
-	i = skipWS(b, i+1) // the colon
+	i = jsonscan.SkipWS(b, ke)
+	i = jsonscan.SkipWS(b, i+1) // the colon
 	m.vstart = i
-	m.end = valueEnd(b, i)
+	m.end = end(jsonscan.ValueEnd(b, i))
 	s.i = m.end
 	return m, true
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index after the closing quote of the string that
-// opens at b[i].
-func stringEnd(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return len(b)
-}
-
-// valueEnd returns the index after the value that starts at b[i] of
-// validated JSON.
-func valueEnd(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				j = stringEnd(b, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return len(b)
-	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\r' && b[j] != '\t' {
-		j++
-	}
-	return j
 }
 
 // arrayLen returns the number of elements of the validated JSON array v and
 // the first element's first byte (0 when empty).
 func arrayLen(v []byte) (n int, first byte) {
-	i := skipWS(v, 1)
+	i := jsonscan.SkipWS(v, 1)
 	if v[i] == ']' {
 		return 0, 0
 	}
 	first = v[i]
 	for {
-		i = skipWS(v, valueEnd(v, i))
+		i = jsonscan.SkipWS(v, end(jsonscan.ValueEnd(v, i)))
 		n++
 		if v[i] == ']' {
 			return n, first
 		}
-		i = skipWS(v, i+1)
+		i = jsonscan.SkipWS(v, i+1)
 	}
 }
 
@@ -163,7 +114,7 @@ func keyIs(raw []byte, name string) bool {
 			i++
 			switch raw[i] {
 			case 'u':
-				r := hex4(raw[i+1 : i+5])
+				r, _ := jsonscan.Hex4(raw[i+1 : i+5])
 				i += 4
 				if r >= 0x80 {
 					return false // every name here is ASCII
@@ -198,21 +149,6 @@ func hasEscape(raw []byte) bool {
 	return false
 }
 
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		}
-	}
-	return r
-}
-
 // sep appends the comma that goes before a member when the object dst is
 // writing from dst[open] (its '{') already has one.
 func sep(dst []byte, open int) []byte {
@@ -221,3 +157,7 @@ func sep(dst []byte, open int) []byte {
 	}
 	return dst
 }
+
+// end drops the ok of a jsonscan index: the bodies scanned here are
+// validated JSON, so every string and value is closed.
+func end(i int, _ bool) int { return i }

@@ -3,6 +3,7 @@ package pd
 import (
 	"errors"
 	"fmt"
+	"github.com/kvroute/kvroute/internal/jsonscan"
 )
 
 // PrefillTransferParams is the kv_transfer_params object of a vLLM prefill
@@ -103,7 +104,7 @@ func transferObject(params []byte) ([]byte, error) {
 	if !valid || s.b == nil {
 		return nil, fmt.Errorf("pd: kv_transfer_params must be a JSON object, got %q", brief(params))
 	}
-	return params[s.i-1 : valueEnd(params, s.i-1)], nil
+	return params[s.i-1 : end(jsonscan.ValueEnd(params, s.i-1))], nil
 }
 
 // TransferParams returns the kv_transfer_params object of a vLLM prefill

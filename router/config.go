@@ -21,8 +21,18 @@ type StaticWorker struct {
 	// Model the worker serves (--worker ...,model=NAME). Empty: the router
 	// asks the worker (GET URL/v1/models) once it answers.
 	Model string
-	// Capacity of each rank, if known (zero fields are unknown).
+	// Capacity of each rank, if known (zero fields are unknown);
+	// Capacity.Role is its part in disaggregated serving (--worker
+	// ...,role=prefill|decode|both; default both).
 	Capacity sched.Capacity
+	// PDProtocol is how the worker takes part in a disaggregated request
+	// (--worker ...,pd_protocol=vllm-nixl|sglang): plane.ProtocolVLLMNIXL
+	// (the default, "") or plane.ProtocolSGLang.
+	PDProtocol string
+	// BootstrapPort is an SGLang prefill worker's disaggregation bootstrap
+	// port (--worker ...,bootstrap_port=N); 0: not declared (the legs carry
+	// null and the engine uses its own default).
+	BootstrapPort int
 }
 
 // DefaultMaxHeaderBytes is the default of Config.MaxHeaderBytes: room for
@@ -185,6 +195,12 @@ type Config struct {
 	// Default 5 min.
 	ForgetAfter time.Duration
 
+	// PrefillTimeout bounds a disaggregated request's prefill leg
+	// (--prefill-timeout): past it, or on any failure of the leg, the
+	// request is served aggregated on its decode worker. Default
+	// DefaultPrefillTimeout.
+	PrefillTimeout time.Duration
+
 	Logger *slog.Logger
 }
 
@@ -253,6 +269,9 @@ func (c *Config) fill() {
 	if c.SyncExpiry == 0 {
 		c.SyncExpiry = DefaultSyncExpiry
 	}
+	if c.PrefillTimeout <= 0 {
+		c.PrefillTimeout = DefaultPrefillTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -278,6 +297,9 @@ func (c *Config) Validate() error {
 		}
 		if len(w.DpRanks) > maxRanks {
 			return fmt.Errorf("--worker: worker %d has %d dp ranks, more than --max-dp-ranks %d", w.ID, len(w.DpRanks), maxRanks)
+		}
+		if err := checkStaticPD(w); err != nil {
+			return err
 		}
 	}
 	if c.ProbeMaxInterval > 0 && c.ProbeMaxInterval < c.ProbeInterval {

@@ -205,8 +205,8 @@ func TestDeadWorkerEjectedAndRetried(t *testing.T) {
 	if v := e.metric("kvroute_worker_ejections_total"); v != 1 {
 		t.Errorf("kvroute_worker_ejections_total = %v, want 1", v)
 	}
-	if v := e.metric(`kvroute_worker_up{worker="2"}`); v != 0 {
-		t.Errorf(`kvroute_worker_up{worker="2"} = %v while down`, v)
+	if v := e.metric(`kvroute_worker_up{worker="2",role="both"}`); v != 0 {
+		t.Errorf(`kvroute_worker_up{worker="2",role="both"} = %v while down`, v)
 	}
 	if code, _, _ := e.do("GET", "/ready", ""); code != 200 {
 		t.Errorf("/ready %d with two workers up", code)
@@ -214,8 +214,8 @@ func TestDeadWorkerEjectedAndRetried(t *testing.T) {
 
 	fronts[1].restart()
 	waitFor(t, "worker 2 back", func() bool { return e.health(2) == "ok" })
-	if v := e.metric(`kvroute_worker_up{worker="2"}`); v != 1 {
-		t.Errorf(`kvroute_worker_up{worker="2"} = %v after recovery`, v)
+	if v := e.metric(`kvroute_worker_up{worker="2",role="both"}`); v != 1 {
+		t.Errorf(`kvroute_worker_up{worker="2",role="both"} = %v after recovery`, v)
 	}
 	waitFor(t, "traffic on worker 2 again", func() bool { code, w, _ := e.try(9000); return code == 200 && w == "2" })
 	close(stop)

@@ -427,7 +427,12 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		return
 	}
 	start := time.Now()
-	u := r.send(ctx, p, body, req.Stream, clientDeadline(ctx, start))
+	var u *proxy.Upstream
+	if p.remote() {
+		u = r.sendPD(ctx, p, body, req.Stream, clientDeadline(ctx, start))
+	} else {
+		u = r.send(ctx, p, body, req.Stream, clientDeadline(ctx, start))
+	}
 	if u == nil {
 		return // answered
 	}
@@ -630,6 +635,9 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 	b = strconv.AppendUint(b, uint64(p.dec.Overlap), 10)
 	b = append(b, `,"prompt_blocks":`...)
 	b = strconv.AppendInt(b, int64(len(p.local)), 10)
+	if p.pd.paired {
+		b = r.appendPair(b, p)
+	}
 	if p.explain {
 		b = append(b, `,"candidates":[`...)
 		for i, c := range p.cands {

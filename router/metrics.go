@@ -121,7 +121,7 @@ var routerFamilies = []promtext.Family{
 // registry is everything Router.WritePrometheus exposes: the router's
 // families, the index's, ingest's (Hooks.Metrics in a Service) and the Go
 // runtime and process metrics.
-var registry = promtext.NewRegistry(routerFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies, node.SnapshotFamilies, node.QueryFamilies, recovery.MetricFamilies, promtext.ProcessFamilies)
+var registry = promtext.NewRegistry(routerFamilies, pdFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies, node.SnapshotFamilies, node.QueryFamilies, recovery.MetricFamilies, promtext.ProcessFamilies)
 
 // Histogram buckets. Latencies span 100 µs (a /route answer on loopback is
 // ~240 µs, README) to 60 s (a long generation); decisions start at 10 µs
@@ -167,6 +167,7 @@ type metricSet struct {
 	logs    rateLog
 
 	sync *syncMetrics
+	pd   *pdMetrics
 }
 
 // refusal is a reason in kvroute_refused_total (declared with node's
@@ -269,6 +270,7 @@ func newMetricSet(r *Router) *metricSet {
 	m.ejections = s.NewCounter("kvroute_worker_ejections_total")
 	m.recoveries = s.NewCounter("kvroute_worker_recoveries_total")
 	m.sync = newSyncMetrics(s)
+	m.pd = newPDMetrics(s)
 	for i := range refConnLimit { // conn_limit is read from the server at scrape time
 		m.refused[i] = s.NewCounter(fmt.Sprintf(`kvroute_refused_total{reason=%q}`, refusalNames[i]))
 	}
@@ -347,7 +349,7 @@ func (r *Router) writeSamples(w io.Writer) {
 		metrics.WriteCounterUint64(w, "kvroute_queue_admitted_ahead_total", st.AdmittedAhead)
 		metrics.WriteGaugeUint64(w, "kvroute_workers", uint64(len(loads)))
 		for _, l := range loads {
-			lbl := fmt.Sprintf(`{worker="%d",dp_rank="%d"}`, l.Worker.Worker, l.Worker.Dp)
+			lbl := fmt.Sprintf(`{worker="%d",dp_rank="%d",role="%s"}`, l.Worker.Worker, l.Worker.Dp, l.Capacity.Role)
 			metrics.WriteCounterUint64(w, "kvroute_worker_decisions_total"+lbl, l.Decisions)
 			metrics.WriteGaugeUint64(w, "kvroute_worker_active_blocks"+lbl, uint64(max(l.ActiveBlocks, 0)))
 			metrics.WriteGaugeUint64(w, "kvroute_worker_prefill_tokens"+lbl, uint64(max(l.PrefillTokens, 0)))
@@ -367,7 +369,7 @@ func (r *Router) writeSamples(w io.Writer) {
 		if t.byID[id].health.down.Load() {
 			up = 0
 		}
-		metrics.WriteGaugeUint64(w, fmt.Sprintf(`kvroute_worker_up{worker="%d"}`, id), up)
+		metrics.WriteGaugeUint64(w, fmt.Sprintf(`kvroute_worker_up{worker="%d",role="%s"}`, id, t.byID[id].Capacity.Role), up)
 	}
 	metrics.WriteGaugeUint64(w, "kvroute_batcher_queue_depth", uint64(len(r.in)))
 	if srv := r.srv.Load(); srv != nil {

@@ -156,6 +156,7 @@ type opKind uint8
 const (
 	opPrefillDone opKind = iota + 1
 	opFree
+	opPrefillLegDone // a disaggregated request's prefill leg ended (pd.go)
 )
 
 // pending is one request on its way through the batcher. Handlers fill the
@@ -186,6 +187,7 @@ type pending struct {
 	lost  bool   // abandoned at shutdown: never pooled again
 	buf   []byte // response scratch
 	body  []byte // the body forwarded with token ids (--forward-token-ids)
+	pd    pdPending
 }
 
 // New builds a Router over ix (which it does not own: close it after the
@@ -310,6 +312,7 @@ func (r *Router) release(p *pending) {
 	p.dec = sched.Decision{}
 	p.err = nil
 	p.cands = p.cands[:0]
+	p.pd.reset()
 	r.pool.Put(p)
 }
 
@@ -436,8 +439,11 @@ func (r *Router) applyOp(o op) {
 	now := r.now()
 	switch o.kind {
 	case opPrefillDone:
+		r.s.PrefillDone(o.id, now) // a P/D request's prefill booking, if any
 		r.s.MarkPrefillCompleted(o.id, now)
 		r.syncOp(plane.SyncPrefillDone, o.id)
+	case opPrefillLegDone:
+		r.s.PrefillDone(o.id, now)
 	case opFree:
 		r.s.Free(o.id, now)
 		r.syncOp(plane.SyncFree, o.id)
@@ -489,6 +495,12 @@ func (r *Router) decide(batch []*pending) {
 		}
 	}
 	r.m.batchSize.Update(float64(len(batch)))
+	if r.s.PrefillRanks() > 0 { // a P/D fleet: each request is one pair decision
+		for _, p := range batch {
+			r.decidePD(p, now)
+		}
+		return
+	}
 	// Runs of plain requests go to Decide together; explained ones alone.
 	for i := 0; i < len(batch); {
 		if batch[i].explain {

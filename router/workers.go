@@ -34,6 +34,11 @@ type workerInfo struct {
 	MaxModelLen int
 	Joined      time.Time
 	health      *workerHealth // shared by every snapshot of the worker
+	// Disaggregated serving: Capacity.Role is the role routed by (both
+	// once pd.incapable is set), Protocol and BootstrapPort as declared.
+	Protocol      string
+	BootstrapPort int
+	pd            *pdState // shared by every snapshot of the worker
 }
 
 // workerTable is an immutable snapshot of the workers, read by handlers.
@@ -254,7 +259,8 @@ func (r *Router) addStatic(w StaticWorker) {
 	if len(ranks) == 0 {
 		ranks = []uint32{0}
 	}
-	info := &workerInfo{ID: w.ID, URL: w.URL, Ranks: slices.Clone(ranks), Capacity: w.Capacity, Static: true, Joined: time.Now(), health: new(workerHealth)}
+	info := &workerInfo{ID: w.ID, URL: w.URL, Ranks: slices.Clone(ranks), Capacity: w.Capacity, Static: true, Joined: time.Now(), health: new(workerHealth),
+		Protocol: protocolOrDefault(w.PDProtocol), BootstrapPort: w.BootstrapPort, pd: new(pdState)}
 	if w.Model != "" {
 		info.Models = []string{w.Model}
 	}
@@ -439,15 +445,19 @@ func (r *Router) applyChanges() {
 				ranks = []uint32{0}
 			}
 			capa := sched.Capacity{TotalBlocks: uint64(max(c.Reg.KVBlocks, 0)), MaxBatchedTokens: uint64(max(c.Reg.MaxBatchedTokens, 0))}
-			health := new(workerHealth)
+			capa.Role, _ = sched.ParseRole(c.Reg.Role) // Validate checked it
+			health, pds := new(workerHealth), new(pdState)
 			if old, ok := r.b.workers[id]; ok {
-				health = old.health
+				health, pds = old.health, old.pd
 				for _, rank := range old.Ranks {
 					if !slices.Contains(ranks, rank) {
 						r.s.RemoveRank(wire.WorkerKey{Worker: id, Dp: rank}, now)
 						_, _ = r.ix.RemoveDpRank(wire.WorkerKey{Worker: id, Dp: rank})
 					}
 				}
+			}
+			if pds.incapable.Load() { // no KV connector: served aggregated (pd.go)
+				capa.Role = sched.RoleBoth
 			}
 			if !health.down.Load() { // a down worker's heartbeats keep it known, not routable
 				for _, rank := range ranks {
@@ -463,7 +473,8 @@ func (r *Router) applyChanges() {
 				models = []string{c.Reg.Model}
 			}
 			r.b.workers[id] = &workerInfo{ID: id, URL: c.Reg.URL, Models: models, Ranks: slices.Clone(ranks),
-				Capacity: capa, Transport: c.Reg.EventTransport, MaxModelLen: c.Reg.MaxModelLen, Joined: joined, health: health}
+				Capacity: capa, Transport: c.Reg.EventTransport, MaxModelLen: c.Reg.MaxModelLen, Joined: joined, health: health,
+				Protocol: c.Reg.ProtocolOrDefault(), BootstrapPort: c.Reg.BootstrapPort, pd: pds}
 			switch c.Kind {
 			case plane.Joined:
 				r.m.joined.Inc()
@@ -537,6 +548,7 @@ func (r *Router) workers(ctx *fasthttp.RequestCtx) {
 		b = append(b, ']')
 		b = append(b, `,"static":`...)
 		b = strconv.AppendBool(b, w.Static)
+		b = appendWorkerPD(b, w)
 		b = append(b, `,"event_transport":`...)
 		b = openai.AppendJSONString(b, w.Transport)
 		b = append(b, `,"uptime_seconds":`...)

@@ -35,7 +35,10 @@ type serveOptions struct {
 	demoTransport string
 	demoSpeedup   float64
 	demoKVBlocks  int
-	logLevel      string
+	// --demo-fleet-pd P,D and --demo-fleet-pd-protocol (serve_pd.go).
+	demoPrefill, demoDecode int
+	demoPDProtocol          string
+	logLevel                string
 	namespace     string
 	component     string
 	// tokenizerFrom and chatFrom say which tokenizer and chat template
@@ -136,16 +139,17 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	fs.Var(&maxEvent, "max-event-bytes", "largest ZMQ KV-event frame or message (bytes, or with KiB, MiB); a larger one closes the connection")
 	fs.Var(&evMaxBytes, "events-max-bytes", "JetStream: size bound of the KV-event stream, oldest dropped first (bytes, or with KiB, MiB, GiB, TiB)")
 	fs.Var(&readyDelay, "shutdown-ready-delay", "first part of --shutdown-grace during which /ready answers 503 while requests are still served (auto: min(5s, grace/2); 0: none)")
-	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3][,model=NAME] that does not register (repeatable); without model= the router asks GET /v1/models")
+	fs.Var(&workers, "worker", "a static worker ID=http://host:port[,ranks=0-3][,model=NAME][,role=prefill|decode|both][,pd_protocol=vllm-nixl|sglang][,bootstrap_port=N] that does not register (repeatable); without model= the router asks GET /v1/models")
 	fs.Var(&modelTmpls, "model-chat-template", "MODEL=PATH: the chat template of one model's requests, PATH as --chat-template (repeatable)")
 	fs.Var(&modelToks, "model-tokenizer", "MODEL=PATH: tokenize requests for MODEL with the Hugging Face tokenizer at PATH (file or directory) instead of --tokenizer (repeatable, or comma separated)")
-	fs.Var(&zmqWorkers, "zmq-worker", "subscribe to a vLLM/SGLang engine's ZMQ KV events: ID[:DP]=tcp://host:port[,model=NAME][,replay=tcp://host:port] (repeatable)")
+	fs.Var(&zmqWorkers, "zmq-worker", "subscribe to a vLLM/SGLang engine's ZMQ KV events: ID[:DP]=tcp://host:port[,model=NAME][,replay=tcp://host:port][,role=prefill|decode|both, the role of --worker ID] (repeatable)")
 	fs.IntVar(&o.demoFleet, "demo-fleet", 0, "also run this many simulated workers in the process (evaluation without GPUs)")
 	fs.StringVar(&o.demoTransport, "demo-transport", plane.TransportDynamo, "KV events of the demo fleet: dynamo, native or zmq")
 	fs.Float64Var(&o.demoSpeedup, "demo-speedup", 1, "divide the demo fleet's step times by this factor")
 	fs.IntVar(&o.demoKVBlocks, "demo-kv-blocks", 16384, "KV blocks per demo worker")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	sf := addSchedFlags(fs)
+	pdf := addPDFlags(fs)
 	for _, e := range ext {
 		e.add(fs)
 	}
@@ -377,16 +381,30 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		if err != nil {
 			return cfg, o, err
 		}
-		sw.Capacity = sched.Capacity{TotalBlocks: uint64(max(*staticKV, 0)), MaxBatchedTokens: uint64(max(*staticMBT, 0))}
+		sw.Capacity = sched.Capacity{TotalBlocks: uint64(max(*staticKV, 0)), MaxBatchedTokens: uint64(max(*staticMBT, 0)), Role: sw.Capacity.Role}
 		rc.Workers = append(rc.Workers, sw)
 	}
 	var zs []ingest.ZMQWorker
+	zmqRoles := map[uint64]sched.Role{}
 	for _, z := range zmqWorkers {
+		z, id, role, set, err := zmqWorkerRole(z)
+		if err != nil {
+			return cfg, o, err
+		}
+		if set {
+			zmqRoles[id] = role
+		}
 		zw, err := ingest.ParseZMQWorker(z)
 		if err != nil {
 			return cfg, o, err
 		}
 		zs = append(zs, zw)
+	}
+	if err := applyZMQRoles(rc.Workers, zmqRoles); err != nil {
+		return cfg, o, err
+	}
+	if err := pdf.apply(&rc.Sched, &rc, &o); err != nil {
+		return cfg, o, err
 	}
 	if *noEvents && len(zs) > 0 {
 		return cfg, o, errors.New("--zmq-worker subscribes to KV events; it cannot be used with --no-kv-events")
@@ -522,6 +540,12 @@ func parseStaticWorker(s string) (router.StaticWorker, error) {
 	}
 	for _, p := range parts[1:] {
 		k, v, _ := strings.Cut(p, "=")
+		if ok, err := staticWorkerPD(&w, s, k, v); ok {
+			if err != nil {
+				return w, err
+			}
+			continue
+		}
 		if k == "model" {
 			if v == "" {
 				return w, fmt.Errorf("--worker %q: model= needs a model name", s)
@@ -530,7 +554,7 @@ func parseStaticWorker(s string) (router.StaticWorker, error) {
 			continue
 		}
 		if k != "ranks" {
-			return w, fmt.Errorf("--worker %q: unknown option %q (supported: ranks=0-3, model=NAME)", s, k)
+			return w, fmt.Errorf("--worker %q: unknown option %q (supported: ranks=0-3, model=NAME, role=, pd_protocol=, bootstrap_port=)", s, k)
 		}
 		list, err := cpuset.Parse(v)
 		if err != nil {
@@ -568,6 +592,7 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 		return err
 	}
 	var fleet *mock.Fleet
+	var pdFleets []*mock.Fleet
 	if o.demoFleet > 0 {
 		transport := o.demoTransport
 		if cfg.Router.Approx {
@@ -597,6 +622,24 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 			fmt.Printf("demo worker %d %s\n", w.ID(), w.URL())
 		}
 	}
+	if o.demoPrefill > 0 {
+		transport := o.demoTransport
+		if cfg.Router.Approx {
+			transport = plane.TransportNone
+		}
+		nc := svc.NC
+		if svc.WorkerURL != "" { // --nats-auth: the fleet connects as a worker
+			if nc, err = nats.Connect(svc.WorkerURL, nats.Name("kvroute-demo-fleet-pd")); err != nil {
+				_ = svc.Close()
+				return fmt.Errorf("--demo-fleet-pd: NATS: %w", err)
+			}
+			defer nc.Close()
+		}
+		if pdFleets, err = startDemoPD(cfg, o, nc, transport); err != nil {
+			_ = svc.Close()
+			return err
+		}
+	}
 	fmt.Printf("kvroute serving on http://%s (NATS %s)\n", svc.Addr(), svc.NATSURL)
 	if cfg.Node.NATSAuthFile != "" {
 		fmt.Printf("workers connect to NATS with the URL in %s (kvroute mock --nats \"$(cat %s)\")\n", cfg.Node.NATSAuthFile, cfg.Node.NATSAuthFile)
@@ -614,6 +657,9 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 	err = svc.Drain()
 	if fleet != nil {
 		err = errors.Join(err, fleet.Close())
+	}
+	for _, f := range pdFleets {
+		err = errors.Join(err, f.Close())
 	}
 	return errors.Join(err, svc.Close())
 }

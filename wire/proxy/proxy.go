@@ -262,6 +262,15 @@ var upstreamPool = sync.Pool{New: func() any { return new(Upstream) }}
 // StatusCode is the worker's HTTP status.
 func (u *Upstream) StatusCode() int { return u.resp.StatusCode() }
 
+// Body is a non-streamed answer's body (nil for a stream), valid until
+// Relay or Release.
+func (u *Upstream) Body() []byte {
+	if u.stream {
+		return nil
+	}
+	return u.body
+}
+
 // Release gives back an Upstream that will not be relayed.
 func (u *Upstream) Release() {
 	if u.resp != nil {
@@ -307,6 +316,13 @@ func (p *Proxy) SendRank(url string, dpRank int, body []byte, stream bool) (*Ups
 // of the worker's, and ErrClientDeadline when deadline did, which says
 // nothing of the worker. Streamed requests ignore deadline.
 func (p *Proxy) SendDeadline(url string, dpRank int, body []byte, stream bool, deadline time.Time) (*Upstream, error) {
+	return p.SendHeader(url, dpRank, "", "", body, stream, deadline)
+}
+
+// SendHeader is SendDeadline with one more request header, key: value
+// (none when key is empty): the X-Request-Id both legs of a disaggregated
+// request carry.
+func (p *Proxy) SendHeader(url string, dpRank int, key, value string, body []byte, stream bool, deadline time.Time) (*Upstream, error) {
 	client := p.plain
 	if stream {
 		client = p.stream
@@ -328,6 +344,9 @@ func (p *Proxy) SendDeadline(url string, dpRank int, body []byte, stream bool, d
 	if dpRank >= 0 {
 		var b [10]byte
 		req.Header.SetBytesV(HeaderDPRank, strconv.AppendUint(b[:0], uint64(dpRank), 10))
+	}
+	if key != "" {
+		req.Header.Set(key, value)
 	}
 	req.SetBodyRaw(body)
 	for attempt := 0; ; attempt++ {

@@ -117,10 +117,46 @@ func newPDMetrics(s *metrics.Set) *pdMetrics {
 	return m
 }
 
+// decidePairs decides a batch in a fleet with prefill ranks, in order:
+// runs of plain requests together (DecidePDBatch), explained and
+// decode-only ones alone (decidePD).
+func (r *Router) decidePairs(batch []*pending, now int64) {
+	for i := 0; i < len(batch); {
+		if batch[i].explain || batch[i].pd.decodeOnly {
+			r.decidePD(batch[i], now)
+			i++
+			continue
+		}
+		j := i
+		reqs, ovs := r.b.reqs[:0], r.b.ovs[:0]
+		for ; j < len(batch) && !batch[j].explain && !batch[j].pd.decodeOnly; j++ {
+			reqs = append(reqs, r.request(batch[j]))
+			ovs = append(ovs, batch[j].ovs)
+		}
+		r.b.reqs, r.b.ovs = reqs, ovs
+		r.b.pairs = r.s.DecidePDBatch(r.b.pairs[:0], reqs, ovs, now)
+		for k := range r.b.pairs {
+			r.pairOutcome(batch[i+k], &r.b.pairs[k])
+		}
+		clear(ovs)
+		i = j
+	}
+}
+
+// pairOutcome acts on a pair decision made for p.
+func (r *Router) pairOutcome(p *pending, pair *sched.PairDecision) {
+	p.pd.paired, p.pd.pre, p.pd.rule = true, pair.Prefill, pair.Rule
+	if c := r.m.pd.rules[min(int(pair.Rule), len(r.m.pd.rules)-1)]; c != nil {
+		c.Inc()
+	}
+	r.outcome(p, pair.Decode)
+}
+
 // decidePD decides one request of a fleet with prefill ranks (batcher
 // goroutine): a pair decision, or, for p.pd.decodeOnly, an aggregated one
-// on the decode and aggregated ranks. It allocates nothing once the
-// scheduler's tables and p's buffers have grown (TestPDDecisionAllocs).
+// on the decode and aggregated ranks. Neither it nor decidePairs allocates
+// once the scheduler's tables and the buffers have grown
+// (TestPDDecisionAllocs).
 func (r *Router) decidePD(p *pending, now int64) {
 	req := r.request(p)
 	if p.pd.decodeOnly {
@@ -143,11 +179,7 @@ func (r *Router) decidePD(p *pending, now int64) {
 	} else {
 		pair = r.s.DecidePD(&req, p.ovs, now)
 	}
-	p.pd.paired, p.pd.pre, p.pd.rule = true, pair.Prefill, pair.Rule
-	if c := r.m.pd.rules[min(int(pair.Rule), len(r.m.pd.rules)-1)]; c != nil {
-		c.Inc()
-	}
-	r.outcome(p, pair.Decode)
+	r.pairOutcome(p, &pair)
 }
 
 // remote reports whether p was decided with a prefill leg.

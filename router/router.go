@@ -128,6 +128,7 @@ type batcherState struct {
 	reqs     []sched.Request
 	ovs      [][]sched.Overlap
 	decs     []sched.Decision
+	pairs    []sched.PairDecision
 	cands    []sched.Candidate
 	effects  []sched.Effect
 	waiting  map[uint64]*pending // queued in the scheduler
@@ -495,10 +496,8 @@ func (r *Router) decide(batch []*pending) {
 		}
 	}
 	r.m.batchSize.Update(float64(len(batch)))
-	if r.s.PrefillRanks() > 0 { // a P/D fleet: each request is one pair decision
-		for _, p := range batch {
-			r.decidePD(p, now)
-		}
+	if r.s.PrefillRanks() > 0 { // a P/D fleet: each request is one pair decision (pd.go)
+		r.decidePairs(batch, now)
 		return
 	}
 	// Runs of plain requests go to Decide together; explained ones alone.

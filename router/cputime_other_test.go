@@ -1,0 +1,5 @@
+//go:build !unix
+
+package router
+
+func cpuNanos() int64 { return 0 }

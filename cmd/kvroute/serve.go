@@ -39,8 +39,8 @@ type serveOptions struct {
 	demoPrefill, demoDecode int
 	demoPDProtocol          string
 	logLevel                string
-	namespace     string
-	component     string
+	namespace               string
+	component               string
 	// tokenizerFrom and chatFrom say which tokenizer and chat template
 	// were loaded, and from where (logged at start).
 	tokenizerFrom, chatFrom string

@@ -449,6 +449,9 @@ func (r *Router) applyChanges() {
 			health, pds := new(workerHealth), new(pdState)
 			if old, ok := r.b.workers[id]; ok {
 				health, pds = old.health, old.pd
+				if c.Kind == plane.Restarted { // a new engine instance may have its KV connector now
+					pds = new(pdState)
+				}
 				for _, rank := range old.Ranks {
 					if !slices.Contains(ranks, rank) {
 						r.s.RemoveRank(wire.WorkerKey{Worker: id, Dp: rank}, now)

@@ -102,6 +102,25 @@
 // Config.ForgetAfter loses its index entries; heartbeats keep a down worker
 // registered but not routable.
 //
+// # Disaggregated prefill/decode
+//
+// A worker's role (prefill, decode or both: its registration, or
+// StaticWorker.Capacity.Role) is its rank's sched.Capacity.Role. With no
+// prefill rank in the scheduler nothing below runs and every path is the
+// aggregated one (TestPDWithoutPrefillWorkersUnchanged). Otherwise the
+// batcher makes one pair decision per request (sched.DecidePDBatch) and the
+// handler runs the legs in pd.go: vLLM NIXL (the one-token prefill leg within
+// Config.PrefillTimeout, then the decode leg with its kv_transfer_params) or
+// SGLang (both legs at once, bootstrap_host, bootstrap_port and a random
+// bootstrap_room), one X-Request-Id on both; the client gets the decode
+// worker's answer, X-Kvroute-Prefill-Worker naming the prefill worker. A
+// failed prefill leg serves the request aggregated on its decode worker; a
+// decode leg failing before its first byte goes once to another decode
+// worker with the same leg; a prefill answer without kv_transfer_params is
+// a 502 and its worker is routed as aggregated from then on
+// (docs/decisions/0040-pd-serving.md). /route answers the pair beside its
+// usual fields; /route/{id}/prefill_done ends the prefill booking.
+//
 // # Errors and bounds
 //
 // Errors are OpenAI-style JSON (proxy.WriteAPIError) whose param names the

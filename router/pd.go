@@ -225,6 +225,7 @@ func (r *Router) sendPD(ctx *fasthttp.RequestCtx, p *pending, body []byte, strea
 func (r *Router) fallback(ctx *fasthttp.RequestCtx, p *pending, body []byte, stream bool, deadline time.Time, why string, err error) *proxy.Upstream {
 	r.notify(opPrefillLegDone, p.id)
 	r.m.pd.fallbacks.Inc()
+	ctx.Response.Header.Del(HeaderPrefillWorker) // served aggregated after all
 	r.cfg.Logger.Debug("prefill leg failed: serving the request aggregated on its decode worker",
 		"prefill_worker", p.pd.pre.Worker.Worker, "decode_worker", p.dec.Worker.Worker, "why", why, "err", err)
 	p.pd.decodeOnly = true
@@ -503,7 +504,7 @@ func (r *Router) sendSGLang(ctx *fasthttp.RequestCtx, p *pending, pinfo *workerI
 			if d.err == nil && d.u.StatusCode() < 500 {
 				dinfo.health.ok()
 				if !prefillIn {
-					go prefillEnded(<-pch)
+					go func() { prefillEnded(<-pch) }()
 				}
 				return d.u
 			}

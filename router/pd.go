@@ -232,19 +232,26 @@ func (r *Router) fallback(ctx *fasthttp.RequestCtx, p *pending, body []byte, str
 	return r.send(ctx, p, body, stream, deadline)
 }
 
-// prefillDeadline is when a prefill leg started now gives up.
-func (r *Router) prefillDeadline(deadline time.Time) time.Time {
-	d := time.Now().Add(r.cfg.PrefillTimeout)
+// prefillDeadline is when a prefill leg started now gives up: after
+// --prefill-timeout, or at the client's own deadline when that comes first
+// (clientBound).
+func (r *Router) prefillDeadline(deadline time.Time) (d time.Time, clientBound bool) {
+	d = time.Now().Add(r.cfg.PrefillTimeout)
 	if !deadline.IsZero() && deadline.Before(d) {
-		return deadline
+		return deadline, true
 	}
-	return d
+	return d, false
 }
 
-// legFailed records a prefill leg's failure against its worker's health
-// unless it only ran out of time.
-func (r *Router) legFailed(w *workerInfo, err error) {
-	if !errors.Is(err, proxy.ErrClientDeadline) && !errors.Is(err, proxy.ErrAbandoned) {
+// legFailed records a prefill leg's failure against its worker's health,
+// as a failed request's: a timeout by --prefill-timeout counts (the worker
+// did not compute one token in time), one by the client's own deadline
+// does not, nor does an abandon (the worker was ejected meanwhile).
+func (r *Router) legFailed(w *workerInfo, err error, clientBound bool) {
+	switch {
+	case errors.Is(err, proxy.ErrAbandoned):
+	case errors.Is(err, proxy.ErrClientDeadline) && clientBound:
+	default:
 		r.workerFailed(w, err)
 	}
 }
@@ -259,10 +266,11 @@ func (r *Router) sendVLLM(ctx *fasthttp.RequestCtx, p *pending, pinfo *workerInf
 		return nil
 	}
 	path := string(ctx.Path())
-	u, err := r.proxy.SendHeader(pinfo.URL+path, rankHeader(pinfo, p.pd.pre.Worker.Dp), HeaderRequestID, rid, p.pd.leg, false, r.prefillDeadline(deadline))
+	pdl, clientBound := r.prefillDeadline(deadline)
+	u, err := r.proxy.SendHeader(pinfo.URL+path, rankHeader(pinfo, p.pd.pre.Worker.Dp), HeaderRequestID, rid, p.pd.leg, false, pdl)
 	r.notify(opPrefillLegDone, p.id)
 	if err != nil {
-		r.legFailed(pinfo, err)
+		r.legFailed(pinfo, err, clientBound)
 		return r.fallback(ctx, p, body, stream, deadline, "prefill leg failed", err)
 	}
 	pinfo.health.ok()
@@ -462,7 +470,8 @@ func (r *Router) sendSGLang(ctx *fasthttp.RequestCtx, p *pending, pinfo *workerI
 	}
 	path := string(ctx.Path())
 	pch, dch := make(chan legResult, 1), make(chan legResult, 1)
-	prank, pdl := rankHeader(pinfo, p.pd.pre.Worker.Dp), r.prefillDeadline(deadline)
+	prank := rankHeader(pinfo, p.pd.pre.Worker.Dp)
+	pdl, clientBound := r.prefillDeadline(deadline)
 	go func() {
 		u, err := r.proxy.SendHeader(pinfo.URL+path, prank, HeaderRequestID, rid, leg, false, pdl)
 		pch <- legResult{u, err}
@@ -477,7 +486,7 @@ func (r *Router) sendSGLang(ctx *fasthttp.RequestCtx, p *pending, pinfo *workerI
 	prefillEnded := func(res legResult) bool { // reports whether the prefill leg failed
 		r.notify(opPrefillLegDone, id)
 		if res.err != nil {
-			r.legFailed(pinfo, res.err)
+			r.legFailed(pinfo, res.err, clientBound)
 			return true
 		}
 		pinfo.health.ok()

@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -108,6 +109,9 @@ type pdOptions struct {
 	deadDecode bool
 	// aggregated adds this many aggregated workers.
 	aggregated int
+	// hangPrefill puts a prefill worker first whose URL accepts requests and
+	// never answers them.
+	hangPrefill bool
 	proxy      func(*Config)
 }
 
@@ -136,6 +140,32 @@ func startPD(t *testing.T, o pdOptions) *pdEnv {
 	pe.pfleet = fleet(o.prefill, 1, o.prefillRole)
 	pe.dfleet = fleet(o.decode, uint64(o.prefill)+1, mock.RoleDecode)
 	var static []StaticWorker
+	if o.hangPrefill {
+		release := make(chan struct{})
+		hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/completions" && r.URL.Path != "/v1/chat/completions" {
+				// A decode worker's KV pull (SGLang's bootstrap): no
+				// transfer, after a while.
+				time.Sleep(time.Second)
+				http.NotFound(w, r)
+				return
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}))
+		t.Cleanup(hang.Close)
+		t.Cleanup(func() { close(release) })
+		pe.prefillIDs = append(pe.prefillIDs, 50)
+		sw := StaticWorker{ID: 50, URL: hang.URL, Model: "mock", PDProtocol: o.protocol,
+			Capacity: sched.Capacity{TotalBlocks: 4096, Role: sched.RolePrefill}}
+		if o.protocol == plane.ProtocolSGLang { // the decode worker's pull hangs there too
+			u, _ := url.Parse(hang.URL)
+			sw.BootstrapPort, _ = strconv.Atoi(u.Port())
+		}
+		static = append(static, sw)
+	}
 	add := func(f *mock.Fleet, role sched.Role, recs *[]*recorder, ids *[]uint64) {
 		if f == nil {
 			return
@@ -735,4 +765,37 @@ func TestPDRolesFromRegistrations(t *testing.T) {
 	}
 	usageOf(t, body, true)
 	waitFor(t, "bookings freed", e.idle)
+}
+
+// TestPDPrefillTimeout: a prefill worker that takes requests and never
+// answers costs each request --prefill-timeout, after which it is served
+// aggregated on its decode worker; the timeouts count against the worker's
+// health, so it is ejected and requests are disaggregated without it.
+func TestPDPrefillTimeout(t *testing.T) {
+	for _, proto := range []string{plane.ProtocolVLLMNIXL, plane.ProtocolSGLang} {
+		t.Run(proto, func(t *testing.T) {
+			e := startPD(t, pdOptions{protocol: proto, decode: 1, policy: sched.DisaggAlways, hangPrefill: true,
+				proxy: func(c *Config) { c.PrefillTimeout = 300 * time.Millisecond }})
+			start := time.Now()
+			code, body, h := e.postHdr("/v1/completions", `{"model":"mock","prompt":"`+strings.Repeat("t", 90)+`","max_tokens":3}`, nil)
+			if code != 200 || h.Get(HeaderPrefillWorker) != "" || h.Get(HeaderWorker) != fmt.Sprint(e.decodeIDs[0]) {
+				t.Fatalf("%d prefill %q decode %q: %s", code, h.Get(HeaderPrefillWorker), h.Get(HeaderWorker), body)
+			}
+			if d := time.Since(start); d < 300*time.Millisecond {
+				t.Errorf("answered in %v, before --prefill-timeout", d)
+			}
+			if v := e.metric("kvroute_pd_prefill_fallbacks_total"); v != 1 {
+				t.Errorf("kvroute_pd_prefill_fallbacks_total = %v, want 1", v)
+			}
+			waitFor(t, "the hung prefill worker ejected", func() bool {
+				for _, w := range e.workers().Workers {
+					if w.WorkerID == 50 {
+						return w.Health == "down"
+					}
+				}
+				return false
+			})
+			waitFor(t, "bookings freed", e.idle)
+		})
+	}
 }

@@ -30,7 +30,7 @@ var routes = [...]route{
 	{httpref.Route{Method: "POST", Path: "/route",
 		Summary:  "Decide a worker without proxying; the request's load stays booked until /route/{request_id}/free or --request-expiry",
 		Request:  `{"token_ids" | "prompt" | "messages", "model", "request_id", "lora_name", "cache_salt", "mm_hashes", "explain", "overrides": {"overlap_score_weight", "router_temperature", "worker_id", "dp_rank", "allowed_workers"}}`,
-		Response: `{"request_id", "worker_id", "dp_rank", "url", "overlap_blocks", "prompt_blocks", "candidates" (with "explain": true)}; in a fleet with prefill workers, beside these (which name the decode worker): "prefill": {"worker_id", "dp_rank", "url", "overlap_blocks"} or null (served on the decode worker alone), "decode": {…}, "disagg_rule" (remote, short-prompt, load, prefill-busy) and, with "explain", "prefill_candidates"`}, epRoute},
+		Response: `{"request_id", "worker_id", "dp_rank", "url", "overlap_blocks", "prompt_blocks", "candidates" (with "explain": true)}; in a fleet with prefill workers, beside these (which name the decode worker): "prefill": {"worker_id", "dp_rank", "url", "overlap_blocks"} or null (served on the decode worker alone), "decode": {…}, "disagg_rule" (remote, short-prompt, load, prefill-busy) and, with "explain", "prefill_candidates", each candidate with its "role"`}, epRoute},
 	{httpref.Route{Method: "POST", Path: "/route/{request_id}/{action}",
 		Summary:  "Report a /route decision's progress: action prefill_done (its prefill ended; a disaggregated pair's prefill booking ends) or free (it finished; its load is released)",
 		Response: `{"request_id", "status": action}`}, epRouteOp},

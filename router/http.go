@@ -644,7 +644,7 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendCandidate(b, &c)
+			b = r.appendCandidateRole(b, &c, p.pd.paired)
 		}
 		b = append(b, ']')
 	}

@@ -639,9 +639,25 @@ func (r *Router) appendPair(b []byte, p *pending) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendCandidate(b, &p.pd.pcands[i])
+			b = r.appendCandidateRole(b, &p.pd.pcands[i], true)
 		}
 		b = append(b, ']')
 	}
 	return b
+}
+
+// appendCandidateRole is appendCandidate with, in a fleet with prefill
+// workers (withRole), the rank's "role" last.
+func (r *Router) appendCandidateRole(b []byte, c *sched.Candidate, withRole bool) []byte {
+	b = appendCandidate(b, c)
+	if !withRole {
+		return b
+	}
+	role := sched.RoleBoth
+	if w := r.table.Load().byID[c.Worker.Worker]; w != nil {
+		role = w.Capacity.Role
+	}
+	b = append(b[:len(b)-1], `,"role":`...)
+	b = openai.AppendJSONString(b, role.String())
+	return append(b, '}')
 }

@@ -683,6 +683,9 @@ func TestPDRoutePair(t *testing.T) {
 	if code != 200 || json.Unmarshal(body, &ans) != nil {
 		t.Fatalf("/route %d %s", code, body)
 	}
+	if !bytes.Contains(ans.PCands, []byte(`"role":"prefill"`)) || !bytes.Contains(body, []byte(`"role":"decode"`)) {
+		t.Errorf("explain without the candidates' roles: %s", body)
+	}
 	if ans.Prefill == nil || ans.Prefill.WorkerID != e.prefillIDs[0] || ans.Prefill.URL != e.pre[0].srv.URL ||
 		ans.Decode == nil || ans.Decode.WorkerID != e.decodeIDs[0] || ans.WorkerID != e.decodeIDs[0] || ans.Rule != "remote" || len(ans.PCands) < 3 {
 		t.Fatalf("pair: %s", body)

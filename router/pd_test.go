@@ -112,7 +112,7 @@ type pdOptions struct {
 	// hangPrefill puts a prefill worker first whose URL accepts requests and
 	// never answers them.
 	hangPrefill bool
-	proxy      func(*Config)
+	proxy       func(*Config)
 }
 
 func startPD(t *testing.T, o pdOptions) *pdEnv {

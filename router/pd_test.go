@@ -511,41 +511,56 @@ func TestPDPrefillWorkerKilled(t *testing.T) {
 
 // TestPDDecodeRetry: a decode worker that refuses connections gets the
 // decode leg once; the leg goes to another decode worker with the same
-// kv_transfer_params, and the client never sees the failure.
+// transfer parameters (vLLM: the prefill answer's kv_transfer_params;
+// SGLang: the same body, room included), and the client never sees the
+// failure.
 func TestPDDecodeRetry(t *testing.T) {
-	e := startPD(t, pdOptions{protocol: plane.ProtocolVLLMNIXL, prefill: 1, decode: 2, policy: sched.DisaggAlways, deadDecode: true})
-	n := 0
-	for ; n < 60 && e.metric("kvroute_pd_decode_retries_total") < 1; n++ {
-		code, body, _ := e.postHdr("/v1/completions", fmt.Sprintf(`{"model":"mock","prompt":"%s %d","max_tokens":3}`, strings.Repeat("r", 70), n), nil)
-		if code != 200 {
-			t.Fatalf("request %d: %d %s", n, code, body)
-		}
-	}
-	if v := e.metric("kvroute_pd_decode_retries_total"); v != 1 {
-		t.Fatalf("kvroute_pd_decode_retries_total = %v after %d requests, want 1", v, n)
-	}
-	if v := e.metric("kvroute_pd_prefill_fallbacks_total"); v != 0 {
-		t.Errorf("fallbacks = %v, want 0 (the retry reuses the transfer)", v)
-	}
-	// Every decode leg carried the kv_transfer_params of its own prefill
-	// answer (same X-Request-Id), the retried one too.
-	answers := map[string]any{}
-	for _, r := range e.pre[0].records() {
-		answers[r.requestID] = jsonMap(t, r.answer)["kv_transfer_params"]
-	}
-	legs := 0
-	for _, d := range e.dec {
-		for _, r := range d.records() {
-			legs++
-			if got := jsonMap(t, r.body)["kv_transfer_params"]; !reflect.DeepEqual(got, answers[r.requestID]) {
-				t.Errorf("decode leg %s: kv_transfer_params %v, prefill answered %v", r.requestID, got, answers[r.requestID])
+	for _, proto := range []string{plane.ProtocolVLLMNIXL, plane.ProtocolSGLang} {
+		t.Run(proto, func(t *testing.T) {
+			e := startPD(t, pdOptions{protocol: proto, prefill: 1, decode: 2, policy: sched.DisaggAlways, deadDecode: true})
+			n := 0
+			for ; n < 60 && e.metric("kvroute_pd_decode_retries_total") < 1; n++ {
+				code, body, _ := e.postHdr("/v1/completions", fmt.Sprintf(`{"model":"mock","prompt":"%s %d","max_tokens":3}`, strings.Repeat("r", 70), n), nil)
+				if code != 200 {
+					t.Fatalf("request %d: %d %s", n, code, body)
+				}
 			}
-		}
+			if v := e.metric("kvroute_pd_decode_retries_total"); v != 1 {
+				t.Fatalf("kvroute_pd_decode_retries_total = %v after %d requests, want 1", v, n)
+			}
+			if v := e.metric("kvroute_pd_prefill_fallbacks_total"); v != 0 {
+				t.Errorf("fallbacks = %v, want 0 (the retry reuses the transfer)", v)
+			}
+			// Every decode leg carried its own prefill's transfer (same
+			// X-Request-Id), the retried one too.
+			waitFor(t, "every prefill leg", func() bool { return len(e.pre[0].records()) == n })
+			want := map[string]any{}
+			for _, r := range e.pre[0].records() {
+				if proto == plane.ProtocolSGLang {
+					want[r.requestID] = string(r.body)
+				} else {
+					want[r.requestID] = jsonMap(t, r.answer)["kv_transfer_params"]
+				}
+			}
+			legs := 0
+			for _, d := range e.dec {
+				for _, r := range d.records() {
+					legs++
+					var got any = string(r.body)
+					if proto != plane.ProtocolSGLang {
+						got = jsonMap(t, r.body)["kv_transfer_params"]
+					}
+					if !reflect.DeepEqual(got, want[r.requestID]) {
+						t.Errorf("decode leg %s carried %v, its prefill %v", r.requestID, got, want[r.requestID])
+					}
+				}
+			}
+			if legs != n || len(want) != n {
+				t.Errorf("%d decode legs and %d prefill legs for %d requests", legs, len(want), n)
+			}
+			waitFor(t, "bookings freed", e.idle)
+		})
 	}
-	if legs != n || len(answers) != n {
-		t.Errorf("%d decode legs and %d prefill legs for %d requests", legs, len(answers), n)
-	}
-	waitFor(t, "bookings freed", e.idle)
 }
 
 // TestPDNoTransferParams: a prefill worker without a KV connector answers

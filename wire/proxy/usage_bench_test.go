@@ -82,4 +82,3 @@ func benchServe(b *testing.B, h fasthttp.RequestHandler) string {
 	b.Cleanup(func() { _ = s.Shutdown() })
 	return "http://" + ln.Addr().String()
 }
-

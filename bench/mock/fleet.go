@@ -21,6 +21,9 @@ type Config struct {
 	Host             string   // default 127.0.0.1
 	Port             int      // worker i listens on Port+i; 0: random ports
 	BlockSize        int      // default 16
+	// AnnounceBlockSize is every worker's WorkerConfig.AnnounceBlockSize
+	// (kvroute mock --announce-block-size).
+	AnnounceBlockSize int
 	KVBlocks         int      // per worker; default 16384
 	HostKVBlocks     int      // per worker: host tier behind the device (WorkerConfig.HostKVBlocks); 0: none
 	HostGBps         float64  // host tier onload bandwidth; default engine.DefaultHostGBps
@@ -163,7 +166,7 @@ func Start(cfg Config, nc *nats.Conn) (*Fleet, error) {
 			id = cfg.WorkerIDs[i]
 		}
 		wc := WorkerConfig{
-			ID: id, Host: cfg.Host, BlockSize: cfg.BlockSize, KVBlocks: cfg.KVBlocks, HostKVBlocks: cfg.HostKVBlocks, HostGBps: cfg.HostGBps,
+			ID: id, Host: cfg.Host, BlockSize: cfg.BlockSize, AnnounceBlockSize: cfg.AnnounceBlockSize, KVBlocks: cfg.KVBlocks, HostKVBlocks: cfg.HostKVBlocks, HostGBps: cfg.HostGBps,
 			MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, Speedup: cfg.Speedup, Perf: cfg.Perf,
 			Model: cfg.Model, ChatTemplate: cfg.ChatTemplate, Transport: cfg.Transport, Subjects: subj, Heartbeat: cfg.Heartbeat, LoadInterval: cfg.LoadInterval,
 			DropFraction: cfg.DropFraction, DupFraction: cfg.DupFraction, Seed: cfg.Seed, RecoveryRing: cfg.RecoveryRing, Logger: cfg.Logger,

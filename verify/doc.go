@@ -27,13 +27,15 @@
 //
 //   - CauseBlockSize: the greatest common divisor of the non-zero reports
 //     (at least MinSamples of them) is not a multiple of the router's block
-//     size, or is a larger multiple while most requests disagree, none was
-//     predicted a block and the reports vary. The engine's block size is
+//     size, or is a larger multiple while most requests disagree, no request
+//     of the rank was ever predicted a block and the reports vary. The engine's block size is
 //     that divisor (or a divisor of it).
-//   - CauseHash: most requests report cached tokens, none was predicted any,
-//     and the rank publishes events (Sample.Publishes): blocks arrive but
-//     never match, so an input to hashing differs (block size, hash seed,
-//     LoRA name, cache salt, multimodal keys).
+//   - CauseHash: most requests report cached tokens, no request of the rank
+//     was ever predicted a block, and the rank publishes events
+//     (Sample.Publishes): blocks arrive but never match, so an input to
+//     hashing differs (block size, hash seed, LoRA name, cache salt,
+//     multimodal keys). A rank that has matched before and now reports
+//     more than predicted misses events instead.
 //   - CauseStale: the prediction exceeds the report by more than a block in
 //     at least Config.Persist of the window (the index holds blocks the
 //     engine dropped: a cache cleared without events, a lost Removed).

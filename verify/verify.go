@@ -101,6 +101,8 @@ type Stats struct {
 	WindowAgreed, WindowSize int
 	Cause                    Cause
 	EngineBlock              int
+	// LastCause is the last cause named (it stays after a repair).
+	LastCause Cause
 	// LastReported is the last cached_tokens reported (-1: none yet).
 	LastReported int
 }
@@ -126,6 +128,10 @@ type rank struct {
 	engBlock   int
 	lastRepair int64
 	repaired   bool
+	// matched: some request of the rank was ever predicted a block (its
+	// hashes match the engine's), so a window without predictions is lost
+	// events, not a hash mismatch.
+	matched bool
 	st         Stats
 }
 
@@ -178,6 +184,9 @@ func (t *Tracker) Observe(k wire.WorkerKey, s Sample, now int64) Verdict {
 	}
 	st := &r.st
 	st.Requests++
+	if s.Predicted > 0 {
+		r.matched = true
+	}
 	if agree {
 		st.Agreed++
 	}
@@ -197,6 +206,9 @@ func (t *Tracker) Observe(k wire.WorkerKey, s Sample, now int64) Verdict {
 	v := Verdict{Agree: agree, ErrBlocks: e}
 	cause, eng := t.diagnose(r, s.Publishes)
 	if cause != r.cause || eng != r.engBlock {
+		if cause != CauseNone {
+			st.LastCause = cause
+		}
 		v.Named = cause != CauseNone
 		r.cause, r.engBlock = cause, eng
 	}
@@ -217,7 +229,7 @@ func (t *Tracker) diagnose(r *rank, publishes bool) (Cause, int) {
 		return CauseNone, 0
 	}
 	bs := t.cfg.BlockSize
-	var g, nonzero, over, under, agreed, predicted, lo, hi int
+	var g, nonzero, over, under, agreed, lo, hi int
 	for i := range r.n {
 		e := &r.ring[i]
 		if e.reported > 0 {
@@ -236,19 +248,16 @@ func (t *Tracker) diagnose(r *rank, publishes bool) (Cause, int) {
 		case e.err > 1:
 			under++
 		}
-		if e.predicted > 0 {
-			predicted++
-		}
 	}
 	need := int(t.cfg.Persist*float64(r.n) + 0.5)
 	disagree := r.n - agreed
 	// A larger multiple is evidence only while nothing matches (the
 	// engine's blocks hash differently) and the reports vary: a constant
 	// report has itself as its divisor.
-	if nonzero >= t.cfg.MinSamples && (g%bs != 0 || (g > bs && predicted == 0 && disagree >= need && lo != hi)) {
+	if nonzero >= t.cfg.MinSamples && (g%bs != 0 || (g > bs && !r.matched && disagree >= need && lo != hi)) {
 		return CauseBlockSize, g
 	}
-	if under >= need && predicted == 0 && publishes {
+	if under >= need && !r.matched && publishes {
 		return CauseHash, 0
 	}
 	if over >= need {

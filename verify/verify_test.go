@@ -95,6 +95,14 @@ func TestHashMismatch(t *testing.T) {
 	if i < 0 || v.Cause != CauseHash || v.Repair {
 		t.Fatalf("verdict %d %+v, want hash_mismatch without repair", i, v)
 	}
+	// A rank that matched before and now reports blocks the index lacks
+	// misses events (cut off), though nothing in the window was predicted.
+	tr = New(Config{BlockSize: 16})
+	tr.Observe(k0, Sample{Predicted: 4, Reported: 64, Publishes: true}, 0)
+	vs = feed(tr, 40, 0, func(i int) Sample { return Sample{Reported: (i%5 + 2) * 16, Publishes: true} })
+	if i, v := firstNamed(vs); i < 0 || v.Cause != CauseMissing || !v.Repair {
+		t.Fatalf("matched rank: verdict %d %+v, want missing_events with a repair", i, v)
+	}
 	// A rank whose events never arrive has missing events instead: a dump helps.
 	tr = New(Config{BlockSize: 16})
 	vs = feed(tr, 40, 0, func(i int) Sample { return Sample{Reported: (i%5 + 2) * 16} })

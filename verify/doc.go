@@ -27,9 +27,9 @@
 //
 //   - CauseBlockSize: the greatest common divisor of the non-zero reports
 //     (at least MinSamples of them) is not a multiple of the router's block
-//     size, or is a larger multiple while most requests disagree, no request
-//     of the rank was ever predicted a block and the reports vary. The engine's block size is
-//     that divisor (or a divisor of it).
+//     size, or is a larger multiple while most requests disagree, no
+//     request of the rank was ever predicted a block and the reports vary.
+//     The engine's block size is that divisor (or a divisor of it).
 //   - CauseHash: most requests report cached tokens, no request of the rank
 //     was ever predicted a block, and the rank publishes events
 //     (Sample.Publishes): blocks arrive but never match, so an input to

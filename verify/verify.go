@@ -132,7 +132,7 @@ type rank struct {
 	// hashes match the engine's), so a window without predictions is lost
 	// events, not a hash mismatch.
 	matched bool
-	st         Stats
+	st      Stats
 }
 
 // Tracker keeps the windows of every rank it was given a sample of. Not

@@ -21,9 +21,6 @@ type Config struct {
 	Host             string   // default 127.0.0.1
 	Port             int      // worker i listens on Port+i; 0: random ports
 	BlockSize        int      // default 16
-	// AnnounceBlockSize is every worker's WorkerConfig.AnnounceBlockSize
-	// (kvroute mock --announce-block-size).
-	AnnounceBlockSize int
 	KVBlocks         int      // per worker; default 16384
 	HostKVBlocks     int      // per worker: host tier behind the device (WorkerConfig.HostKVBlocks); 0: none
 	HostGBps         float64  // host tier onload bandwidth; default engine.DefaultHostGBps
@@ -54,6 +51,10 @@ type Config struct {
 	TransferGBps     float64       // --transfer-gbps; default DefaultTransferGBps
 	TransferTimeout  time.Duration // --transfer-timeout; default DefaultTransferTimeout
 	BootstrapTimeout time.Duration // --bootstrap-timeout; default DefaultBootstrapTimeout
+
+	// AnnounceBlockSize is every worker's WorkerConfig.AnnounceBlockSize
+	// (kvroute mock --announce-block-size).
+	AnnounceBlockSize int
 }
 
 // Validate checks the configuration; errors name the field's flag.

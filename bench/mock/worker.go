@@ -40,11 +40,6 @@ type WorkerConfig struct {
 	Host      string // listen host; default 127.0.0.1
 	Port      int    // HTTP port; 0 picks a free one
 	BlockSize int    // tokens per KV block; default 16
-	// AnnounceBlockSize, when > 0, is the block size the registration
-	// announces instead of BlockSize: a fault (an engine configured apart
-	// from what its launcher announces) that only the engine's
-	// cached-token reports show.
-	AnnounceBlockSize int
 	KVBlocks  int    // KV cache blocks; default 16384
 	// HostKVBlocks > 0 adds a host tier of that many blocks behind the
 	// device (engine.Config.HostCapacity): evicted blocks are offloaded
@@ -101,6 +96,12 @@ type WorkerConfig struct {
 	// BootstrapTimeout is how long an SGLang-protocol decode worker waits
 	// for its prefill; default DefaultBootstrapTimeout.
 	BootstrapTimeout time.Duration
+
+	// AnnounceBlockSize, when > 0, is the block size the registration
+	// announces instead of BlockSize: a fault (an engine configured apart
+	// from what its launcher announces) that only the engine's
+	// cached-token reports show.
+	AnnounceBlockSize int
 }
 
 // MaxDPSize bounds WorkerConfig.DPSize.

@@ -146,6 +146,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	fs.IntVar(&o.demoKVBlocks, "demo-kv-blocks", 16384, "KV blocks per demo worker")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	sf := addSchedFlags(fs)
+	vf := addVerifyFlags(fs)
 	for _, e := range ext {
 		e.add(fs)
 	}
@@ -372,6 +373,9 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		Proxy:      proxy.Config{FirstByteTimeout: *fbTimeout, ResponseTimeout: *respTO},
 		EjectAfter: *ejectAfter, ProbeInterval: *probeIvl, ProbeMaxInterval: *probeMax,
 		ChatTemplate: chatDefault, ModelChatTemplates: chatByModel}
+	if err := vf.apply(&rc); err != nil {
+		return cfg, o, err
+	}
 	for _, w := range workers {
 		sw, err := parseStaticWorker(w)
 		if err != nil {

@@ -30,8 +30,9 @@
 //     size, or is a larger multiple while most requests disagree, no
 //     request of the rank was ever predicted a block and the reports vary.
 //     The engine's block size is that divisor (or a divisor of it).
-//   - CauseHash: most requests report cached tokens, no request of the rank
-//     was ever predicted a block, and the rank publishes events
+//   - CauseHash: most requests report cached tokens, their divisor is the
+//     router's block size, no request of the rank was ever predicted a
+//     block, and the rank publishes events
 //     (Sample.Publishes): blocks arrive but never match, so an input to
 //     hashing differs (block size, hash seed, LoRA name, cache salt,
 //     multimodal keys). A rank that has matched before and now reports

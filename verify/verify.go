@@ -258,7 +258,12 @@ func (t *Tracker) diagnose(r *rank, publishes bool) (Cause, int) {
 		return CauseBlockSize, g
 	}
 	if under >= need && !r.matched && publishes {
-		return CauseHash, 0
+		if g == bs {
+			return CauseHash, 0
+		}
+		// The reports' divisor is a larger multiple of the block size:
+		// left to the block-size rule until the reports vary.
+		return CauseNone, 0
 	}
 	if over >= need {
 		return CauseStale, 0

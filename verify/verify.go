@@ -132,6 +132,10 @@ type rank struct {
 	// hashes match the engine's), so a window without predictions is lost
 	// events, not a hash mismatch.
 	matched bool
+	// disagree and offGrid count the window's disagreeing requests and its
+	// reports that are not multiples of the block size: while both are
+	// below what names a cause, diagnose skips its scan.
+	disagree, offGrid int
 	st      Stats
 }
 
@@ -199,7 +203,11 @@ func (t *Tracker) Observe(k wire.WorkerKey, s Sample, now int64) Verdict {
 	}
 	st.Errors[b]++
 	st.LastReported = s.Reported
+	if r.n == len(r.ring) {
+		r.count(&r.ring[r.next], -1, bs)
+	}
 	r.ring[r.next] = entry{predicted: s.Predicted, host: s.Host, reported: s.Reported, err: int32(e), agree: agree}
+	r.count(&r.ring[r.next], 1, bs)
 	r.next = (r.next + 1) % len(r.ring)
 	r.n = min(r.n+1, len(r.ring))
 
@@ -218,15 +226,29 @@ func (t *Tracker) Observe(k wire.WorkerKey, s Sample, now int64) Verdict {
 		r.repaired, r.lastRepair = true, now
 		st.Repairs++
 		r.n, r.next = 0, 0 // the next verdict rests on the repaired index
+		r.disagree, r.offGrid = 0, 0
 		r.cause, r.engBlock = CauseNone, 0
 	}
 	return v
+}
+
+// count adds (d = 1) or removes (d = -1) e from the window's counts.
+func (r *rank) count(e *entry, d, bs int) {
+	if !e.agree {
+		r.disagree += d
+	}
+	if e.reported%bs != 0 {
+		r.offGrid += d
+	}
 }
 
 // diagnose names the cause the window shows (see the package doc).
 func (t *Tracker) diagnose(r *rank, publishes bool) (Cause, int) {
 	if r.n < t.cfg.MinSamples {
 		return CauseNone, 0
+	}
+	if r.offGrid == 0 && r.disagree < int(t.cfg.Persist*float64(r.n)+0.5) {
+		return CauseNone, 0 // every named cause needs one or the other
 	}
 	bs := t.cfg.BlockSize
 	var g, nonzero, over, under, agreed, lo, hi int

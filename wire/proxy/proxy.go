@@ -626,7 +626,11 @@ func relaySSE(w *bufio.Writer, r *bufio.Reader, first func(), cut *atomic.Bool, 
 	}
 }
 
-var keyDetails = []byte(`"prompt_tokens_details"`)
+// keyDetails pre-filters the chunks that may carry usage details: it
+// starts with a byte that is rare in a token chunk ('_', in finish_reason
+// only), so the search skips along at memchr speed where a needle starting
+// with '"' stops at every quote (measured: BenchmarkRelaySSE).
+var keyDetails = []byte(`_tokens_details"`)
 
 // WriteError answers status with an OpenAI-style JSON error body carrying
 // msg, its type and code the defaults for status (openai.StatusError).

@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bufio"
+	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -81,4 +84,45 @@ func benchServe(b *testing.B, h fasthttp.RequestHandler) string {
 	go s.Serve(ln) //nolint:errcheck
 	b.Cleanup(func() { _ = s.Shutdown() })
 	return "http://" + ln.Addr().String()
+}
+
+// BenchmarkRelaySSE measures the relay's own work on a stream of 64 token
+// chunks and the usage chunk, in memory (no sockets, so the machine's
+// noise stays out): usage=on reads the usage and strips its chunk.
+func BenchmarkRelaySSE(b *testing.B) {
+	var sb strings.Builder
+	for range 64 {
+		sb.WriteString(`data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"a","finish_reason":null}]}` + "\n\n")
+	}
+	sb.WriteString(sseUsage + sseDone)
+	stream := sb.String()
+	for _, on := range []bool{false, true} {
+		name := "usage=off"
+		if on {
+			name = "usage=on"
+		}
+		b.Run(name, func(b *testing.B) {
+			var (
+				sr  strings.Reader
+				cut atomic.Bool
+				n   int
+			)
+			br := bufio.NewReaderSize(&sr, 16<<10)
+			bw := bufio.NewWriterSize(io.Discard, 4096)
+			var usage func(int)
+			if on {
+				usage = func(c int) { n += c }
+			}
+			first := func() {}
+			b.SetBytes(int64(len(stream)))
+			b.ReportAllocs()
+			for b.Loop() {
+				sr.Reset(stream)
+				br.Reset(&sr)
+				if err := relaySSE(bw, br, first, &cut, usage, on); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -82,13 +82,14 @@ func newDecisionRing(size, sample int, log *slog.Logger) *decisionRing {
 // (decided with every candidate's cost, and logged).
 func (d *decisionRing) sampled(id uint64) bool { return id%d.sample == 0 }
 
-// record keeps p's decision and returns its slot's sequence number.
-func (d *decisionRing) record(p *pending, dec sched.Decision, rule string, routed bool) uint64 {
+// record keeps p's decision, made at unix nanoseconds at, and returns its
+// slot's sequence number.
+func (d *decisionRing) record(p *pending, dec sched.Decision, rule string, routed bool, at int64) uint64 {
 	d.mu.Lock()
 	d.last++
 	seq := d.last
 	s := &d.slots[seq%uint64(len(d.slots))]
-	s.seq, s.id, s.routeID, s.at, s.rule, s.routed = seq, p.id, p.routeID, time.Now().UnixNano(), rule, routed
+	s.seq, s.id, s.routeID, s.at, s.rule, s.routed = seq, p.id, p.routeID, at, rule, routed
 	s.worker, s.overlap, s.host, s.prompt, s.cost, s.reported = dec.Worker, dec.Overlap, p.host, uint32(len(p.local)), dec.Cost, -2
 	s.n, s.more = 0, 0
 	if len(p.cands) > 0 {

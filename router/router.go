@@ -563,7 +563,7 @@ func (r *Router) outcome(p *pending, d sched.Decision) {
 		}
 		r.m.rejected(d.Reason).Inc()
 		p.dec = d
-		r.decisions.record(p, d, ruleShed, false)
+		r.decisions.record(p, d, ruleShed, false, time.Now().UnixNano())
 		p.done <- struct{}{}
 	}
 }
@@ -580,9 +580,10 @@ func (r *Router) routed(p *pending, d sched.Decision) {
 			_ = r.ix.RecordDecision(d.Worker, p.local, p.seq)
 		}
 	}
-	r.m.decided(p, d, r.now())
+	now := r.now()
+	r.m.decided(p, d, now)
 	p.host = hostOf(p, d.Worker)
-	p.seq0 = r.decisions.record(p, d, ruleOf(p), true)
+	p.seq0 = r.decisions.record(p, d, ruleOf(p), true, r.epoch.UnixNano()+now)
 	r.syncBooked(p, d)
 	p.done <- struct{}{}
 }

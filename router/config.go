@@ -191,7 +191,7 @@ type Config struct {
 	// (--verify-repair-interval; default 5 s).
 	VerifyRepairInterval time.Duration
 	// DecisionRing is the number of recent decisions kept for
-	// /debug/decisions (--decision-ring; default 1024); one in
+	// /debug/decisions (--decision-ring, rounded up to a power of two; default 1024); one in
 	// DecisionSample (--decision-sample; default 100) is decided with
 	// every candidate's cost and logged at debug level.
 	DecisionRing, DecisionSample int

@@ -62,7 +62,8 @@ type ringSlot struct {
 // ends report, the admin listener reads.
 type decisionRing struct {
 	mu     sync.Mutex
-	slots  []ringSlot
+	slots  []ringSlot // a power of two
+	mask   uint64
 	last   uint64
 	sample uint64
 	log    *slog.Logger
@@ -75,7 +76,11 @@ func newDecisionRing(size, sample int, log *slog.Logger) *decisionRing {
 	if sample <= 0 {
 		sample = 100
 	}
-	return &decisionRing{slots: make([]ringSlot, size), sample: uint64(sample), log: log}
+	n := 1
+	for n < size {
+		n <<= 1
+	}
+	return &decisionRing{slots: make([]ringSlot, n), mask: uint64(n - 1), sample: uint64(sample), log: log}
 }
 
 // sampled reports whether the next decision recorded is a sampled one
@@ -88,7 +93,7 @@ func (d *decisionRing) record(p *pending, dec sched.Decision, rule string, route
 	d.mu.Lock()
 	d.last++
 	seq := d.last
-	s := &d.slots[seq%uint64(len(d.slots))]
+	s := &d.slots[seq&d.mask]
 	s.seq, s.id, s.routeID, s.at, s.rule, s.routed = seq, p.id, p.routeID, at, rule, routed
 	s.worker, s.overlap, s.host, s.prompt, s.cost, s.reported = dec.Worker, dec.Overlap, p.host, uint32(len(p.local)), dec.Cost, -2
 	s.n, s.more = 0, 0
@@ -134,7 +139,7 @@ func (d *decisionRing) report(seq, id uint64, cached int) {
 		return
 	}
 	d.mu.Lock()
-	s := &d.slots[seq%uint64(len(d.slots))]
+	s := &d.slots[seq&d.mask]
 	if s.seq == seq && s.id == id {
 		s.reported = int64(cached)
 	}
@@ -149,7 +154,7 @@ func (d *decisionRing) appendLast(b []byte, n int) []byte {
 	b = append(b, '[')
 	first := true
 	for seq := d.last; seq > 0 && n > 0; seq-- {
-		s := &d.slots[seq%uint64(len(d.slots))]
+		s := &d.slots[seq&d.mask]
 		if s.seq != seq {
 			break
 		}

@@ -3,6 +3,7 @@ package router
 import (
 	"testing"
 
+	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/wire"
 )
 
@@ -24,5 +25,22 @@ func BenchmarkVerifyEnd(b *testing.B) {
 		c := r.newCheck(p)
 		c.usage(int(p.dec.Overlap) * 16)
 		r.verifyEnd(c)
+	}
+}
+
+// BenchmarkDecisionRecord measures what keeping a decision in the ring
+// costs the batcher per decision (a lock, the slot, four candidates'
+// overlaps).
+func BenchmarkDecisionRecord(b *testing.B) {
+	d := newDecisionRing(1024, 100, quietLogger())
+	p := &pending{local: make([]wire.BlockHash, 128)}
+	for i := range 4 {
+		p.ovs = append(p.ovs, sched.Overlap{Worker: wire.WorkerKey{Worker: uint64(i + 1)}, Device: uint32(10 * i)})
+	}
+	dec := sched.Decision{Worker: wire.WorkerKey{Worker: 2}, Overlap: 10}
+	b.ReportAllocs()
+	for b.Loop() {
+		p.id++
+		d.record(p, dec, ruleOf(p), true, 1)
 	}
 }

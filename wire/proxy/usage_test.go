@@ -125,3 +125,34 @@ func TestRelaySSEStripEdges(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRelaySSEStrip relays arbitrary worker bytes with and without
+// stripping: reading the usage never changes what is relayed, and
+// stripping only ever removes whole usage events.
+func FuzzRelaySSEStrip(f *testing.F) {
+	f.Add([]byte(sseTokens + sseUsage + sseDone))
+	f.Add([]byte(sseUsage + sseUsage + sseDone))
+	f.Add([]byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":1}}}\r\n\r\ndata: [DONE]\n\n"))
+	f.Add([]byte("event: x\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":1}}}\n\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		relay := func(usage func(int), strip bool) string {
+			var out strings.Builder
+			w := bufio.NewWriter(&out)
+			var cut atomic.Bool
+			_ = relaySSE(w, bufio.NewReaderSize(strings.NewReader(string(in)), 64), func() {}, &cut, usage, strip)
+			return out.String()
+		}
+		plain := relay(nil, false)
+		n := -1
+		if read := relay(func(c int) { n = c }, false); read != plain {
+			t.Fatalf("reading the usage changed the stream:\n%q\n%q", plain, read)
+		}
+		stripped := relay(func(int) {}, true)
+		if len(stripped) > len(plain) {
+			t.Fatalf("stripping added bytes:\n%q\n%q", plain, stripped)
+		}
+		if n < 0 && stripped != plain {
+			t.Fatalf("no usage read, yet bytes were stripped:\n%q\n%q", plain, stripped)
+		}
+	})
+}

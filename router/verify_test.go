@@ -109,6 +109,11 @@ func TestVerifyStreamsAndDecisionRing(t *testing.T) {
 	if code != 200 || !strings.Contains(string(wb), `"agreement":1.000`) || !strings.Contains(string(wb), `"diagnosis":"none"`) {
 		t.Fatalf("/workers: %s", wb)
 	}
+	// /route's explain gives each candidate's last report.
+	code, rb, _ := e.do("POST", "/route", fmt.Sprintf(`{"token_ids":%s,"explain":true}`, promptJSON(p)))
+	if code != 200 || !strings.Contains(string(rb), `"last_reported_cached_tokens":`+fmt.Sprint((len(p)-1)/testBlockSize*testBlockSize)) {
+		t.Fatalf("/route explain: %d %s", code, rb)
+	}
 	for _, m := range []string{`kvroute_verify_requests_total{worker="`, `kvroute_verify_error_blocks_bucket{worker="`, `kvroute_verify_agreement{worker="`} {
 		_, mb, _ := e.do("GET", "/metrics", "")
 		if !strings.Contains(string(mb), m) {

@@ -197,8 +197,12 @@ func appendSlot(b []byte, s *ringSlot) []byte {
 	} else {
 		b = append(b, "null"...)
 	}
-	b = append(b, `,"verified":`...)
-	b = strconv.AppendBool(b, s.reported != -1)
+	b = append(b, `,"verified":`...) // null until the answer came
+	if s.reported == -2 {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendBool(b, s.reported >= 0)
+	}
 	b = append(b, `,"candidates":[`...)
 	for i := range s.n {
 		c := &s.cands[i]

@@ -136,7 +136,7 @@ type rank struct {
 	// reports that are not multiples of the block size: while both are
 	// below what names a cause, diagnose skips its scan.
 	disagree, offGrid int
-	st      Stats
+	st                Stats
 }
 
 // Tracker keeps the windows of every rank it was given a sample of. Not

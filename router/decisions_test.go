@@ -1,7 +1,10 @@
 package router
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/kvroute/kvroute/sched"
@@ -57,6 +60,16 @@ func TestDecisionRing(t *testing.T) {
 	}
 	if n := len(d.appendLast(nil, 2)); n == 0 {
 		t.Fatal("n=2 empty")
+	}
+	// One decision in the sample is logged at debug level.
+	var logs bytes.Buffer
+	d = newDecisionRing(4, 2, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	for i := range 4 {
+		p.id = uint64(i + 1)
+		d.record(p, sched.Decision{Worker: wire.WorkerKey{Worker: 1}}, ruleCost, true, 0)
+	}
+	if n := strings.Count(logs.String(), `msg="routing decision"`); n != 2 || !strings.Contains(logs.String(), `\"id\":4`) {
+		t.Fatalf("%d lines logged: %s", n, logs.String())
 	}
 	var two []json.RawMessage
 	_ = json.Unmarshal(d.appendLast(nil, 2), &two)

@@ -27,6 +27,7 @@ import (
 // registry).
 var verifyFamilies = []promtext.Family{
 	{Name: "kvroute_verify_predicted_cached_tokens_total", Type: promtext.Counter, Help: "Prompt tokens the routing decisions credited to the worker's dp rank as cached on its device (blocks × --block-size), for proxied requests"},
+	{Name: "kvroute_verify_predicted_host_tokens_total", Type: promtext.Counter, Help: "Prompt tokens the routing decisions credited to the worker's dp rank in its host tier, beyond the device's (blocks × --block-size), for proxied requests; an engine counts what it loads back as cached"},
 	{Name: "kvroute_verify_reported_cached_tokens_total", Type: promtext.Counter, Help: "Prompt tokens the worker reported served from its prefix cache (usage.prompt_tokens_details.cached_tokens)"},
 	{Name: "kvroute_verify_requests_total", Type: promtext.Counter, Help: "Proxied requests by result: agree (report within one block of the prediction), disagree, unverified (the engine reported no cached tokens)"},
 	{Name: "kvroute_verify_error_blocks", Type: promtext.Histogram, Help: "Reported minus predicted cached blocks per proxied request (negative: the index believed more than the engine had)"},
@@ -155,6 +156,7 @@ func (r *Router) writeVerify(w io.Writer) {
 		st := &stats[i]
 		lbl := fmt.Sprintf(`worker="%d",dp_rank="%d"`, k.Worker, k.Dp)
 		metrics.WriteCounterUint64(w, "kvroute_verify_predicted_cached_tokens_total{"+lbl+"}", st.PredictedTokens)
+		metrics.WriteCounterUint64(w, "kvroute_verify_predicted_host_tokens_total{"+lbl+"}", st.PredictedHostTokens)
 		metrics.WriteCounterUint64(w, "kvroute_verify_reported_cached_tokens_total{"+lbl+"}", st.ReportedTokens)
 		verified := st.Requests - st.Unverified
 		metrics.WriteCounterUint64(w, "kvroute_verify_requests_total{"+lbl+`,result="agree"}`, st.Agreed)

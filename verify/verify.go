@@ -93,6 +93,7 @@ type Verdict struct {
 type Stats struct {
 	Requests, Agreed, Unverified uint64
 	PredictedTokens              uint64 // device blocks predicted × block size
+	PredictedHostTokens          uint64 // host-tier blocks beyond them × block size
 	ReportedTokens               uint64
 	Repairs                      uint64
 	Errors                       [NumBuckets]uint64 // signed error in blocks, by ErrorBuckets
@@ -195,6 +196,7 @@ func (t *Tracker) Observe(k wire.WorkerKey, s Sample, now int64) Verdict {
 		st.Agreed++
 	}
 	st.PredictedTokens += uint64(s.Predicted) * uint64(bs)
+	st.PredictedHostTokens += uint64(s.Host) * uint64(bs)
 	st.ReportedTokens += uint64(max(s.Reported, 0))
 	st.ErrorSum += int64(e)
 	b := 0

@@ -108,6 +108,9 @@ var adminRoutes = []adminRoute{
 				s.Router.WritePrometheus(w)
 			}
 		}},
+	{httpref.Route{Method: "GET", Path: "/debug/decisions", Summary: "The last n routing decisions (?n=N, default 100, at most --decision-ring), newest first: request id, rule (cost, override, queue, shed), chosen rank, candidates' overlaps (and costs for sampled decisions), the engine's reported cached tokens once known",
+		Response: `{"decisions": [{"id", "request_id", "time", "rule", "prompt_blocks", "worker_id", "dp_rank", "overlap_blocks", "host_overlap_blocks", "cost", "reported_cached_tokens", "verified", "candidates": [{"worker_id", "dp_rank", "overlap_blocks", "host_overlap_blocks", "cost", "chosen"}]}]}`},
+		func(s *Service) http.HandlerFunc { return s.debugDecisions }},
 	{httpref.Route{Method: "GET", Path: "/debug/pprof/", Summary: "Index of the Go runtime's profiles; /debug/pprof/NAME serves one (heap, goroutine, allocs, block, mutex, threadcreate)", Response: "net/http/pprof"},
 		func(*Service) http.HandlerFunc { return pprof.Index }},
 	{httpref.Route{Method: "GET", Path: "/debug/pprof/cmdline", Summary: "The process's command line", Response: "net/http/pprof"},

@@ -202,6 +202,15 @@ type Config struct {
 	PrefillTimeout time.Duration
 
 	Logger *slog.Logger
+	// VerifyRepairInterval is the least time between two dumps asked of
+	// one dp rank because its cached-token reports disagree with the index
+	// (--verify-repair-interval; default 5 s).
+	VerifyRepairInterval time.Duration
+	// DecisionRing is the number of recent decisions kept for
+	// /debug/decisions (--decision-ring, rounded up to a power of two; default 1024); one in
+	// DecisionSample (--decision-sample; default 100) is decided with
+	// every candidate's cost and logged at debug level.
+	DecisionRing, DecisionSample int
 }
 
 func (c *Config) fill() {

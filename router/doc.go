@@ -120,6 +120,23 @@
 // a 502 and its worker is routed as aggregated from then on
 // (docs/decisions/0040-pd-serving.md). /route answers the pair beside its
 // usual fields; /route/{id}/prefill_done ends the prefill booking.
+// # Checking predictions against the engines
+//
+// Every proxied request that gets a 200 answer is checked (verify.go):
+// the blocks its decision credited to the chosen rank against the
+// engine's usage.prompt_tokens_details.cached_tokens (openai.CachedTokens).
+// A stream whose client set no stream_options is sent with
+// stream_options.include_usage (openai.AppendIncludeUsage) and relayed
+// without the usage chunk (proxy.Hooks.StripUsage), byte for byte
+// otherwise. The pair goes to a verify.Tracker behind a lock; a cause it
+// names is logged once; a stale index or missing events asks the rank for
+// a dump through recovery (Hooks.Repair, rate-limited by
+// Config.VerifyRepairInterval). kvroute_verify_* are the metrics, /workers
+// and /route's explain carry each rank's agreement, last report and
+// diagnosis. The batcher records every decision in a ring
+// (decisions.go, Config.DecisionRing) that the admin listener serves as
+// /debug/decisions?n=N; one in Config.DecisionSample is decided with the
+// scheduler's explanation and logged at debug level.
 //
 // # Errors and bounds
 //

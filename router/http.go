@@ -426,6 +426,14 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		r.fail(ctx, p.err)
 		return
 	}
+	// A stream asks the engine for its usage chunk (cached tokens) when
+	// the client did not; the relay strips it again (verify.go).
+	strip := false
+	if req.Stream && !req.StreamOptions {
+		if b, ok := openai.AppendIncludeUsage(p.ubody[:0], body); ok {
+			p.ubody, body, strip = b, b, true
+		}
+	}
 	start := time.Now()
 	var u *proxy.Upstream
 	if p.remote() {
@@ -437,7 +445,13 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		return // answered
 	}
 	id, wid := p.id, p.dec.Worker.Worker
-	r.proxy.Relay(ctx, u, proxy.Hooks{
+	var chk *check
+	// A disaggregated request's report is the decode engine's, which
+	// counts what it pulled; only aggregated answers are checked.
+	if u.StatusCode() == fasthttp.StatusOK && !p.pd.paired {
+		chk = r.newCheck(p)
+	}
+	hooks := proxy.Hooks{
 		FirstToken: func() {
 			r.m.ttft.UpdateDuration(start)
 			r.notify(opPrefillDone, id)
@@ -457,9 +471,20 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 			case err != nil:
 				r.m.proxyErrors.Inc()
 			}
+			if chk != nil {
+				if err == nil {
+					r.verifyEnd(chk)
+				} else {
+					checkPool.Put(chk)
+				}
+			}
 			r.notify(opFree, id)
 		},
-	})
+	}
+	if chk != nil {
+		hooks.Usage, hooks.StripUsage = chk.usage, strip
+	}
+	r.proxy.Relay(ctx, u, hooks)
 	// The headers go out when the handler returns.
 	r.setRouteHeaders(ctx, p)
 }
@@ -645,6 +670,8 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 				b = append(b, ',')
 			}
 			b = r.appendCandidateRole(b, &c, p.pd.paired)
+			b = r.appendAgreement(b[:len(b)-1], c.Worker) // inside the candidate's object
+			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}

@@ -121,7 +121,7 @@ var routerFamilies = []promtext.Family{
 // registry is everything Router.WritePrometheus exposes: the router's
 // families, the index's, ingest's (Hooks.Metrics in a Service) and the Go
 // runtime and process metrics.
-var registry = promtext.NewRegistry(routerFamilies, pdFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies, node.SnapshotFamilies, node.QueryFamilies, recovery.MetricFamilies, promtext.ProcessFamilies)
+var registry = promtext.NewRegistry(routerFamilies, pdFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies, node.SnapshotFamilies, node.QueryFamilies, recovery.MetricFamilies, verifyFamilies, promtext.ProcessFamilies)
 
 // Histogram buckets. Latencies span 100 µs (a /route answer on loopback is
 // ~240 µs, README) to 60 s (a long generation); decisions start at 10 µs
@@ -382,6 +382,7 @@ func (r *Router) writeSamples(w io.Writer) {
 		throttled = 1
 	}
 	metrics.WriteGaugeUint64(w, "kvroute_throttled", throttled)
+	r.writeVerify(w)
 	r.ix.WriteMetrics(w)
 	for _, f := range r.hooks.Metrics {
 		f(w)

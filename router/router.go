@@ -63,6 +63,11 @@ type Hooks struct {
 	Publish Publisher
 	// Metrics are extra writers appended to /metrics (e.g. the ingest's).
 	Metrics []func(w io.Writer)
+	// Repair, when set, asks a worker's dp rank for a dump of its cache
+	// (recovery.Requester.Lost with recovery.DumpAll): its cached-token
+	// reports show a stale index or missing events (package verify). It
+	// must not block.
+	Repair func(k wire.WorkerKey)
 	// Lookup, when set, replaces the index for lookups and for recording
 	// approximate-mode decisions (--use-remote-indexer: a node.RemoteIndex).
 	// It is called on the batcher goroutine only.
@@ -97,6 +102,8 @@ type Router struct {
 	probeClient *fasthttp.Client
 	epoch       time.Time
 	m           *metricSet
+	verify      *verifier     // predictions against the engines' reports (verify.go)
+	decisions   *decisionRing // recent decisions (decisions.go)
 
 	in   chan *pending // handler → batcher
 	ops  chan op       // prefill done, free
@@ -189,6 +196,12 @@ type pending struct {
 	buf   []byte // response scratch
 	body  []byte // the body forwarded with token ids (--forward-token-ids)
 	pd    pdPending
+
+	// verification and the decision ring (verify.go, decisions.go)
+	host     uint32 // host-tier blocks credited to the chosen rank
+	seq0     uint64 // the decision ring's slot
+	admitted bool   // decided from the waiting queue
+	ubody    []byte // the body with stream_options.include_usage added
 }
 
 // New builds a Router over ix (which it does not own: close it after the
@@ -230,6 +243,8 @@ func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
 		r.tmpls = &openai.ChatTemplates{Default: cfg.ChatTemplate, ByModel: cfg.ModelChatTemplates}
 	}
 	r.m = newMetricSet(r)
+	r.verify = newVerifier(cfg.Sched.BlockSize, cfg.VerifyRepairInterval)
+	r.decisions = newDecisionRing(cfg.DecisionRing, cfg.DecisionSample, cfg.Logger)
 	r.budget = bodyBudget{limit: cfg.MaxInflightBodyBytes, maxBody: int64(cfg.MaxBodyBytes), held: map[*fasthttp.RequestHeader]int64{}}
 	r.pool.New = func() any { return &pending{done: make(chan struct{}, 1)} }
 	r.b.waiting = map[uint64]*pending{}
@@ -314,6 +329,7 @@ func (r *Router) release(p *pending) {
 	p.err = nil
 	p.cands = p.cands[:0]
 	p.pd.reset()
+	p.host, p.seq0, p.admitted = 0, 0, false
 	r.pool.Put(p)
 }
 
@@ -502,7 +518,7 @@ func (r *Router) decide(batch []*pending) {
 	}
 	// Runs of plain requests go to Decide together; explained ones alone.
 	for i := 0; i < len(batch); {
-		if batch[i].explain {
+		if batch[i].explain || r.decisions.sampled(batch[i].id) {
 			p := batch[i]
 			req := r.request(p)
 			var d sched.Decision
@@ -513,7 +529,7 @@ func (r *Router) decide(batch []*pending) {
 		}
 		j := i
 		reqs, ovs := r.b.reqs[:0], r.b.ovs[:0]
-		for ; j < len(batch) && !batch[j].explain; j++ {
+		for ; j < len(batch) && !batch[j].explain && !r.decisions.sampled(batch[j].id); j++ {
 			reqs = append(reqs, r.request(batch[j]))
 			ovs = append(ovs, batch[j].ovs)
 		}
@@ -558,6 +574,7 @@ func (r *Router) outcome(p *pending, d sched.Decision) {
 		}
 		r.m.rejected(d.Reason).Inc()
 		p.dec = d
+		r.decisions.record(p, d, ruleShed, false, time.Now().UnixNano())
 		p.done <- struct{}{}
 	}
 }
@@ -574,7 +591,10 @@ func (r *Router) routed(p *pending, d sched.Decision) {
 			_ = r.ix.RecordDecision(d.Worker, p.local, p.seq)
 		}
 	}
-	r.m.decided(p, d, r.now())
+	now := r.now()
+	r.m.decided(p, d, now)
+	p.host = hostOf(p, d.Worker)
+	p.seq0 = r.decisions.record(p, d, ruleOf(p), true, r.epoch.UnixNano()+now)
 	r.syncBooked(p, d)
 	p.done <- struct{}{}
 }
@@ -596,6 +616,7 @@ func (r *Router) effect(e sched.Effect) {
 		if p, ok := r.b.waiting[e.ID]; ok {
 			delete(r.b.waiting, e.ID)
 			r.m.admitted.Inc()
+			p.admitted = true
 			r.routed(p, e.Decision)
 		}
 	case sched.EffectRejected:

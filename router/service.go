@@ -17,10 +17,12 @@ import (
 	"github.com/puzpuzpuz/xsync/v4"
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvroute/kvroute/ingest/recovery"
 	"github.com/kvroute/kvroute/internal/handover"
 	"github.com/kvroute/kvroute/internal/linger"
 	"github.com/kvroute/kvroute/node"
 	"github.com/kvroute/kvroute/radix"
+	"github.com/kvroute/kvroute/wire"
 	"github.com/kvroute/kvroute/wire/openai"
 	"github.com/kvroute/kvroute/wire/plane"
 	"github.com/kvroute/kvroute/wire/proxy"
@@ -198,6 +200,7 @@ func (s *Service) start() error {
 	}
 	if s.Node.Recovery != nil {
 		hooks.Metrics = append(hooks.Metrics, s.Node.Recovery.WriteMetrics)
+		hooks.Repair = func(k wire.WorkerKey) { s.Node.Recovery.Lost(k, recovery.DumpAll) }
 	}
 	if cfg.UseRemoteIndexer {
 		s.Remote = node.NewRemoteIndex(s.NC, node.RemoteIndexConfig{Subject: plane.IndexSubject(cfg.Router.Subjects),

@@ -507,6 +507,7 @@ func (r *Router) removeWorker(id uint64, now int64) {
 	_, _ = r.ix.RemoveWorker(id)
 	delete(r.b.workers, id)
 	r.stopProbe(id)
+	r.forgetVerify(id)
 	if r.hooks.WorkerLeft != nil {
 		r.hooks.WorkerLeft(id)
 	}
@@ -591,6 +592,7 @@ func (r *Router) workers(ctx *fasthttp.RequestCtx) {
 			b = strconv.AppendUint(b, l.Decisions, 10)
 			b = append(b, `,"busy":`...)
 			b = strconv.AppendBool(b, l.Busy)
+			b = r.appendAgreement(b, l.Worker)
 			b = append(b, '}')
 		}
 		b = append(b, "]}"...)

@@ -37,7 +37,9 @@
 // produce them, never ahead of the engine (a preempted request's stream
 // pauses while it recomputes). The last chunk carries finish_reason "length"
 // and usage with prompt_tokens_details.cached_tokens, followed by
-// "data: [DONE]".
+// "data: [DONE]"; a request that sets stream_options.include_usage gets
+// the usage alone in a chunk without choices after the last token's, as
+// vLLM sends it.
 //
 // # Generated tokens
 //
@@ -132,7 +134,13 @@
 // them). A paused worker does not answer. Restart empties
 // the ring and changes the epoch. The drop and duplicate switches
 // (--drop-events, --duplicate-events, Config.DropFraction/DupFraction,
-// seeded by --seed) exercise it.
+// seeded by --seed) exercise it. Three more faults hide from the events
+// and show only in the engines' cached-token reports (faults.go):
+// CutEvents (POST /mock/fault/events?cut=true|false on the worker's port)
+// stops publishing while the engine serves from its cache,
+// ClearCacheSilently (POST /mock/fault/clear-cache) empties an idle cache
+// without an event or an event id, and WorkerConfig.AnnounceBlockSize
+// (--announce-block-size) registers another block size than the engine's.
 //
 // # Disaggregated serving
 //

@@ -19,6 +19,7 @@ type outbox struct {
 	hs   []wire.EngineHash
 	drop float64 // fault switches for this step's messages
 	dup  float64
+	cut  bool
 }
 
 type span struct{ from, to int }
@@ -30,7 +31,7 @@ var dynamoTopic = []byte("kv-events")
 // (evs are views into the engine's outbox).
 func (o *outbox) encode(w *Worker, evs []wire.Event) {
 	o.buf, o.msgs = o.buf[:0], o.msgs[:0]
-	o.drop, o.dup = w.mu.drop, w.mu.dup
+	o.drop, o.dup, o.cut = w.mu.drop, w.mu.dup, w.mu.cut
 	if len(evs) == 0 {
 		return
 	}
@@ -183,7 +184,9 @@ func (o *outbox) publish(w *Worker) {
 	for _, m := range o.msgs {
 		msg := o.buf[m.from:m.to]
 		copies := 1
-		if o.drop > 0 && w.rng.Float64() < o.drop {
+		if o.cut {
+			copies = 0
+		} else if o.drop > 0 && w.rng.Float64() < o.drop {
 			copies = 0
 		} else if o.dup > 0 && w.rng.Float64() < o.dup {
 			copies = 2

@@ -51,6 +51,10 @@ type Config struct {
 	TransferGBps     float64       // --transfer-gbps; default DefaultTransferGBps
 	TransferTimeout  time.Duration // --transfer-timeout; default DefaultTransferTimeout
 	BootstrapTimeout time.Duration // --bootstrap-timeout; default DefaultBootstrapTimeout
+
+	// AnnounceBlockSize is every worker's WorkerConfig.AnnounceBlockSize
+	// (kvroute mock --announce-block-size).
+	AnnounceBlockSize int
 }
 
 // Validate checks the configuration; errors name the field's flag.
@@ -163,7 +167,7 @@ func Start(cfg Config, nc *nats.Conn) (*Fleet, error) {
 			id = cfg.WorkerIDs[i]
 		}
 		wc := WorkerConfig{
-			ID: id, Host: cfg.Host, BlockSize: cfg.BlockSize, KVBlocks: cfg.KVBlocks, HostKVBlocks: cfg.HostKVBlocks, HostGBps: cfg.HostGBps,
+			ID: id, Host: cfg.Host, BlockSize: cfg.BlockSize, AnnounceBlockSize: cfg.AnnounceBlockSize, KVBlocks: cfg.KVBlocks, HostKVBlocks: cfg.HostKVBlocks, HostGBps: cfg.HostGBps,
 			MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, Speedup: cfg.Speedup, Perf: cfg.Perf,
 			Model: cfg.Model, ChatTemplate: cfg.ChatTemplate, Transport: cfg.Transport, Subjects: subj, Heartbeat: cfg.Heartbeat, LoadInterval: cfg.LoadInterval,
 			DropFraction: cfg.DropFraction, DupFraction: cfg.DupFraction, Seed: cfg.Seed, RecoveryRing: cfg.RecoveryRing, Logger: cfg.Logger,

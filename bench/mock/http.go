@@ -73,6 +73,8 @@ func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
 		w.metrics(ctx)
 	case transferPath:
 		w.serveTransfer(ctx)
+	case FaultEventsPath, FaultClearCachePath:
+		w.serveFault(ctx, path)
 	default:
 		w.fail(ctx, fasthttp.StatusNotFound, "no route "+path, "not_found_error")
 	}
@@ -143,6 +145,9 @@ func (w *Worker) complete(ctx *fasthttp.RequestCtx, chat bool) {
 		time.Sleep(w.transferTime(len(opt.pulled)))
 	}
 	c, err := w.submit(req.Tokens, maxTokens, req.LoRA, req.Salt, req.MM, opt)
+	if c != nil {
+		c.usageChunk = req.IncludeUsage
+	}
 	switch {
 	case errors.Is(err, engine.ErrTooLong):
 		w.badRequest(ctx, fmt.Sprintf("prompt of %d tokens plus max_tokens %d exceeds the KV cache of %d blocks of %d tokens",
@@ -295,7 +300,13 @@ func (w *Worker) stream(bw *bufio.Writer, c *call, h openai.Header) {
 		}
 		if done {
 			u := openai.Usage{PromptTokens: c.prompt, CompletionTokens: n, CachedTokens: cached}
-			buf = openai.AppendChunk(buf, h, tokenText(c.digest, n-1), "length", &u)
+			if c.usageChunk {
+				// As vLLM: the last token's chunk, then the usage alone.
+				buf = openai.AppendChunk(buf, h, tokenText(c.digest, n-1), "length", nil)
+				buf = openai.AppendUsageChunk(buf, h, u)
+			} else {
+				buf = openai.AppendChunk(buf, h, tokenText(c.digest, n-1), "length", &u)
+			}
 			buf = append(buf, openai.Done...)
 		}
 		_, err = bw.Write(buf)

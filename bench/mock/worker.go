@@ -96,6 +96,12 @@ type WorkerConfig struct {
 	// BootstrapTimeout is how long an SGLang-protocol decode worker waits
 	// for its prefill; default DefaultBootstrapTimeout.
 	BootstrapTimeout time.Duration
+
+	// AnnounceBlockSize, when > 0, is the block size the registration
+	// announces instead of BlockSize: a fault (an engine configured apart
+	// from what its launcher announces) that only the engine's
+	// cached-token reports show.
+	AnnounceBlockSize int
 }
 
 // MaxDPSize bounds WorkerConfig.DPSize.
@@ -184,6 +190,9 @@ type call struct {
 	done    bool       // finished or failed
 	err     error      // why it failed
 	trace   *callTrace // nil unless the worker traces calls (traceCalls)
+	// usageChunk: the stream asked stream_options.include_usage; its usage
+	// comes alone in a last chunk without choices, as vLLM sends it.
+	usageChunk bool
 }
 
 // callTrace is a call's timeline on the engine's clock (the end of the
@@ -268,6 +277,7 @@ type Worker struct {
 		c         counters
 		drop      float64 // fault switches (from the config, then SetFaults)
 		dup       float64
+		cut       bool // CutEvents: nothing is published
 		rec       recRing
 		// clock is the end of the last step delivered to the calls
 		// (engine time). With tracing, every call submitted gets a trace,
@@ -525,7 +535,7 @@ func (w *Worker) Topic() string { return w.topic }
 func (w *Worker) Registration() plane.Registration {
 	reg := plane.Registration{
 		WorkerID: w.cfg.ID, Instance: w.instance, URL: w.url, Model: w.cfg.Model, DpRanks: w.dpRanks(),
-		BlockSize: w.cfg.BlockSize, KVBlocks: w.cfg.KVBlocks, MaxBatchedTokens: w.cfg.MaxBatchedTokens,
+		BlockSize: w.announcedBlockSize(), KVBlocks: w.cfg.KVBlocks, MaxBatchedTokens: w.cfg.MaxBatchedTokens,
 		EventTransport: w.cfg.Transport, ZMQEndpoint: w.ZMQEndpoint(), ZMQReplay: w.ZMQReplay(),
 		HeartbeatMillis: int(w.cfg.Heartbeat / time.Millisecond),
 	}

@@ -45,6 +45,7 @@ func runMock(args []string) error {
 		loadIvl   = fs.Duration("load-interval", 50*time.Millisecond, "minimum gap between a worker's load-metric messages")
 		drop      = fs.Float64("drop-events", 0, "fault: fraction of KV event messages dropped (zmq: left to the replay socket)")
 		dup       = fs.Float64("duplicate-events", 0, "fault: fraction of KV event messages sent twice")
+		announce  = fs.Int("announce-block-size", 0, "fault: the block size the registrations announce instead of --block-size (0: --block-size), as an engine configured apart from its launcher; only the engines' cached-token reports show it")
 		seed      = fs.Uint64("seed", 1, "seed of the fault switches")
 		ring      = fs.Int("recovery-ring", mock.DefaultRecoveryRing, "KV events each worker keeps to answer routers' recovery requests (NATS transports); older ones are answered with a cache dump; 0: dumps only")
 		role      = fs.String("role", "both", "disaggregated prefill/decode role of every worker: prefill (answers the prefill leg and keeps its KV for the decode side), decode (pulls the KV named by the leg, then decodes) or both (aggregated)")
@@ -63,7 +64,7 @@ func runMock(args []string) error {
 		Workers: *workers, Host: *host, Port: *port, BlockSize: *blockSize, KVBlocks: *kvBlocks, HostKVBlocks: *hostKV, HostGBps: *hostGBps,
 		MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *maxBatch, Speedup: *speedup, Namespace: *ns, Component: *comp,
 		Transport: *transport, ZMQPort: *zmqPort, Model: *model, Heartbeat: *heartbeat, LoadInterval: *loadIvl,
-		DropFraction: *drop, DupFraction: *dup, Seed: *seed, RecoveryRing: *ring, DPSize: *dpSize,
+		DropFraction: *drop, DupFraction: *dup, Seed: *seed, RecoveryRing: *ring, DPSize: *dpSize, AnnounceBlockSize: *announce,
 		Role: *role, PDProtocol: *pdProto, TransferGBps: *xferGBps, TransferTimeout: *xferTO, BootstrapTimeout: *bootTO,
 	}
 	if *dpSize < 1 || *dpSize > mock.MaxDPSize {
@@ -104,6 +105,9 @@ func runMock(args []string) error {
 	}
 	if *natsPort < 0 || *natsPort > 65535 {
 		return fmt.Errorf("--nats-port %d out of range", *natsPort)
+	}
+	if *announce < 0 {
+		return fmt.Errorf("--announce-block-size must be >= 0 (got %d)", *announce)
 	}
 	if *hostKV < 0 {
 		return fmt.Errorf("--host-kv-blocks must be >= 0 (got %d)", *hostKV)

@@ -150,6 +150,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	sf := addSchedFlags(fs)
 	pdf := addPDFlags(fs)
+	vf := addVerifyFlags(fs)
 	for _, e := range ext {
 		e.add(fs)
 	}
@@ -376,6 +377,9 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		Proxy:      proxy.Config{FirstByteTimeout: *fbTimeout, ResponseTimeout: *respTO},
 		EjectAfter: *ejectAfter, ProbeInterval: *probeIvl, ProbeMaxInterval: *probeMax,
 		ChatTemplate: chatDefault, ModelChatTemplates: chatByModel}
+	if err := vf.apply(&rc); err != nil {
+		return cfg, o, err
+	}
 	for _, w := range workers {
 		sw, err := parseStaticWorker(w)
 		if err != nil {

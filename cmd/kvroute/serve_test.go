@@ -78,6 +78,9 @@ func TestServeConfigRejects(t *testing.T) {
 		{[]string{"--nats-auth", "--nats", "nats://x:4222"}, "--nats-auth"},
 		{[]string{"--nats-auth-file", "/tmp/x"}, "--nats-auth-file needs --nats-auth"},
 		{[]string{"--max-queue-wait", "-1s"}, "--max-queue-wait"},
+		{[]string{"--verify-repair-interval", "0s"}, "--verify-repair-interval"},
+		{[]string{"--decision-ring", "0"}, "--decision-ring"},
+		{[]string{"--decision-sample", "0"}, "--decision-sample"},
 	}
 	for _, c := range cases {
 		_, _, err := serveConfig(c.args)

@@ -21,7 +21,7 @@ func rank(pkg string) int {
 		return 1
 	case pkg == "radix":
 		return 2
-	case pkg == "shard", pkg == "sched",
+	case pkg == "shard", pkg == "sched", pkg == "verify",
 		pkg == "ingest", strings.HasPrefix(pkg, "ingest/"),
 		pkg == "prompt", strings.HasPrefix(pkg, "prompt/"):
 		return 3

@@ -3,7 +3,10 @@
 // POST /v1/completions and /v1/chat/completions bodies, prompts as token ids or
 // text, the chat template, tokenizers, SSE chunks, GET /v1/models lists, and
 // error bodies ({"error":{"message","type","param","code"}}, Error and
-// StatusError; FieldError names the field a bad request is about).
+// StatusError; FieldError names the field a bad request is about), and the
+// engines' cache reports (CachedTokens reads
+// usage.prompt_tokens_details.cached_tokens, IsUsageChunk tells a stream's
+// usage chunk, AppendIncludeUsage asks for it).
 //
 // Chat template. Chat messages are rendered to text with ChatML before they are
 // tokenized, so the router and the simulated fleet agree on the prompt:

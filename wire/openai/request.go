@@ -153,6 +153,10 @@ type Request struct {
 	MaxTokens  int // ≥ 1; 0 when absent
 	N          int // choices requested ("n", ≥ 1); 0 when absent
 	Stream     bool
+	// StreamOptions: the request has a non-null "stream_options";
+	// IncludeUsage: its include_usage is true (the engine then ends a
+	// stream with a usage chunk).
+	StreamOptions, IncludeUsage bool
 	// Router extensions (ignored by engines): a caller's request id and the LoRA adapter name.
 	RequestID []byte
 	LoRA      []byte
@@ -196,6 +200,7 @@ func (r *Request) Reset() {
 	r.MaxTokens = 0
 	r.N = 0
 	r.Stream = false
+	r.StreamOptions, r.IncludeUsage = false, false
 	r.RequestID = r.RequestID[:0]
 	r.LoRA = r.LoRA[:0]
 	r.Salt = r.Salt[:0]
@@ -368,6 +373,19 @@ func parseCommon(v *fastjson.Value, r *Request) error {
 			return badField("stream", "stream must be a boolean, got %s", brief(s))
 		}
 		r.Stream = b
+	}
+	if so := v.Get("stream_options"); so != nil && so.Type() != fastjson.TypeNull {
+		if so.Type() != fastjson.TypeObject {
+			return badField("stream_options", "stream_options must be an object, got %s", brief(so))
+		}
+		r.StreamOptions = true
+		if iu := so.Get("include_usage"); iu != nil && iu.Type() != fastjson.TypeNull {
+			b, err := iu.Bool()
+			if err != nil {
+				return badField("stream_options.include_usage", "stream_options.include_usage must be a boolean, got %s", brief(iu))
+			}
+			r.IncludeUsage = b
+		}
 	}
 	if id := v.Get("request_id"); id != nil {
 		if id.Type() != fastjson.TypeString {

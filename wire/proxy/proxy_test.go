@@ -306,7 +306,7 @@ func TestRelayEndsBrokenStreamsWithErrorEvent(t *testing.T) {
 		var cut atomic.Bool
 		cut.Store(c.cut)
 		firsts := 0
-		err := relaySSE(w, bufio.NewReader(&failingReader{c.in, c.err}), func() { firsts++ }, &cut)
+		err := relaySSE(w, bufio.NewReader(&failingReader{c.in, c.err}), func() { firsts++ }, &cut, nil, false)
 		got := out.String()
 		if !errors.Is(err, c.want) && !(c.want == nil && err == nil) {
 			t.Errorf("%s: err %v, want %v", c.name, err, c.want)

@@ -476,7 +476,11 @@ func (s *pdSim) kick(r int32) error {
 // pulledKV: request i's KV has reached its decode rank; the prefill rank
 // unpins it and the decode leg starts.
 func (s *pdSim) pulledKV(i int32) error {
-	s.engines[s.prank[i]].Unpin(uint64(i) + 1)
+	p := s.prank[i]
+	s.engines[p].Unpin(uint64(i) + 1)
+	if err := s.kick(p); err != nil {
+		return err
+	}
 	return s.decodeLeg(i, s.w.Trace.Requests[i].InputLength)
 }
 
@@ -497,11 +501,14 @@ func (s *pdSim) startStep(r int32) error {
 	steps := e.Stats().Steps
 	d := e.Step(s.now)
 	if e.Stats().Steps == steps {
-		if e.Idle() {
+		if e.Idle() || e.Pinned() > 0 {
+			// Idle, or waiting for pinned prompts' KV to be pulled:
+			// pulledKV unpins them and steps again.
 			s.stepping[r] = false
 			return nil
 		}
-		return fmt.Errorf("%w: worker %v at %v", ErrStalled, s.keys[r], s.now)
+		w, run := e.Load()
+		return fmt.Errorf("%w: worker %v (%s) at %v: %d waiting, %d running", ErrStalled, s.keys[r], s.cell, s.now, w, run)
 	}
 	s.stepping[r] = true
 	s.busy[r] += d

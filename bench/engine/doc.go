@@ -43,7 +43,7 @@
 // with the prefill tokens it shares the step with. That is the generation
 // stall Sarathi-Serve (Agrawal et al., OSDI'24, arXiv:2403.02310) bounds
 // with chunked prefill, and the prefill-decoding interference DistServe
-// (Zhong et al., OSDI'24, arXiv:2401.09670, §2.2 and Figure 2) removes by
+// (Zhong et al., OSDI'24, arXiv:2401.09670) removes by
 // disaggregation.
 //
 // DistServePerf is the calibrated model: DistServe's own profiled fit of

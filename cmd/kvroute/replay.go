@@ -123,7 +123,7 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		bench      = fs.Bool("bench-lines", true, "print Go benchmark-format lines (BenchmarkReplay/...) after the table, for benchstat")
 		progress   = fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on or off")
 		cpuProf    = fs.String("cpuprofile", "", "write a CPU profile of the replay to this file")
-		pdGPUs     = fs.String("pd", "", "offline: compare aggregated kv, disaggregated round-robin pairs, disaggregated kv and conditional kv (isl-or-load) on P prefill + D decode GPUs (P + D aggregated ones), with DistServe's OPT-13B/A100 step model, at each --speedup: P,D")
+		pdGPUs     = fs.String("pd", "", "offline: compare aggregated kv, disaggregated round-robin pairs, disaggregated kv and conditional kv (isl-or-load) on P prefill + D decode GPUs (P + D aggregated ones), with DistServe's OPT-13B/A100 step model (KV per GPU: --kv-blocks when given, else the profiled GPU's 57,344 tokens), at each --speedup: P,D")
 		pdGBps     = fs.Float64("pd-transfer-gbps", 25, "with --pd: prefill-to-decode KV bandwidth in GB/s")
 	)
 	var urls stringList
@@ -311,7 +311,9 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		return nil, err
 	}
 	if *pdGPUs != "" {
-		if o.pd, err = parseReplayPD(o, *pdGPUs, *pdGBps, online); err != nil {
+		kvSet := false
+		fs.Visit(func(f *flag.Flag) { kvSet = kvSet || f.Name == "kv-blocks" })
+		if o.pd, err = parseReplayPD(o, *pdGPUs, *pdGBps, online, kvSet); err != nil {
 			return nil, err
 		}
 	}

@@ -12,7 +12,9 @@ import (
 
 // parseReplayPD validates --pd P,D and --pd-transfer-gbps against the other
 // replay options and returns the comparison's configuration.
-func parseReplayPD(o *replayOptions, spec string, gbps float64, online bool) (*replay.PDConfig, error) {
+// kvSet says whether --kv-blocks was given: otherwise every GPU has the
+// profiled GPU's KV capacity (engine.DistServeKVTokens).
+func parseReplayPD(o *replayOptions, spec string, gbps float64, online, kvSet bool) (*replay.PDConfig, error) {
 	f := strings.Split(spec, ",")
 	if len(f) != 2 {
 		return nil, fmt.Errorf("--pd %q: want P,D (prefill and decode GPUs, e.g. 2,6)", spec)
@@ -38,14 +40,15 @@ func parseReplayPD(o *replayOptions, spec string, gbps float64, online bool) (*r
 	fl := o.offline.Fleet
 	c := &replay.PDConfig{
 		Prefill: n[0], Decode: n[1],
-		// --kv-blocks keeps its aggregated default unless given; the
-		// comparison's default is the profiled GPU's capacity.
 		Fleet:        replay.Fleet{BlockSize: fl.BlockSize, MaxNumSeqs: fl.MaxNumSeqs, MaxBatchedTokens: fl.MaxBatchedTokens},
 		Sched:        o.offline.Sched,
 		TransferGBps: gbps,
 		EventDelay:   o.offline.EventDelay,
 		LoadInterval: o.offline.LoadInterval,
 		Seed:         o.offline.Seed,
+	}
+	if kvSet {
+		c.Fleet.KVBlocks = fl.KVBlocks
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("--pd: %w", err)

@@ -14,8 +14,12 @@ func TestReplayPDFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := o.pd; c == nil || c.Prefill != 2 || c.Decode != 6 || c.TransferGBps != 50 || len(o.speedups) != 2 {
+	if c := o.pd; c == nil || c.Prefill != 2 || c.Decode != 6 || c.TransferGBps != 50 || len(o.speedups) != 2 || c.Fleet.KVBlocks != 0 {
 		t.Fatalf("--pd 2,6: %+v, speedups %v", o.pd, o.speedups)
+	}
+	// --kv-blocks, when given, replaces the profiled GPU's capacity.
+	if o, err = parseReplayFlags([]string{"--pd", "2,6", "--speedup", "1", "--kv-blocks", "8192"}, io.Discard); err != nil || o.pd.Fleet.KVBlocks != 8192 {
+		t.Fatalf("--kv-blocks 8192: %v, %+v", err, o.pd)
 	}
 	for _, c := range []struct {
 		args []string

@@ -48,7 +48,7 @@ func TestDecideAllocs(t *testing.T) {
 // the aggregated fleet decided through DecidePD.
 func TestDecidePDAllocs(t *testing.T) {
 	for _, n := range []int{16, 256} {
-		for _, w := range []string{"unit", "default"} {
+		for _, w := range []string{"unit", "default", "running"} {
 			agg, pd := pdFleets(t, n, w)
 			for name, f := range map[string]*fleet{"aggregated": agg, "pd": pd} {
 				f.remote = 0

@@ -234,6 +234,12 @@ type Config struct {
 	// Default 1: a block to pull weighs as a block held, so load comes
 	// first (Weight, 8, would make the choice cache-first).
 	TransferWeight float64
+	// RunningWeight adds RunningWeight × the requests booked on a rank to
+	// the decode leg's cost (DecidePD), so running requests count toward a
+	// decode rank's load beside its active blocks. 0, the default, leaves
+	// them out and keeps decode legs on the plain-rank heap; > 0 scans every
+	// rank for a decode leg (the heap's key has no request count).
+	RunningWeight float64
 }
 
 // DefaultConfig returns the defaults documented on Config's fields, with
@@ -314,6 +320,8 @@ func (c *Config) Validate() error {
 		return bad("disaggregation policy %d", c.DisaggPolicy)
 	case !finite(c.TransferWeight) || c.TransferWeight < 0:
 		return bad("transfer weight %v must be finite and ≥ 0", c.TransferWeight)
+	case !finite(c.RunningWeight) || c.RunningWeight < 0:
+		return bad("running weight %v must be finite and ≥ 0", c.RunningWeight)
 	}
 	return nil
 }

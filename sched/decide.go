@@ -132,6 +132,7 @@ const (
 type costInput struct {
 	mode    costMode
 	w       float64
+	rw      float64 // a decode leg's weight of a booked request (Config.RunningWeight)
 	isl, nb int64
 	gen     uint32
 }
@@ -239,11 +240,14 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 		costs:      s.costs[:0],
 		deferred:   s.deferred[:0],
 	}
-	byHeap := !restricted && s.heapUsable(&p)
+	if s.decodeLeg && mode != costNone {
+		p.in.rw = s.cfg.RunningWeight
+	}
+	byHeap := !restricted && p.in.rw == 0 && s.heapUsable(&p)
 	switch {
 	case byHeap:
 		s.heapPlain(&p)
-	case !restricted:
+	case !restricted && p.in.rw == 0:
 		s.scanPlain(&p)
 	default:
 		for i := range s.hot {
@@ -438,9 +442,9 @@ func (s *Scheduler) cost(i int, pf int64, in *costInput) float64 {
 	switch in.mode {
 	case costDefault:
 		prefill, decode := s.terms(i, pf, in, false)
-		return in.w*prefill + decode
+		return in.w*prefill + decode + s.runningTerm(i, in)
 	case costLeast:
-		return float64(s.hot[i].active) + float64(pf)*s.invBS
+		return float64(s.hot[i].active) + float64(pf)*s.invBS + s.runningTerm(i, in)
 	case costNone:
 		return 0
 	}
@@ -450,7 +454,16 @@ func (s *Scheduler) cost(i int, pf int64, in *costInput) float64 {
 		sl := &s.slots[i]
 		credit = s.cfg.OverlapCredit*float64(s.hot[i].ovDev) + s.cfg.HostHitWeight*float64(sl.ovHost) + s.cfg.DiskHitWeight*float64(sl.ovDisk)
 	}
-	return in.w*max(0, prefill-credit) + decode
+	return in.w*max(0, prefill-credit) + decode + s.runningTerm(i, in)
+}
+
+// runningTerm is a decode leg's Config.RunningWeight × the requests booked
+// on rank i; 0 for every other decision.
+func (s *Scheduler) runningTerm(i int, in *costInput) float64 {
+	if in.rw == 0 {
+		return 0
+	}
+	return in.rw * float64(s.slots[i].nreq)
 }
 
 // breakTie picks among ranks of equal lowest cost: the smallest tree

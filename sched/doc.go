@@ -188,7 +188,12 @@
 // transfer, the prompt's tokens less those its own overlap holds, weighted
 // by TransferWeight (1: a block to pull weighs as a block held; Weight 8
 // would make the choice cache-first). It is booked until Free, its pull as
-// its prefill load until MarkPrefillCompleted (its first token). Then the
+// its prefill load until MarkPrefillCompleted (its first token).
+// Config.RunningWeight > 0 adds that weight × the requests booked on a
+// decode rank to its cost (running requests beside active blocks); decode
+// legs then scan every rank, the heap's key having no request count: 1.8×
+// an aggregated decision at 256 ranks, 3.0× at 2,048, so it is off by
+// default (BenchmarkDecidePD, weights=running). Then the
 // DisaggPolicy rules, in order: isl (and isl-or-load) serves on the decode
 // rank alone when its uncached tokens are below DisaggMinUncachedTokens
 // (512); load (and isl-or-load) does when the prefill pool's prefill tokens

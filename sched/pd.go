@@ -216,7 +216,9 @@ func (s *Scheduler) decidePD(r *Request, ov []Overlap, now int64, dexp, pexp *[]
 	// The decode leg: the request's own overrides, the transfer's weight.
 	rd := *r
 	rd.Override.Weight, rd.Override.WeightSet = s.cfg.TransferWeight, true
+	s.decodeLeg = true
 	pd := PairDecision{Decode: s.decideNew(&rd, ov, now, dexp)}
+	s.decodeLeg = false
 	if pd.Decode.Outcome != Routed {
 		return pd
 	}

@@ -241,9 +241,12 @@ func pdFleets(tb testing.TB, n int, weights string) (agg, pd *fleet) {
 	o := benchOpts(n)
 	o.pd = true
 	o.cfg.DisaggPolicy = DisaggAlways
-	if weights == "default" {
+	if weights == "default" || weights == "running" {
 		d := DefaultConfig()
 		o.cfg.Weight, o.cfg.CacheAffinity = d.Weight, d.CacheAffinity
+	}
+	if weights == "running" {
+		o.cfg.RunningWeight = 1 // decode legs scan (no heap key for requests)
 	}
 	agg = newFleet(tb, o)
 	o.prefill = n / 2
@@ -260,7 +263,7 @@ func pdFleets(tb testing.TB, n int, weights string) (agg, pd *fleet) {
 // reported too.
 func BenchmarkDecidePD(b *testing.B) {
 	for _, n := range []int{16, 256, 2048} {
-		for _, weights := range []string{"unit", "default"} {
+		for _, weights := range []string{"unit", "default", "running"} {
 			b.Run(fmt.Sprintf("workers=%d/weights=%s", n, weights), func(b *testing.B) {
 				agg, pd := pdFleets(b, n, weights)
 				pd.remote = 0

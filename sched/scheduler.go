@@ -37,6 +37,9 @@ type Scheduler struct {
 	pf      *Scheduler
 	inner   bool
 	pfTotal int64
+	// decodeLeg is set while DecidePD routes a decode leg
+	// (Config.RunningWeight applies).
+	decodeLeg bool
 
 	// Dp ranks ("slots") in three parallel arrays: hot holds what every
 	// decision reads for every rank (one cache line each), held the

@@ -285,7 +285,8 @@ func mix(x uint64) uint64 {
 //     up to the budget (chunked prefill).
 //
 // The duration is Prefill(uncached tokens of prefill work) plus, if any
-// request decodes, Decode(KV usage after allocation), divided by Speedup. A
+// request decodes, Decode(KV usage after allocation) (less Perf.Shared when
+// both run), divided by Speedup. A
 // request whose prompt (or recomputation) completes emits one output token;
 // a decoding request emits one per step.
 func (e *Engine) Step(now time.Duration) time.Duration {
@@ -386,6 +387,9 @@ func (e *Engine) Step(now time.Duration) time.Duration {
 	d := e.cfg.Perf.Prefill(prefill)
 	if decode > 0 {
 		d += e.cfg.Perf.Decode(u)
+		if prefill > 0 {
+			d -= min(e.cfg.Perf.Shared, d)
+		}
 	}
 	d += time.Duration(onload) * e.cfg.HostBlockTime
 	d = time.Duration(float64(d) / e.cfg.Speedup)

@@ -55,6 +55,20 @@
 // X-Kvroute-Worker header (or a `kvroute mock` response id). Its Report has
 // the offline shape, so the two compare line by line.
 //
+// # Disaggregated prefill/decode (SimulatePD, RunPD)
+//
+// `kvroute replay --pd P,D` compares four cells on the same P + D GPUs
+// (PDCells): agg-kv (P + D aggregated engines), disagg-rr (round-robin
+// pairs), disagg-kv (sched.DecidePD, always remote) and cond-kv
+// (isl-or-load), with engine.DistServePerf as the step model. A remote
+// request's one-token prefill leg runs on its prefill engine, blocks pinned;
+// at its first token the prefill booking ends (PrefillDone) and the pull of
+// the prompt's full blocks, less the decode engine's cached prefix, takes
+// PDConfig.TransferGBps; then the prefill engine unpins and the decode
+// engine admits the prompt as transferred (engine.Request.Transferred).
+// TTFT is the decode engine's first token. Deterministic, like Simulate
+// (TestPDCells); docs/decisions/0041-pd-replay-and-interference-model.md.
+//
 // # Metrics
 //
 // Latencies are from arrival: TTFT to the first token, ITL per request as

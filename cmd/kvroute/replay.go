@@ -64,6 +64,8 @@ type replayOptions struct {
 	// syncDelays, when set, runs a sync-delay sweep (--sync-delays)
 	// instead of the policy comparison.
 	syncDelays []time.Duration
+	// pd, when set, runs the P/D comparison (--pd) instead.
+	pd *replay.PDConfig
 }
 
 // parseReplayFlags parses args into options; errors name the flag.
@@ -121,6 +123,8 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		bench      = fs.Bool("bench-lines", true, "print Go benchmark-format lines (BenchmarkReplay/...) after the table, for benchstat")
 		progress   = fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on or off")
 		cpuProf    = fs.String("cpuprofile", "", "write a CPU profile of the replay to this file")
+		pdGPUs     = fs.String("pd", "", "offline: compare aggregated kv, disaggregated round-robin pairs, disaggregated kv and conditional kv (isl-or-load) on P prefill + D decode GPUs (P + D aggregated ones), with DistServe's OPT-13B/A100 step model (KV per GPU: --kv-blocks when given, else the profiled GPU's 57,344 tokens), at each --speedup: P,D")
+		pdGBps     = fs.Float64("pd-transfer-gbps", 25, "with --pd: prefill-to-decode KV bandwidth in GB/s")
 	)
 	var urls stringList
 	fs.Var(&urls, "url", "online mode: base URL of an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000 (repeatable: requests spread in turn)")
@@ -306,6 +310,13 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 	if err := o.offline.Validate(); err != nil {
 		return nil, err
 	}
+	if *pdGPUs != "" {
+		kvSet := false
+		fs.Visit(func(f *flag.Flag) { kvSet = kvSet || f.Name == "kv-blocks" })
+		if o.pd, err = parseReplayPD(o, *pdGPUs, *pdGBps, online, kvSet); err != nil {
+			return nil, err
+		}
+	}
 	return o, nil
 }
 
@@ -376,6 +387,9 @@ func replayMain(ctx context.Context, o *replayOptions, stdout, stderr io.Writer)
 	}
 	if len(o.syncDelays) > 0 {
 		return replaySyncSweep(w, o, stdout)
+	}
+	if o.pd != nil {
+		return replayPD(w, o, stdout)
 	}
 	bar := newReplayProgress(stderr, o.progress, w.Len())
 	var rep *replay.Report

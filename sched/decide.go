@@ -60,15 +60,20 @@ func (s *Scheduler) decideNew(r *Request, ov []Overlap, now int64, exp *[]Candid
 	}
 	switch st {
 	case stRouted:
+		s.noteRouted(r)
 		return d
 	case stNoWorkers:
 		s.stats.Rejections++
 		s.stats.RejectedNoWorkers++
 		return Decision{ID: r.ID, Outcome: Rejected, Reason: ReasonNoWorkers}
 	}
+	if n := s.q.len(); n >= s.cfg.QueueDepth && n > 0 {
+		s.shed.advance(now, n)
+		s.evictFor(r, now)
+	}
 	if n := s.q.len(); n < s.cfg.QueueDepth {
 		s.shed.advance(now, n)
-		if s.shed.shed(n, s.cfg.QueueDepth) {
+		if s.classShed(r) {
 			s.stats.Rejections++
 			s.stats.RejectedQueueWait++
 			return Decision{ID: r.ID, Outcome: Rejected, Reason: ReasonQueueWait}
@@ -224,6 +229,9 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 		s.touch(i)
 		s.scan[i].flags |= fOverlap
 	}
+	if s.cfg.SessionTTL > 0 && r.Session != 0 {
+		s.sessionCredit(r, now, gen)
+	}
 	s.countHeld(r.Blocks, gen)
 	cached := s.vecN
 
@@ -281,6 +289,7 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 	if exp != nil {
 		s.explain(exp, now, &p.in, restricted, chosen)
 	}
+	s.sess.slot = -1
 	if chosen < 0 {
 		if p.eligible == 0 {
 			return Decision{}, stNoWorkers
@@ -304,7 +313,12 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 	if held > 0 && s.nested {
 		deep = s.held[i].deep
 	}
+	s.bookClass = r.Class
 	s.book(r.ID, i, r.Blocks, r.ISL, overlap, hint, now, cached, held, deep)
+	s.bookClass = ClassStandard
+	if s.cfg.SessionTTL > 0 && r.Session != 0 {
+		s.BindSession(r.Session, s.slots[i].key, uint32(len(r.Blocks)), now)
+	}
 	s.slots[i].decisions++
 	s.stats.Decisions++
 	if mode == costNone {
@@ -608,6 +622,9 @@ func (s *Scheduler) explain(dst *[]Candidate, now int64, in *costInput, restrict
 		c := Candidate{Worker: sl.key, ActiveBlocks: h.active, PrefillTokens: pf, TreeSize: s.treeOf(uint32(i), gen), Busy: busy, Chosen: i == chosen}
 		if h.ovGen == gen {
 			c.Overlap, c.Host, c.Disk = h.ovDev, sl.ovHost, sl.ovDisk
+		}
+		if int32(i) == s.sess.slot {
+			c.Session = s.sess.credit
 		}
 		c.NewBlocks = uint32(in.nb) - s.heldOf(i, gen)
 		c.PrefillBlocks, c.DecodeBlocks = s.terms(i, pf, in, in.mode == costCredit)

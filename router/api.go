@@ -108,6 +108,9 @@ var adminRoutes = []adminRoute{
 				s.Router.WritePrometheus(w)
 			}
 		}},
+	{httpref.Route{Method: "GET", Path: "/tenants", Summary: "Each tenant's weight, rate limit, bucket, waiting requests per class and share of the prompt tokens served; running requests per class; session bindings",
+		Response: `{"tenants": [{"name", "weight", "rate", "burst", "bucket_tokens", "waiting": [critical, standard, sheddable], "served_prompt_tokens", "routed", "share"}], "running": {"critical", "standard", "sheddable"}, "sessions"}`},
+		tenantsHandler},
 	{httpref.Route{Method: "GET", Path: "/debug/pprof/", Summary: "Index of the Go runtime's profiles; /debug/pprof/NAME serves one (heap, goroutine, allocs, block, mutex, threadcreate)", Response: "net/http/pprof"},
 		func(*Service) http.HandlerFunc { return pprof.Index }},
 	{httpref.Route{Method: "GET", Path: "/debug/pprof/cmdline", Summary: "The process's command line", Response: "net/http/pprof"},
@@ -143,7 +146,7 @@ func (s *Service) adminMux() *http.ServeMux {
 // checks it against the statuses and codes the package's code writes.
 var errorTable = []httpref.Error{
 	{Status: 400, Param: "the field (prompt, messages, model, request_id, overrides.worker_id, …) or null",
-		When: "A body that is not a JSON object, a field of the wrong type or out of range, an empty prompt, a /route override naming an unknown worker or dp rank, or a prompt that cannot fit the largest worker's KV capacity"},
+		When: "An X-Kvroute-Priority header other than critical, standard or sheddable; a body that is not a JSON object, a field of the wrong type or out of range, an empty prompt, a /route override naming an unknown worker or dp rank, or a prompt that cannot fit the largest worker's KV capacity"},
 	{Status: 400, Code: "context_length_exceeded", Param: "prompt or messages",
 		When: "A prompt longer than every worker's limit: --max-prompt-tokens (default 1Mi tokens), lowered by the worker's registered max_model_len, or replaced by it when the flag is unset; found before the prompt is tokenized whole"},
 	{Status: 400,
@@ -164,12 +167,14 @@ var errorTable = []httpref.Error{
 		When: "The all-workers-busy window is open (this router's queue overflowed, or a --router-peers replica's did); Retry-After is the window's rest"},
 	{Status: 429,
 		When: "The predicted wait in the scheduler queue nears --max-queue-wait (early shedding); Retry-After is the bound in seconds"},
+	{Status: 429,
+		When: "The request's tenant is over its rate limit of prompt tokens (--tenants); Retry-After is when its bucket will hold the prompt. The request takes no queue space"},
 	{Status: 431,
 		When: "A request line and headers over --max-header-bytes"},
 	{Status: 502,
 		When: "The chosen worker cannot be reached, or breaks off a non-streamed answer, and neither can the worker the request is retried on"},
 	{Status: 503,
-		When: "No workers (none registered or configured, or all down); the decision queue full or --queue-timeout passed (Retry-After: 1); the worker left before the request was forwarded; the bodies in flight over --max-inflight-body-bytes (Retry-After: 1); /ready while not ready; /workers while the scheduler does not answer"},
+		When: "No workers (none registered or configured, or all down); evicted from the full scheduler queue by a request of a higher priority class (Retry-After: 1); the decision queue full or --queue-timeout passed (Retry-After: 1); the worker left before the request was forwarded; the bodies in flight over --max-inflight-body-bytes (Retry-After: 1); /ready while not ready; /workers while the scheduler does not answer"},
 	{Status: 503, Plain: true,
 		When: "A connection over --max-conns: the HTTP server answers in plain text and closes it"},
 	{Status: 504,

@@ -199,7 +199,9 @@ func (s *Scheduler) drainFair(now int64) {
 // nextFair returns the position in the queue order of the unrestricted
 // request to admit next, or −1 if none waits:
 //   - the oldest standard request that has waited Config.ClassAging while
-//     critical ones wait (the aging bound);
+//     critical ones wait (the aging bound), if critical requests have taken
+//     at least 1/ClassAgingShare − 1 admissions since the last standard
+//     one;
 //   - else, in the highest class with unrestricted requests waiting, the
 //     first (in policy order) request of the tenant whose turn it is under
 //     deficit round robin: each turn adds TenantQuantum × weight prompt
@@ -221,7 +223,8 @@ func (s *Scheduler) nextFair(now int64) int {
 		return -1
 	}
 	class := q.ents[q.order[top]].req.Class
-	if aging := durNanos(s.cfg.ClassAging); aging > 0 && class == ClassCritical && q.byClass[1] > 0 {
+	if aging := durNanos(s.cfg.ClassAging); aging > 0 && class == ClassCritical && q.byClass[1] > 0 &&
+		s.cfg.ClassAgingShare > 0 && float64(q.critSince+1)*s.cfg.ClassAgingShare >= 1 {
 		oldest, at := -1, now-aging
 		for k := top; k < len(q.order); k++ {
 			qe := &q.ents[q.order[k]]

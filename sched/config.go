@@ -220,9 +220,16 @@ type Config struct {
 	MaxQueueWait time.Duration
 
 	// ClassAging bounds how long a standard request waits behind critical
-	// ones: one that has waited this long goes first (oldest first).
-	// Default 10 s; 0: strict priority.
+	// ones: one that has waited this long goes first (oldest first), for
+	// at most ClassAgingShare of the admissions while critical requests
+	// wait. Default 10 s; 0: strict priority.
 	ClassAging time.Duration
+	// ClassAgingShare is the share of the admissions from the queue that
+	// aged standard requests may take while critical ones wait: a floor
+	// for the standard class, not a takeover when critical and standard
+	// together exceed the fleet. Default 0.1; 1: every aged request goes
+	// first.
+	ClassAgingShare float64
 	// TenantQuantum is the prompt tokens a tenant of weight 1 may have
 	// admitted per turn of deficit round robin among the tenants waiting
 	// in a class. Default 4096 (a turn admits about one long prompt); 0
@@ -275,6 +282,7 @@ func DefaultConfig() Config {
 		QueueAffinityHoldPerBlock: 4 * time.Millisecond,
 		RejectionWindow:           5 * time.Second,
 		ClassAging:                10 * time.Second,
+		ClassAgingShare:           0.1,
 		TenantQuantum:             4096,
 		DisaggPolicy:              DisaggISL,
 		DisaggMinUncachedTokens:   512,
@@ -328,6 +336,8 @@ func (c *Config) Validate() error {
 		return bad("max queue wait %v must be ≥ 0", c.MaxQueueWait)
 	case c.ClassAging < 0:
 		return bad("class aging %v must be ≥ 0", c.ClassAging)
+	case !finite(c.ClassAgingShare) || c.ClassAgingShare < 0 || c.ClassAgingShare > 1:
+		return bad("class aging share %v must be in [0, 1]", c.ClassAgingShare)
 	case c.TenantQuantum < 0:
 		return bad("tenant quantum %d must be ≥ 0", c.TenantQuantum)
 	case c.SessionTTL < 0:

@@ -46,6 +46,9 @@ type queue struct {
 	fon      bool
 	fclass   Class
 	ftenant  uint32
+	// critSince counts the critical admissions since the last standard
+	// one (Config.ClassAgingShare).
+	critSince int
 }
 
 // waitAvgN is the span, in admissions, of queue.waitAvg.
@@ -232,6 +235,12 @@ func (s *Scheduler) admit(e uint32, now int64) status {
 	switch st {
 	case stRouted:
 		s.q.tenants[qe.req.Tenant].deficit[qe.req.Class.Rank()] -= float64(qe.req.ISL)
+		switch qe.req.Class {
+		case ClassCritical:
+			s.q.critSince++
+		case ClassStandard:
+			s.q.critSince = 0
+		}
 		s.noteRouted(&qe.req)
 		s.q.waitAvg += (float64(now-qe.at) - s.q.waitAvg) / waitAvgN
 		s.stats.Admitted++

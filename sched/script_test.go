@@ -20,7 +20,7 @@ import (
 //	                             policy queue queue-depth reuse expiry busy-decode
 //	                             busy-prefill busy-prefill-frac credit scale
 //	                             credit-w host-w disk-w window seed
-//	                             aging quantum session-ttl max-wait)
+//	                             aging aging-share quantum session-ttl max-wait)
 //	tenant id=N weight=F         a tenant's weight
 //	tenants                      per tenant: weight, waiting per class, served
 //	                             tokens; running per class; evictions; sessions
@@ -351,6 +351,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if v, ok := a.kv["aging"]; ok {
 			cfg.ClassAging = time.Duration(dur(t, v))
 		}
+		cfg.ClassAgingShare = a.f64(t, "aging-share", cfg.ClassAgingShare)
 		cfg.TenantQuantum = int(a.u64(t, "quantum", uint64(cfg.TenantQuantum)))
 		if v, ok := a.kv["session-ttl"]; ok {
 			cfg.SessionTTL = time.Duration(dur(t, v))

@@ -140,6 +140,14 @@ func (s *Scheduler) AppendTenants(dst []TenantShare) []TenantShare {
 // Running returns the active (routed, not yet freed) requests of class c.
 func (s *Scheduler) Running(c Class) int { return s.running[c.Rank()] }
 
+// busyAt is busy with the decode and prefill limits scaled by keep
+// (Config.ClassHeadroom: the headroom lower classes leave to critical
+// requests).
+func (h *slotHot) busyAt(pf int64, keep float64) bool {
+	return (h.decLimit != math.MaxInt64 && float64(h.active) > keep*float64(h.decLimit)) ||
+		(h.pfLimit != math.MaxInt64 && float64(pf) > keep*float64(h.pfLimit))
+}
+
 // noteRouted counts a routed request for its tenant.
 func (s *Scheduler) noteRouted(r *Request) {
 	if int(r.Tenant) < len(s.q.tenants) {

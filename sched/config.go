@@ -230,6 +230,12 @@ type Config struct {
 	// together exceed the fleet. Default 0.1; 1: every aged request goes
 	// first.
 	ClassAgingShare float64
+	// ClassHeadroom is the share of every rank's busy limits (decode
+	// blocks, prefill tokens) kept for critical requests: a standard or
+	// sheddable request sees a rank busy at 1 − ClassHeadroom of them.
+	// Such requests are decided by the scan rather than the plain-rank
+	// heap. Default 0: none.
+	ClassHeadroom float64
 	// TenantQuantum is the prompt tokens a tenant of weight 1 may have
 	// admitted per turn of deficit round robin among the tenants waiting
 	// in a class. Default 4096 (a turn admits about one long prompt); 0
@@ -336,6 +342,8 @@ func (c *Config) Validate() error {
 		return bad("max queue wait %v must be ≥ 0", c.MaxQueueWait)
 	case c.ClassAging < 0:
 		return bad("class aging %v must be ≥ 0", c.ClassAging)
+	case !finite(c.ClassHeadroom) || c.ClassHeadroom < 0 || c.ClassHeadroom >= 1:
+		return bad("class headroom %v must be in [0, 1)", c.ClassHeadroom)
 	case !finite(c.ClassAgingShare) || c.ClassAgingShare < 0 || c.ClassAgingShare > 1:
 		return bad("class aging share %v must be in [0, 1]", c.ClassAgingShare)
 	case c.TenantQuantum < 0:

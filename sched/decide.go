@@ -146,6 +146,7 @@ type pass struct {
 	in         costInput
 	now        int64
 	restricted bool
+	keep       float64 // < 1: the request sees ranks busy at this fraction of their limits (Config.ClassHeadroom)
 	argmin     bool
 	eligible   int
 	best       float64
@@ -177,6 +178,9 @@ func (s *Scheduler) consider(p *pass, i int) {
 		pf = s.slots[i].decayed(pf, p.now)
 	}
 	busy := h.busy(pf)
+	if p.keep < 1 && !busy {
+		busy = h.busyAt(pf, p.keep)
+	}
 	if h.multi && !busy {
 		s.workers[h.worker].okGen = p.in.gen
 	}
@@ -247,11 +251,15 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 		costs:      s.costs[:0],
 		deferred:   s.deferred[:0],
 	}
-	byHeap := !restricted && s.heapUsable(&p)
+	p.keep = 1
+	if s.cfg.ClassHeadroom > 0 && r.Class != ClassCritical {
+		p.keep = 1 - s.cfg.ClassHeadroom
+	}
+	byHeap := !restricted && p.keep == 1 && s.heapUsable(&p)
 	switch {
 	case byHeap:
 		s.heapPlain(&p)
-	case !restricted:
+	case !restricted && p.keep == 1:
 		s.scanPlain(&p)
 	default:
 		for i := range s.hot {

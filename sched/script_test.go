@@ -20,7 +20,8 @@ import (
 //	                             policy queue queue-depth reuse expiry busy-decode
 //	                             busy-prefill busy-prefill-frac credit scale
 //	                             credit-w host-w disk-w window seed
-//	                             aging aging-share quantum session-ttl max-wait)
+//	                             aging aging-share headroom quantum session-ttl
+//	                             max-wait)
 //	tenant id=N weight=F         a tenant's weight
 //	tenants                      per tenant: weight, waiting per class, served
 //	                             tokens; running per class; evictions; sessions
@@ -352,6 +353,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			cfg.ClassAging = time.Duration(dur(t, v))
 		}
 		cfg.ClassAgingShare = a.f64(t, "aging-share", cfg.ClassAgingShare)
+		cfg.ClassHeadroom = a.f64(t, "headroom", cfg.ClassHeadroom)
 		cfg.TenantQuantum = int(a.u64(t, "quantum", uint64(cfg.TenantQuantum)))
 		if v, ok := a.kv["session-ttl"]; ok {
 			cfg.SessionTTL = time.Duration(dur(t, v))

@@ -596,6 +596,9 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		badRequest(ctx, err)
 		return
 	}
+	if !r.identify(ctx, p, req.Model, len(req.Tokens)) {
+		return
+	}
 	r.hash(p, req)
 	if err := r.table.Load().fitCapacity(p); err != nil {
 		r.m.refused[refPromptTooLong].Inc()
@@ -613,7 +616,9 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		proxy.WriteError(ctx, fasthttp.StatusConflict, fmt.Sprintf("request_id %q is already active; free it first", p.routeID))
 		return
 	}
+	arrived := time.Now()
 	r.submit(p)
+	r.counted(p, p.err, arrived)
 	if p.err != nil {
 		r.forgetRoute(p.routeID, p.id)
 		r.fail(ctx, p.err)

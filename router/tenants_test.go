@@ -145,3 +145,27 @@ func TestTenantsThroughService(t *testing.T) {
 		t.Errorf("rate-limited counter %v, want 1", m)
 	}
 }
+
+// FuzzParseTenants: any bytes parse or fail with an error; what parses
+// has names, positive weights and 64-digit key hashes.
+func FuzzParseTenants(f *testing.F) {
+	f.Add([]byte("tenants:\n  - name: a\n    weight: 2\n    rate: 10\n    class: critical\n    api_keys: [sha256:" + HashAPIKey("k") + "]\ndefault_class: sheddable\n"))
+	f.Add([]byte("tenants: [{name: x}, {name: y, burst: 5}]\n"))
+	f.Add([]byte("tenants:\n  - name: a\n    weight: -1\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tf, err := ParseTenants(b)
+		if err != nil {
+			return
+		}
+		for _, s := range tf.Tenants {
+			if s.Name == "" || !(s.Weight > 0) || s.Rate < 0 || s.Burst < 0 {
+				t.Fatalf("accepted %+v", s)
+			}
+			for _, k := range s.APIKeys {
+				if len(k) != 64 {
+					t.Fatalf("accepted key hash %q", k)
+				}
+			}
+		}
+	})
+}

@@ -545,6 +545,7 @@ func (r *Router) outcome(p *pending, d sched.Decision) {
 	case sched.Queued:
 		r.b.waiting[p.id] = p
 		r.m.queued.Inc()
+		r.tm.counter("kvroute_tenant_requests_total", &p.who, "queued").Inc()
 	default:
 		switch d.Reason {
 		case sched.ReasonQueueFull:

@@ -138,9 +138,15 @@ func (r *Router) watchTenants() {
 // priority, or its tenant's class): such a request is not turned away by
 // the all-workers-busy window (it goes ahead of every queued request of a
 // lower class). Called only while the window is open.
+// A request turned away is counted as shed for its tenant (by header or
+// key; its model is not read yet).
 func (r *Router) critical(ctx *fasthttp.RequestCtx) bool {
 	who, err := r.ten.identify(&ctx.Request.Header, nil)
-	return err == nil && who.class == sched.ClassCritical
+	if err == nil && who.class == sched.ClassCritical {
+		return true
+	}
+	r.tm.counter("kvroute_tenant_requests_total", &who, "shed").Inc()
+	return false
 }
 
 // identify fills p's identity and charges its prompt to the tenant's

@@ -144,6 +144,12 @@ func TestTenantsThroughService(t *testing.T) {
 	if m := e.metric(`kvroute_tenant_requests_total{tenant="tiny",class="standard",outcome="rate_limited"}`); m != 1 {
 		t.Errorf("rate-limited counter %v, want 1", m)
 	}
+	if m := e.metric(`kvroute_tenant_requests_total{tenant="batch",class="sheddable",outcome="shed"}`); m != float64(48-codes["batch"][200]) {
+		t.Errorf("shed counter %v, want %d", m, 48-codes["batch"][200])
+	}
+	if m := e.metric(`kvroute_tenant_requests_total{tenant="chat",class="critical",outcome="routed"}`); m != 8 {
+		t.Errorf("routed counter %v, want 8", m)
+	}
 }
 
 // FuzzParseTenants: any bytes parse or fail with an error; what parses

@@ -39,7 +39,7 @@ var routes = [...]route{
 		Response: `OpenAI model list: {"object": "list", "data": [{"id", "object": "model", …}]}`}, epModels},
 	{httpref.Route{Method: "GET", Path: "/workers",
 		Summary:  "The worker table with each dp rank's load as the scheduler sees it",
-		Response: `{"workers": [{"worker_id", "url", "model", "models", "static", "event_transport", "uptime_seconds", "health", "ranks": [{"dp_rank", "requests", "active_blocks", "prefill_tokens", "kv_total_blocks", "kv_used_blocks", "waiting", "tree_blocks", "decisions", "busy"}]}]}`}, epWorkers},
+		Response: `{"workers": [{"worker_id", "url", "model", "models", "static", "event_transport", "uptime_seconds", "health", "ranks": [{"dp_rank", "requests", "active_blocks", "prefill_tokens", "kv_total_blocks", "kv_used_blocks", "waiting", "tree_blocks", "decisions", "busy"}]}], "tenants": [{"name", "waiting": [critical, standard, sheddable], "share"}]}`}, epWorkers},
 	{httpref.Route{Method: "GET", Path: "/health",
 		Summary:  "Liveness: 200 while the process serves HTTP",
 		Response: `{"status": "ok"}`}, epHealth},

@@ -215,6 +215,29 @@ func (r *Router) Tenants() (TenantsAnswer, error) {
 	return ans, nil
 }
 
+// appendTenantShares appends /workers' "tenants" member: each tenant's
+// name, waiting requests per class and share of the prompt tokens served.
+func (r *Router) appendTenantShares(b []byte) []byte {
+	ans, err := r.Tenants()
+	if err != nil {
+		return b
+	}
+	type share struct {
+		Name    string  `json:"name"`
+		Waiting [3]int  `json:"waiting"`
+		Share   float64 `json:"share"`
+	}
+	out := make([]share, 0, len(ans.Tenants))
+	for _, t := range ans.Tenants {
+		out = append(out, share{Name: t.Name, Waiting: t.Waiting, Share: t.Share})
+	}
+	j, err := json.Marshal(out)
+	if err != nil {
+		return b
+	}
+	return append(append(b, `,"tenants":`...), j...)
+}
+
 func tenantsHandler(s *Service) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		ans, err := s.Router.Tenants()

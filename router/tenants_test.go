@@ -141,6 +141,21 @@ func TestTenantsThroughService(t *testing.T) {
 	if byName["chat"].Routed != 8 || byName["chat"].Weight != 2 || byName["tiny"].Rate != 100 || byName["batch"].Routed == 0 {
 		t.Errorf("/tenants: %+v", ans)
 	}
+	code, wbody, _ := e.do("GET", "/workers", "")
+	var wd struct {
+		Tenants []struct {
+			Name  string  `json:"name"`
+			Share float64 `json:"share"`
+		} `json:"tenants"`
+	}
+	if err := json.Unmarshal(wbody, &wd); code != 200 || err != nil || len(wd.Tenants) != len(ans.Tenants) {
+		t.Errorf("/workers: %d %v %s", code, err, wbody)
+	}
+	for _, ti := range wd.Tenants {
+		if ti.Name == "chat" && ti.Share != byName["chat"].Share {
+			t.Errorf("/workers share of chat %v, /tenants %v", ti.Share, byName["chat"].Share)
+		}
+	}
 	if m := e.metric(`kvroute_tenant_requests_total{tenant="tiny",class="standard",outcome="rate_limited"}`); m != 1 {
 		t.Errorf("rate-limited counter %v, want 1", m)
 	}

@@ -199,6 +199,9 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 	// (wire.SequenceHashes), as the router's are: the scheduler runs as
 	// the router configures it (sched.Config.ChainedHashes).
 	sc.ChainedHashes = true
+	if cfg.Tenants != nil {
+		cfg.Tenants = cfg.Tenants.resolve(w.Trace)
+	}
 	if cfg.Tenants != nil && cfg.Tenants.Sessions && sc.SessionTTL == 0 {
 		sc.SessionTTL = 5 * time.Minute
 	}

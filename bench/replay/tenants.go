@@ -11,6 +11,7 @@ import (
 	"github.com/zeebo/xxh3"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kvroute/kvroute/bench/trace"
 	"github.com/kvroute/kvroute/sched"
 )
 
@@ -33,9 +34,53 @@ type TenantMix struct {
 	// Sessions passes the trace's session ids to the scheduler (with
 	// sched.Config.SessionTTL, 5 minutes unless set).
 	Sessions bool `yaml:"sessions"`
+	// FromTrace takes a request's class from the trace's "priority" field
+	// and its tenant from its "tenant" field (a name not in Tenants joins
+	// them with weight 1), where the fields are present; the ratios
+	// decide for the others.
+	FromTrace bool `yaml:"from_trace"`
 	// Window is the span of the windows over which Jain's fairness index
 	// of the tenants' served prompt tokens is computed (default 10 s).
 	Window time.Duration `yaml:"window"`
+
+	// From the trace (resolve): each request's class and tenant.
+	classes []sched.Class
+	tenants []uint32
+}
+
+// resolve returns the mix for tr: with FromTrace, a copy holding each
+// request's class and tenant, its fields first, the ratios otherwise;
+// else m.
+func (m *TenantMix) resolve(tr *trace.Trace) *TenantMix {
+	if !m.FromTrace {
+		return m
+	}
+	r := *m
+	r.Tenants = slices.Clone(m.Tenants)
+	r.classes = make([]sched.Class, len(tr.Requests))
+	r.tenants = make([]uint32, len(tr.Requests))
+	idx := map[string]uint32{}
+	for k, t := range r.Tenants {
+		idx[t.Name] = uint32(k + 1)
+	}
+	for i := range tr.Requests {
+		q := &tr.Requests[i]
+		r.classes[i] = m.classOf(i)
+		if c, err := sched.ParseClass(q.Priority); err == nil {
+			r.classes[i] = c
+		}
+		r.tenants[i] = m.tenantOf(i)
+		if q.Tenant != "" {
+			id, ok := idx[q.Tenant]
+			if !ok {
+				r.Tenants = append(r.Tenants, MixTenant{Name: q.Tenant, Weight: 1})
+				id = uint32(len(r.Tenants))
+				idx[q.Tenant] = id
+			}
+			r.tenants[i] = id
+		}
+	}
+	return &r
 }
 
 // MixTenant is one tenant of a TenantMix.
@@ -84,6 +129,9 @@ func unit(i int, salt uint64) float64 {
 
 // classOf is request i's class.
 func (m *TenantMix) classOf(i int) sched.Class {
+	if m.classes != nil {
+		return m.classes[i]
+	}
 	c := m.Classes
 	sum := c.Critical + c.Standard + c.Sheddable
 	if sum == 0 {
@@ -102,6 +150,9 @@ func (m *TenantMix) classOf(i int) sched.Class {
 // tenantOf is request i's tenant: an index into Tenants, plus 1 (the
 // scheduler's tenant id; 0 with no tenants).
 func (m *TenantMix) tenantOf(i int) uint32 {
+	if m.tenants != nil {
+		return m.tenants[i]
+	}
 	if len(m.Tenants) == 0 {
 		return 0
 	}

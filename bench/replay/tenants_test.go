@@ -2,8 +2,10 @@ package replay
 
 import (
 	"math"
+	"strings"
 	"testing"
 
+	"github.com/kvroute/kvroute/bench/trace"
 	"github.com/kvroute/kvroute/sched"
 )
 
@@ -79,4 +81,34 @@ func FuzzParseTenantMix(f *testing.F) {
 			}
 		}
 	})
+}
+
+// With from_trace, a request's "tenant" and "priority" fields decide; the
+// ratios decide for the others; a tenant the file does not list joins
+// with weight 1.
+func TestTenantMixFromTrace(t *testing.T) {
+	tr, err := trace.Parse(strings.NewReader(`{"input_length": 10, "hash_ids": [1], "tenant": "x", "priority": "critical"}
+{"input_length": 10, "hash_ids": [2], "tenant": "a"}
+{"input_length": 10, "hash_ids": [3]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ParseTenantMix([]byte("from_trace: true\nclasses: {sheddable: 1}\ntenants: [{name: a, share: 1, weight: 3}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := m.resolve(tr)
+	if r.classOf(0) != sched.ClassCritical || r.classOf(1) != sched.ClassSheddable || r.classOf(2) != sched.ClassSheddable {
+		t.Errorf("classes %v %v %v", r.classOf(0), r.classOf(1), r.classOf(2))
+	}
+	if r.tenantOf(0) != 2 || r.tenantOf(1) != 1 || r.tenantOf(2) != 1 || len(r.Tenants) != 2 || r.Tenants[1] != (MixTenant{Name: "x", Weight: 1}) {
+		t.Errorf("tenants %d %d %d of %+v", r.tenantOf(0), r.tenantOf(1), r.tenantOf(2), r.Tenants)
+	}
+	if len(m.Tenants) != 1 {
+		t.Error("resolve changed the mix it was given")
+	}
+	if _, err := trace.Parse(strings.NewReader(`{"input_length": 10, "hash_ids": [1], "priority": "urgent"}`)); err == nil {
+		t.Error("a bad priority parsed")
+	}
 }

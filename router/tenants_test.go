@@ -190,3 +190,43 @@ func FuzzParseTenants(f *testing.F) {
 		}
 	})
 }
+
+// The file is re-read when it changes; an edit that fails validation
+// leaves the last good table, and a tenant keeps its id across reloads.
+func TestTenantsReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.yaml")
+	write := func(s string, age time.Duration) {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-age)
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tenants:\n  - name: a\n    weight: 2\n", time.Hour)
+	tn, err := newTenants(path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := tn.weights(); w[1] != 2 {
+		t.Fatalf("weights %v", w)
+	}
+	if changed, err := tn.reload(false); changed || err != nil {
+		t.Fatalf("unchanged file reloaded: %v %v", changed, err)
+	}
+	write("tenants:\n  - name: b\n  - name: a\n    weight: 5\n", time.Minute)
+	if changed, err := tn.reload(false); !changed || err != nil {
+		t.Fatalf("changed file: %v %v", changed, err)
+	}
+	if w := tn.weights(); w[1] != 5 || w[2] != 1 {
+		t.Fatalf("after the reload: weights %v (a keeps id 1, b is 2)", w)
+	}
+	write("tenants:\n  - name: a\n    weight: -5\n", 0)
+	if _, err := tn.reload(false); err == nil || !strings.Contains(err.Error(), "line 3") {
+		t.Fatalf("bad edit: %v", err)
+	}
+	if tn.mu.spec["a"].Weight != 5 {
+		t.Fatal("a bad edit replaced the table")
+	}
+}

@@ -222,6 +222,9 @@ func (t *tenants) reload(force bool) (bool, error) {
 	}
 	f, err := ParseTenants(data)
 	if err != nil {
+		t.mu.Lock()
+		t.mu.stamp = st.ModTime() // reported once, not every second
+		t.mu.Unlock()
 		return false, fmt.Errorf("--tenants %s: %w", t.path, err)
 	}
 	t.mu.Lock()

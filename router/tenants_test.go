@@ -229,4 +229,7 @@ func TestTenantsReload(t *testing.T) {
 	if tn.mu.spec["a"].Weight != 5 {
 		t.Fatal("a bad edit replaced the table")
 	}
+	if changed, err := tn.reload(false); changed || err != nil {
+		t.Fatalf("the same bad file again: %v %v (reported once)", changed, err)
+	}
 }

@@ -61,6 +61,11 @@ const (
 // Config configures a Router. It is plain data, copied by New; zero fields
 // take the defaults noted.
 type Config struct {
+	// TenantsPath is the --tenants file (tenants.go): tenants' weights,
+	// rate limits, default classes and API-key hashes. It is re-read when
+	// it changes. Empty: every request's tenant is its header's or model's,
+	// unlimited, of weight 1.
+	TenantsPath string
 	// Sched is the scheduler's configuration; Sched.BlockSize is the engines'
 	// KV block size (--block-size): a registration with another block size
 	// is rejected and counted.

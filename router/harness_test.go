@@ -87,6 +87,8 @@ type envOptions struct {
 	dpSize int
 	// speedup divides the fleet's step times (default 20).
 	speedup float64
+	// tenants is --tenants (Config.TenantsPath).
+	tenants string
 }
 
 func quietLogger() *slog.Logger {
@@ -130,7 +132,7 @@ func startEnv(t *testing.T, o envOptions) *env {
 		Router: Config{Sched: sc, Subjects: subj, Approx: o.approx, TickInterval: 20 * time.Millisecond, QueueTimeout: 5 * time.Second,
 			Workers: o.static, Proxy: o.proxy, MaxBodyBytes: o.maxBody, ChatTemplate: o.chatTemplate,
 			Tokenizer: o.tokenizer, ModelTokenizers: o.modelTokenizers, ForwardTokenIDs: o.forwardIDs, EagleWindows: o.eagle,
-			ID: o.routerID, Sync: o.sync, SyncExpiry: o.syncExpiry},
+			ID: o.routerID, Sync: o.sync, SyncExpiry: o.syncExpiry, TenantsPath: o.tenants},
 		HTTPAddr:           "127.0.0.1:0",
 		ShutdownGrace:      o.grace,
 		ShutdownReadyDelay: o.readyDelay,

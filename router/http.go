@@ -310,7 +310,7 @@ func (r *Router) method(ctx *fasthttp.RequestCtx, m string) bool {
 // admit answers 429 during the all-workers-busy window and 503 when there
 // is no worker; it reports whether the request may proceed.
 func (r *Router) admit(ctx *fasthttp.RequestCtx) bool {
-	if t, left := r.Throttled(); t {
+	if t, left := r.Throttled(); t && !r.critical(ctx) {
 		r.m.throttled.Inc()
 		r.tooBusy(ctx, left)
 		return false
@@ -343,7 +343,7 @@ func (r *Router) fail(ctx *fasthttp.RequestCtx, err error) {
 		proxy.WriteError(ctx, fasthttp.StatusTooManyRequests, fmt.Sprintf(
 			"all workers are busy and the predicted queue wait is over --max-queue-wait (%v); retry later", r.cfg.Sched.MaxQueueWait))
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(r.cfg.Sched.MaxQueueWait.Seconds())))))
-	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrQueueTimeout):
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrQueueTimeout), errors.Is(err, ErrEvicted):
 		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
 		ctx.Response.Header.Set("Retry-After", "1")
 	case errors.Is(err, ErrNoWorkers) && r.nworkers.Load() == 0 && len(r.table.Load().ids) > 0:
@@ -400,6 +400,9 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	}
 	p := r.acquire()
 	defer r.release(p)
+	if !r.identify(ctx, p, req.Model, len(req.Tokens)) {
+		return
+	}
 	if restrict {
 		p.allowed = append(p.allowed[:0], ranks...)
 	}
@@ -421,7 +424,9 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		r.refusePrompt(ctx, len(req.Tokens), false, limit, chat)
 		return
 	}
+	arrived := time.Now()
 	r.submit(p)
+	r.counted(p, p.err, arrived)
 	if p.err != nil {
 		r.fail(ctx, p.err)
 		return
@@ -444,7 +449,7 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	if u == nil {
 		return // answered
 	}
-	id, wid := p.id, p.dec.Worker.Worker
+	id, wid, ttft := p.id, p.dec.Worker.Worker, r.tm.seconds("kvroute_tenant_ttft_seconds_total", &p.who)
 	var chk *check
 	// A disaggregated request's report is the decode engine's, which
 	// counts what it pulled; only aggregated answers are checked.
@@ -453,6 +458,7 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 	}
 	hooks := proxy.Hooks{
 		FirstToken: func() {
+			ttft.Add(time.Since(arrived).Seconds())
 			r.m.ttft.UpdateDuration(start)
 			r.notify(opPrefillDone, id)
 		},
@@ -620,6 +626,9 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		badRequest(ctx, err)
 		return
 	}
+	if !r.identify(ctx, p, req.Model, len(req.Tokens)) {
+		return
+	}
 	r.hash(p, req)
 	if err := r.table.Load().fitCapacity(p); err != nil {
 		r.m.refused[refPromptTooLong].Inc()
@@ -637,7 +646,9 @@ func (r *Router) route(ctx *fasthttp.RequestCtx) {
 		proxy.WriteError(ctx, fasthttp.StatusConflict, fmt.Sprintf("request_id %q is already active; free it first", p.routeID))
 		return
 	}
+	arrived := time.Now()
 	r.submit(p)
+	r.counted(p, p.err, arrived)
 	if p.err != nil {
 		r.forgetRoute(p.routeID, p.id)
 		r.fail(ctx, p.err)

@@ -121,7 +121,7 @@ var routerFamilies = []promtext.Family{
 // registry is everything Router.WritePrometheus exposes: the router's
 // families, the index's, ingest's (Hooks.Metrics in a Service) and the Go
 // runtime and process metrics.
-var registry = promtext.NewRegistry(routerFamilies, pdFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies, node.SnapshotFamilies, node.QueryFamilies, recovery.MetricFamilies, verifyFamilies, promtext.ProcessFamilies)
+var registry = promtext.NewRegistry(routerFamilies, pdFamilies, shard.MetricFamilies, ingest.MetricFamilies, node.MetricFamilies, node.SnapshotFamilies, node.QueryFamilies, recovery.MetricFamilies, verifyFamilies, tenantFamilies, promtext.ProcessFamilies)
 
 // Histogram buckets. Latencies span 100 µs (a /route answer on loopback is
 // ~240 µs, README) to 60 s (a long generation); decisions start at 10 µs
@@ -324,6 +324,7 @@ func (r *Router) WritePrometheus(w io.Writer) {
 // groups them by family.
 func (r *Router) writeSamples(w io.Writer) {
 	r.m.set.WritePrometheus(w)
+	r.tm.set.WritePrometheus(w)
 	var (
 		st                 sched.Stats
 		qw                 sched.QueueWait

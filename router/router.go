@@ -31,6 +31,10 @@ var (
 	ErrAllBusy      = errors.New("router: all workers busy")
 	ErrQueueWait    = errors.New("router: all workers busy and the predicted queue wait is over --max-queue-wait")
 	ErrWorkerGone   = errors.New("router: worker left")
+	// ErrEvicted: the request waited and a request of a higher priority
+	// class (or of a tenant with less waiting) took its place in the full
+	// queue.
+	ErrEvicted = errors.New("router: evicted from the full queue by a request of a higher priority class")
 )
 
 // Publisher publishes a control-plane message (a NATS connection's Publish).
@@ -127,6 +131,9 @@ type Router struct {
 
 	// Batcher-owned state.
 	b batcherState
+
+	ten *tenants // identity, the --tenants file, rate limits (tenants.go)
+	tm  tenantMetrics
 }
 
 type batcherState struct {
@@ -180,6 +187,7 @@ type pending struct {
 	mmBytes  []byte
 	override sched.Override
 	allowed  []wire.WorkerKey
+	who      identity // tenant, class, session (tenants.go)
 	explain  bool
 	enq      int64
 	deadline int64
@@ -245,6 +253,9 @@ func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
 	r.m = newMetricSet(r)
 	r.verify = newVerifier(cfg.Sched.BlockSize, cfg.VerifyRepairInterval)
 	r.decisions = newDecisionRing(cfg.DecisionRing, cfg.DecisionSample, cfg.Logger)
+	if err := r.initTenants(); err != nil {
+		return nil, err
+	}
 	r.budget = bodyBudget{limit: cfg.MaxInflightBodyBytes, maxBody: int64(cfg.MaxBodyBytes), held: map[*fasthttp.RequestHeader]int64{}}
 	r.pool.New = func() any { return &pending{done: make(chan struct{}, 1)} }
 	r.b.waiting = map[uint64]*pending{}
@@ -265,6 +276,7 @@ func New(cfg Config, ix *shard.Index, hooks Hooks) (*Router, error) {
 // model which models they serve.
 func (r *Router) Start() {
 	go r.loop()
+	go r.watchTenants()
 	r.askModels()
 }
 
@@ -320,6 +332,7 @@ func (r *Router) release(p *pending) {
 	p.local = p.local[:0]
 	p.seq = p.seq[:0]
 	p.override = sched.Override{}
+	p.who = identity{}
 	p.allowed = p.allowed[:0]
 	p.explain = false
 	p.over = p.over[:0]
@@ -548,7 +561,7 @@ func (r *Router) request(p *pending) sched.Request {
 	if len(p.allowed) > 0 {
 		o.Allowed = p.allowed
 	}
-	return sched.Request{ID: p.id, ISL: p.isl, Blocks: p.seq, Override: o}
+	return sched.Request{ID: p.id, ISL: p.isl, Blocks: p.seq, Override: o, Tenant: p.who.tenant, Class: p.who.class, Session: p.who.session}
 }
 
 // outcome acts on a decision made for p.
@@ -559,6 +572,7 @@ func (r *Router) outcome(p *pending, d sched.Decision) {
 	case sched.Queued:
 		r.b.waiting[p.id] = p
 		r.m.queued.Inc()
+		r.tm.counter("kvroute_tenant_requests_total", &p.who, "queued").Inc()
 	default:
 		switch d.Reason {
 		case sched.ReasonQueueFull:
@@ -623,6 +637,9 @@ func (r *Router) effect(e sched.Effect) {
 		if p, ok := r.b.waiting[e.ID]; ok {
 			delete(r.b.waiting, e.ID)
 			p.err = ErrNoWorkers
+			if e.Reason == sched.ReasonEvicted {
+				p.err = ErrEvicted
+			}
 			r.m.rejected(e.Reason).Inc()
 			p.done <- struct{}{}
 		}

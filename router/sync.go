@@ -125,6 +125,13 @@ func (sy *syncer) book(id uint64, k wire.WorkerKey, isl, overlap, pf uint32, blo
 	sy.wake()
 }
 
+func (sy *syncer) session(session uint64, k wire.WorkerKey, blocks uint32) {
+	sy.mu.Lock()
+	sy.w.Session(session, k, blocks)
+	sy.mu.Unlock()
+	sy.wake()
+}
+
 func (sy *syncer) op(kind plane.SyncKind, id uint64) {
 	sy.mu.Lock()
 	sy.w.Op(kind, id)
@@ -208,6 +215,9 @@ func (sy *syncer) close() {
 func (r *Router) syncBooked(p *pending, d sched.Decision) {
 	if sy := r.b.sync; sy != nil {
 		sy.book(p.id, d.Worker, p.isl, d.Overlap, d.PrefillTokens, p.seq)
+		if p.who.session != 0 && r.cfg.Sched.SessionTTL > 0 {
+			sy.session(p.who.session, d.Worker, uint32(len(p.seq)))
+		}
 	}
 }
 
@@ -294,6 +304,8 @@ func (r *Router) applySync(msg *plane.SyncMessage) {
 				r.m.sync.ignored.Inc()
 				continue
 			}
+		case plane.SyncSession:
+			r.s.BindSession(it.ID, it.Worker, it.ISL, now)
 		case plane.SyncFree:
 			id, ok := p.ids[it.ID]
 			if !ok {

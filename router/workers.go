@@ -597,7 +597,9 @@ func (r *Router) workers(ctx *fasthttp.RequestCtx) {
 		}
 		b = append(b, "]}"...)
 	}
-	b = append(b, "]}\n"...)
+	b = append(b, ']')
+	b = r.appendTenantShares(b)
+	b = append(b, "}\n"...)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
 }

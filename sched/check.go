@@ -46,6 +46,9 @@ func (s *Scheduler) CheckInvariants() error {
 			return fmt.Errorf("prefill pool: %w", err)
 		}
 	}
+	if err := s.checkClasses(); err != nil {
+		return err
+	}
 	// Block index: vectors, one holder per (hash, slot), counts.
 	rc := make(map[holderKey]uint32) // (hash, slot) → references from requests
 	activeBy := make(map[uint32]int64)

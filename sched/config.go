@@ -219,6 +219,33 @@ type Config struct {
 	// reference behaviour (the service flag's default is 2 s).
 	MaxQueueWait time.Duration
 
+	// ClassAging bounds how long a standard request waits behind critical
+	// ones: one that has waited this long goes first (oldest first), for
+	// at most ClassAgingShare of the admissions while critical requests
+	// wait. Default 10 s; 0: strict priority.
+	ClassAging time.Duration
+	// ClassAgingShare is the share of the admissions from the queue that
+	// aged standard requests may take while critical ones wait: a floor
+	// for the standard class, not a takeover when critical and standard
+	// together exceed the fleet. Default 0.1; 1: every aged request goes
+	// first.
+	ClassAgingShare float64
+	// ClassHeadroom is the share of every rank's busy limits (decode
+	// blocks, prefill tokens) kept for critical requests: a standard or
+	// sheddable request sees a rank busy at 1 − ClassHeadroom of them.
+	// Such requests are decided by the scan rather than the plain-rank
+	// heap. Default 0: none.
+	ClassHeadroom float64
+	// TenantQuantum is the prompt tokens a tenant of weight 1 may have
+	// admitted per turn of deficit round robin among the tenants waiting
+	// in a class. Default 4096 (a turn admits about one long prompt); 0
+	// is the default.
+	TenantQuantum int
+	// SessionTTL is how long a session stays bound to the rank that served
+	// its last turn (Request.Session; --session-ttl). Default 0: sessions
+	// are ignored.
+	SessionTTL time.Duration
+
 	// DisaggPolicy says when DecidePD, in a fleet with prefill ranks,
 	// serves a request on its decode rank alone instead of prefilling it
 	// remotely (--disagg-policy; doc.go, "Disaggregated prefill and
@@ -266,6 +293,9 @@ func DefaultConfig() Config {
 		QueueAffinityTail:         2,
 		QueueAffinityHoldPerBlock: 4 * time.Millisecond,
 		RejectionWindow:           5 * time.Second,
+		ClassAging:                10 * time.Second,
+		ClassAgingShare:           0.1,
+		TenantQuantum:             4096,
 		DisaggPolicy:              DisaggISL,
 		DisaggMinUncachedTokens:   512,
 		TransferWeight:            1,
@@ -316,6 +346,16 @@ func (c *Config) Validate() error {
 		return bad("rejection window %v must be ≥ 0", c.RejectionWindow)
 	case c.MaxQueueWait < 0:
 		return bad("max queue wait %v must be ≥ 0", c.MaxQueueWait)
+	case c.ClassAging < 0:
+		return bad("class aging %v must be ≥ 0", c.ClassAging)
+	case !finite(c.ClassHeadroom) || c.ClassHeadroom < 0 || c.ClassHeadroom >= 1:
+		return bad("class headroom %v must be in [0, 1)", c.ClassHeadroom)
+	case !finite(c.ClassAgingShare) || c.ClassAgingShare < 0 || c.ClassAgingShare > 1:
+		return bad("class aging share %v must be in [0, 1]", c.ClassAgingShare)
+	case c.TenantQuantum < 0:
+		return bad("tenant quantum %d must be ≥ 0", c.TenantQuantum)
+	case c.SessionTTL < 0:
+		return bad("session ttl %v must be ≥ 0", c.SessionTTL)
 	case int(c.DisaggPolicy) >= len(disaggPolicyNames):
 		return bad("disaggregation policy %d", c.DisaggPolicy)
 	case !finite(c.TransferWeight) || c.TransferWeight < 0:

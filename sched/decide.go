@@ -60,15 +60,20 @@ func (s *Scheduler) decideNew(r *Request, ov []Overlap, now int64, exp *[]Candid
 	}
 	switch st {
 	case stRouted:
+		s.noteRouted(r)
 		return d
 	case stNoWorkers:
 		s.stats.Rejections++
 		s.stats.RejectedNoWorkers++
 		return Decision{ID: r.ID, Outcome: Rejected, Reason: ReasonNoWorkers}
 	}
+	if n := s.q.len(); n >= s.cfg.QueueDepth && n > 0 {
+		s.shed.advance(now, n)
+		s.evictFor(r, now)
+	}
 	if n := s.q.len(); n < s.cfg.QueueDepth {
 		s.shed.advance(now, n)
-		if s.shed.shed(n, s.cfg.QueueDepth) {
+		if s.classShed(r) {
 			s.stats.Rejections++
 			s.stats.RejectedQueueWait++
 			return Decision{ID: r.ID, Outcome: Rejected, Reason: ReasonQueueWait}
@@ -142,6 +147,7 @@ type pass struct {
 	in         costInput
 	now        int64
 	restricted bool
+	keep       float64 // < 1: the request sees ranks busy at this fraction of their limits (Config.ClassHeadroom)
 	argmin     bool
 	eligible   int
 	best       float64
@@ -173,6 +179,9 @@ func (s *Scheduler) consider(p *pass, i int) {
 		pf = s.slots[i].decayed(pf, p.now)
 	}
 	busy := h.busy(pf)
+	if p.keep < 1 && !busy {
+		busy = h.busyAt(pf, p.keep)
+	}
 	if h.multi && !busy {
 		s.workers[h.worker].okGen = p.in.gen
 	}
@@ -225,6 +234,9 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 		s.touch(i)
 		s.scan[i].flags |= fOverlap
 	}
+	if s.cfg.SessionTTL > 0 && r.Session != 0 {
+		s.sessionCredit(r, now, gen)
+	}
 	s.countHeld(r.Blocks, gen)
 	cached := s.vecN
 
@@ -243,11 +255,16 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 	if s.decodeLeg && mode != costNone {
 		p.in.rw = s.cfg.RunningWeight
 	}
-	byHeap := !restricted && p.in.rw == 0 && s.heapUsable(&p)
+	p.keep = 1
+	if s.cfg.ClassHeadroom > 0 && r.Class != ClassCritical {
+		p.keep = 1 - s.cfg.ClassHeadroom
+	}
+	plain := !restricted && p.in.rw == 0 && p.keep == 1
+	byHeap := plain && s.heapUsable(&p)
 	switch {
 	case byHeap:
 		s.heapPlain(&p)
-	case !restricted && p.in.rw == 0:
+	case plain:
 		s.scanPlain(&p)
 	default:
 		for i := range s.hot {
@@ -285,6 +302,7 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 	if exp != nil {
 		s.explain(exp, now, &p.in, restricted, chosen)
 	}
+	s.sess.slot = -1
 	if chosen < 0 {
 		if p.eligible == 0 {
 			return Decision{}, stNoWorkers
@@ -308,7 +326,12 @@ func (s *Scheduler) route(r *Request, ov []Overlap, now int64, exp *[]Candidate)
 	if held > 0 && s.nested {
 		deep = s.held[i].deep
 	}
+	s.bookClass = r.Class
 	s.book(r.ID, i, r.Blocks, r.ISL, overlap, hint, now, cached, held, deep)
+	s.bookClass = ClassStandard
+	if s.cfg.SessionTTL > 0 && r.Session != 0 {
+		s.BindSession(r.Session, s.slots[i].key, uint32(len(r.Blocks)), now)
+	}
 	s.slots[i].decisions++
 	s.stats.Decisions++
 	if mode == costNone {
@@ -621,6 +644,9 @@ func (s *Scheduler) explain(dst *[]Candidate, now int64, in *costInput, restrict
 		c := Candidate{Worker: sl.key, ActiveBlocks: h.active, PrefillTokens: pf, TreeSize: s.treeOf(uint32(i), gen), Busy: busy, Chosen: i == chosen}
 		if h.ovGen == gen {
 			c.Overlap, c.Host, c.Disk = h.ovDev, sl.ovHost, sl.ovDisk
+		}
+		if int32(i) == s.sess.slot {
+			c.Session = s.sess.credit
 		}
 		c.NewBlocks = uint32(in.nb) - s.heldOf(i, gen)
 		c.PrefillBlocks, c.DecodeBlocks = s.terms(i, pf, in, in.mode == costCredit)

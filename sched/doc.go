@@ -166,6 +166,25 @@
 // docs/decisions/0022-scheduler-block-index.md and
 // docs/decisions/0023-private-blocks.md.
 //
+// # Classes, tenants and sessions
+//
+// Request.Class orders the queue first (critical, standard, sheddable:
+// strict priority), then QueuePolicy; a standard request that has waited
+// ClassAging goes before critical ones. While requests of several tenants
+// (Request.Tenant, weights from SetTenant) wait, drainFair admits, in the
+// highest class, the tenant whose turn it is under deficit round robin on
+// prompt tokens (TenantQuantum × weight per turn), with cache-aware
+// dispatch among that tenant's requests. Queue-wait shedding predicts a
+// request's place from the higher classes and its tenant's share of its
+// own; a critical request is never shed while a lower class waits or runs;
+// a full queue evicts a lower class's last request (ReasonEvicted). With
+// SessionTTL, the rank that served a session's last turn is credited that
+// turn's blocks as cached (sessions.go; Candidate.Session). TokenBucket is
+// the rate limit the router applies before the queue. Tests:
+// testdata/classes.txt, TestClassesUnderOverload, TestTenantsShareFairly,
+// TestDecideTenantsAllocs. Why:
+// docs/decisions/0046-classes-tenants-sessions.md.
+//
 // # Disaggregated prefill and decode
 //
 // A rank's Capacity.Role is both (the default), prefill or decode. Prefill

@@ -31,6 +31,24 @@ type queue struct {
 	waitAvg float64
 
 	holds uint64 // drains that left an available rank idle (tests, benchmarks)
+
+	// Classes and tenants (classes.go): waiting requests per class rank,
+	// how many belong to a tenant other than 0, the tenants' shares and
+	// deficit round robin cursors, and nextFair's scratch. While fon,
+	// pickAffinity considers only requests of class fclass and tenant
+	// ftenant.
+	byClass  [numClasses]int
+	tenanted int
+	tenants  []tenantState
+	drr      [numClasses]drr
+	tlist    []uint32
+	tgen     uint32
+	fon      bool
+	fclass   Class
+	ftenant  uint32
+	// critSince counts the critical admissions since the last standard
+	// one (Config.ClassAgingShare).
+	critSince int
 }
 
 // waitAvgN is the span, in admissions, of queue.waitAvg.
@@ -54,6 +72,9 @@ func (q *queue) len() int { return len(q.order) }
 
 func (q *queue) less(a, b uint32) bool {
 	ea, eb := &q.ents[a], &q.ents[b]
+	if ra, rb := ea.req.Class.Rank(), eb.req.Class.Rank(); ra != rb {
+		return ra < rb // classes first: strict priority
+	}
 	switch q.policy {
 	case QueueLCFS:
 		return ea.seq > eb.seq
@@ -96,12 +117,26 @@ func (q *queue) push(r *Request, ov []Overlap, now, blockSize int64) {
 	copy(q.order[pos+1:], q.order[pos:])
 	q.order[pos] = e
 	q.ids.set(r.ID, e)
+	q.byClass[r.Class.Rank()]++
+	if r.Tenant != 0 {
+		q.tenanted++
+	}
+	q.tenant(r.Tenant).waiting[r.Class.Rank()]++
 }
 
 // release frees an entry that has left q.order.
 func (q *queue) release(e uint32) {
 	qe := &q.ents[e]
 	q.ids.del(qe.req.ID)
+	rk := qe.req.Class.Rank()
+	q.byClass[rk]--
+	if qe.req.Tenant != 0 {
+		q.tenanted--
+	}
+	t := &q.tenants[qe.req.Tenant]
+	if t.waiting[rk]--; t.waiting[rk] == 0 {
+		t.deficit[rk] = 0 // deficit round robin: an empty queue keeps no credit
+	}
 	qe.req = Request{Blocks: qe.req.Blocks[:0], Override: Override{Allowed: qe.req.Override.Allowed[:0]}}
 	qe.overlaps = qe.overlaps[:0]
 	q.free = append(q.free, e)
@@ -146,6 +181,11 @@ func (q *queue) remove(k int) {
 func (s *Scheduler) drain(now int64) {
 	s.shed.account(now, s.q.len())
 	if s.q.len() == 0 {
+		s.shed.sample()
+		return
+	}
+	if s.q.fairNeeded(s.cfg.ClassAging > 0) {
+		s.drainFair(now)
 		s.shed.sample()
 		return
 	}
@@ -194,6 +234,14 @@ func (s *Scheduler) admit(e uint32, now int64) status {
 	d, st := s.route(&qe.req, qe.overlaps, now, nil)
 	switch st {
 	case stRouted:
+		s.q.tenants[qe.req.Tenant].deficit[qe.req.Class.Rank()] -= float64(qe.req.ISL)
+		switch qe.req.Class {
+		case ClassCritical:
+			s.q.critSince++
+		case ClassStandard:
+			s.q.critSince = 0
+		}
+		s.noteRouted(&qe.req)
 		s.q.waitAvg += (float64(now-qe.at) - s.q.waitAvg) / waitAvgN
 		s.stats.Admitted++
 		s.shed.admitted(1)
@@ -236,7 +284,7 @@ func (s *Scheduler) pickAffinity(k int, now int64) int {
 	best, first := math.Inf(-1), 0.0
 	for j := k; j < len(s.q.order); j++ {
 		qe := &s.q.ents[s.q.order[j]]
-		if !qe.unrestricted {
+		if !qe.unrestricted || (s.q.fon && (qe.req.Class != s.q.fclass || qe.req.Tenant != s.q.ftenant)) {
 			continue
 		}
 		waited := now - qe.at

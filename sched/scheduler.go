@@ -68,6 +68,12 @@ type Scheduler struct {
 	q    queue
 	shed shedder // drain rate and early rejections (Config.MaxQueueWait)
 
+	// running counts the active requests per class rank; book records
+	// bookClass as the new request's class (classes.go).
+	running   [numClasses]int
+	bookClass Class
+	sess      sessions // session bindings (sessions.go)
+
 	outbox      []Effect
 	rejectUntil int64
 	stats       Stats
@@ -196,6 +202,7 @@ type request struct {
 	// stretch: its private blocks are one stretch, privLo to the end,
 	// with one table cell, privLo's (Config.ChainedHashes).
 	stretch bool
+	class   Class
 }
 
 // privPos returns the position of k among the request's private blocks, or
@@ -237,6 +244,8 @@ func New(cfg Config, seed uint64) (*Scheduler, error) {
 	}
 	s.blocks.init()
 	s.q.init(cfg.QueuePolicy)
+	s.q.growTenants(0)
+	s.sess.slot = -1
 	s.shed.init(cfg.MaxQueueWait, seed)
 	s.initHeap()
 	return s, nil

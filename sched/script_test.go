@@ -19,7 +19,12 @@ import (
 //	config [key=value...]        new scheduler (keys: block-size weight temperature
 //	                             policy queue queue-depth reuse expiry busy-decode
 //	                             busy-prefill busy-prefill-frac credit scale
-//	                             credit-w host-w disk-w window seed)
+//	                             credit-w host-w disk-w window seed
+//	                             aging aging-share headroom quantum session-ttl
+//	                             max-wait)
+//	tenant id=N weight=F         a tenant's weight
+//	tenants                      per tenant: weight, waiting per class, served
+//	                             tokens; running per class; evictions; sessions
 //	add-worker w=ID [dp=N] [blocks=N] [max-batched=N]
 //	remove-worker w=ID [dp=N]
 //	report w=ID [dp=N] used=N [waiting=N] [t=D]
@@ -28,6 +33,7 @@ import (
 //	route [t=D] [explain]        one request per input line:
 //	    NAME isl=N [blocks=h1,h2] [ov=W:N,...] [host=W:N,...] [disk=W:N,...]
 //	    [tree=W:N,...] [weight=F] [temp=F] [pin=W] [allowed=W,...] [dur=D]
+//	    [class=C] [tenant=N] [session=S]
 //	sample n=N [t=D]             route one input request N times, freeing each at
 //	                             once, and count the chosen workers
 //	prefill-done NAME [t=D]
@@ -249,6 +255,17 @@ func (h *harness) request(t *testing.T, line string) (Request, []Overlap) {
 	if a.has("temp") {
 		r.Override.Temperature, r.Override.TemperatureSet = a.f64(t, "temp", 0), true
 	}
+	if v, ok := a.kv["class"]; ok {
+		c, err := ParseClass(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Class = c
+	}
+	r.Tenant = uint32(a.u64(t, "tenant", 0))
+	if v, ok := a.kv["session"]; ok {
+		r.Session = xxh3.HashString(v) | 1
+	}
 	if a.has("pin") {
 		r.Override.Pinned, r.Override.PinnedSet = parseKey(t, a.kv["pin"]), true
 	}
@@ -332,6 +349,18 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		cfg.OverlapCredit = a.f64(t, "credit-w", cfg.OverlapCredit)
 		cfg.HostHitWeight = a.f64(t, "host-w", cfg.HostHitWeight)
 		cfg.DiskHitWeight = a.f64(t, "disk-w", cfg.DiskHitWeight)
+		if v, ok := a.kv["aging"]; ok {
+			cfg.ClassAging = time.Duration(dur(t, v))
+		}
+		cfg.ClassAgingShare = a.f64(t, "aging-share", cfg.ClassAgingShare)
+		cfg.ClassHeadroom = a.f64(t, "headroom", cfg.ClassHeadroom)
+		cfg.TenantQuantum = int(a.u64(t, "quantum", uint64(cfg.TenantQuantum)))
+		if v, ok := a.kv["session-ttl"]; ok {
+			cfg.SessionTTL = time.Duration(dur(t, v))
+		}
+		if v, ok := a.kv["max-wait"]; ok {
+			cfg.MaxQueueWait = time.Duration(dur(t, v))
+		}
 		if err := cfg.Validate(); err != nil {
 			return err.Error()
 		}
@@ -406,6 +435,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 					fmt.Fprintf(&b, " host=%d disk=%d", c.Host, c.Disk)
 				}
 				fmt.Fprintf(&b, " new=%d prefill=%.3f decode=%.3f cost=%.3f", c.NewBlocks, c.PrefillBlocks, c.DecodeBlocks, c.Cost)
+				if c.Session != 0 {
+					fmt.Fprintf(&b, " session=%d", c.Session)
+				}
 				if c.Busy {
 					b.WriteString(" busy")
 				}
@@ -511,6 +543,21 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "throttled":
 		now := h.at(t, a)
 		return fmt.Sprintf("%v until %s", h.s.Throttled(now), fmtTime(h.s.RejectUntil()))
+
+	case "tenant":
+		if err := h.s.SetTenant(uint32(a.u64(t, "id", 0)), a.f64(t, "weight", 1)); err != nil {
+			return err.Error()
+		}
+		return "ok"
+
+	case "tenants":
+		for _, ts := range h.s.AppendTenants(nil) {
+			fmt.Fprintf(&b, "tenant %d: weight=%g waiting=%v served=%d routed=%d\n", ts.Tenant, ts.Weight, ts.Waiting, ts.ServedTokens, ts.Routed)
+		}
+		fmt.Fprintf(&b, "running: critical=%d standard=%d sheddable=%d\n", h.s.Running(ClassCritical), h.s.Running(ClassStandard), h.s.Running(ClassSheddable))
+		st := h.s.Stats()
+		fmt.Fprintf(&b, "evicted=%d queue-wait=%d queue-full=%d sessions=%d\n", st.RejectedEvicted, st.RejectedQueueWait, st.RejectedQueueFull, h.s.Sessions())
+		return b.String()
 
 	case "observe-busy":
 		h.s.ObserveAllWorkersBusy(h.at(t, a))

@@ -56,7 +56,8 @@ func (s *Scheduler) book(id uint64, i uint32, blocks []wire.SeqHash, isl, overla
 	}
 	rq := &s.reqs[r]
 	holds, hashes := rq.holds[:0], rq.hashes[:0]
-	*rq = request{id: id, slot: i, isl: isl, overlap: overlap, start: now, live: true}
+	*rq = request{id: id, slot: i, isl: isl, overlap: overlap, start: now, live: true, class: s.bookClass}
+	s.running[s.bookClass.Rank()]++
 	rq.hashes = hashes
 	h, sl := &s.hot[i], &s.slots[i]
 	reuse := s.cfg.AssumeKVReuse
@@ -335,6 +336,9 @@ func (s *Scheduler) Tick(now int64) {
 			s.freeReq(r, now)
 		}
 	}
+	if s.cfg.SessionTTL > 0 {
+		s.sess.expire(now, int64(s.cfg.SessionTTL))
+	}
 	s.drain(now)
 	s.checkInvariants()
 }
@@ -366,6 +370,7 @@ func (s *Scheduler) freeReq(r uint32, now int64) {
 	if rq.inPf {
 		s.endPrefill(r, now)
 	}
+	s.running[rq.class.Rank()]--
 	i := rq.slot
 	h, sl := &s.hot[i], &s.slots[i]
 	left := int64(0) // blocks that left the rank, stored once as in book

@@ -66,6 +66,17 @@ type Request struct {
 	// in prefill on its rank.
 	ExpectedPrefill time.Duration
 	Override        Override
+	// Tenant is the request's tenant, a small dense id the caller assigns
+	// (0: the default tenant); waiting requests are shared fairly between
+	// tenants by prompt tokens (SetTenant's weights; doc.go, "Classes,
+	// tenants and sessions").
+	Tenant uint32
+	// Class is the request's priority class (the zero value is standard).
+	Class Class
+	// Session identifies the conversation the request belongs to (0: none).
+	// With Config.SessionTTL > 0 the rank that served the session's last
+	// turn is credited the blocks of that turn as cached.
+	Session uint64
 }
 
 // PrefillLoadHint is the prefill load a booking adds, computed once by the
@@ -123,6 +134,9 @@ const (
 	// Config.MaxQueueWait. No AllWorkersBusy effect: the rejection window
 	// is not opened.
 	ReasonQueueWait
+	// ReasonEvicted: the request was waiting and a request of a higher
+	// class took its place in the full queue (an EffectRejected).
+	ReasonEvicted
 )
 
 func (r Reason) String() string {
@@ -135,6 +149,8 @@ func (r Reason) String() string {
 		return "duplicate"
 	case ReasonQueueWait:
 		return "queue-wait"
+	case ReasonEvicted:
+		return "evicted"
 	}
 	return "none"
 }
@@ -195,9 +211,12 @@ type Candidate struct {
 	PrefillBlocks float64
 	DecodeBlocks  float64
 	Cost          float64
-	Busy          bool
-	Excluded      Exclusion
-	Chosen        bool
+	// Session is the blocks credited as cached because the request's
+	// session was last served here (Request.Session), 0 elsewhere.
+	Session  uint32
+	Busy     bool
+	Excluded Exclusion
+	Chosen   bool
 }
 
 // EffectKind tags an Effect.
@@ -300,6 +319,7 @@ type Stats struct {
 	RejectedNoWorkers uint64
 	RejectedDuplicate uint64
 	RejectedQueueWait uint64 // shed before queueing (Config.MaxQueueWait)
+	RejectedEvicted   uint64 // waiting requests evicted by a higher class (ReasonEvicted)
 	AllWorkersBusy    uint64 // AllWorkersBusy effects emitted (consecutive ones merge)
 	Expirations       uint64
 	Cancelled         uint64 // waiting requests freed before admission

@@ -240,6 +240,9 @@ type Config struct {
 	// `--sync-delay`); negative: never (replicas without sync). All
 	// replicas share the index and see every worker's load reports.
 	SyncDelay time.Duration
+	// Tenants assigns tenants, classes and sessions to the requests
+	// (`--tenants`, tenants.go); nil: none.
+	Tenants *TenantMix
 	// Seed seeds the scheduler's RNG (random policy, tie breaks).
 	Seed uint64
 	// Progress, when set, is called with the number of requests that just

@@ -178,6 +178,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(&b, "\nkv keeps up to %gx and saturates at %gx\n", st.KeepsUpTo, st.SaturatedAt)
 		}
 	}
+	writeGroups(&b, r.Policies)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

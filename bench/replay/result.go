@@ -101,6 +101,9 @@ type Result struct {
 
 	WallS float64 `json:"wall_s"` // wall time the run took (simulation cost offline)
 
+	// Groups are the per-class and per-tenant results (Config.Tenants).
+	Groups *Groups `json:"groups,omitempty"`
+
 	ttft []float64 // sorted, ms; for plots
 }
 

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/kvroute/kvroute/bench/engine"
 	"github.com/kvroute/kvroute/radix"
 	"github.com/kvroute/kvroute/sched"
@@ -197,6 +199,12 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 	// (wire.SequenceHashes), as the router's are: the scheduler runs as
 	// the router configures it (sched.Config.ChainedHashes).
 	sc.ChainedHashes = true
+	if cfg.Tenants != nil {
+		cfg.Tenants = cfg.Tenants.resolve(w.Trace)
+	}
+	if cfg.Tenants != nil && cfg.Tenants.Sessions && sc.SessionTTL == 0 {
+		sc.SessionTTL = 5 * time.Minute
+	}
 	var schs []*sched.Scheduler
 	for r := range max(cfg.Routers, 1) {
 		sch, err := sched.New(sc, cfg.Seed+uint64(r))
@@ -204,6 +212,13 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 		schs = append(schs, sch)
+		if cfg.Tenants != nil {
+			for k, t := range cfg.Tenants.Tenants {
+				if err := sch.SetTenant(uint32(k+1), t.Weight); err != nil {
+					return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+				}
+			}
+		}
 	}
 	sch := schs[0]
 	f := cfg.Fleet
@@ -347,6 +362,12 @@ func (s *sim) arrival(i int32) error {
 	s.arrive[i] = s.now
 	req := &w.Trace.Requests[i]
 	s.batch[0] = sched.Request{ID: uint64(i) + 1, ISL: uint32(req.InputLength), Blocks: w.Seq(int(i))}
+	if m := s.cfg.Tenants; m != nil {
+		s.batch[0].Class, s.batch[0].Tenant = m.classOf(int(i)), m.tenantOf(int(i))
+		if m.Sessions && req.Session != "" {
+			s.batch[0].Session = xxh3.HashString(req.Session) | 1
+		}
+	}
 	var ov [][]sched.Overlap
 	if s.core != nil {
 		s.radixOv = s.core.Match(s.radixOv[:0], w.Local(int(i)))
@@ -673,6 +694,9 @@ func (s *sim) result() Result {
 	res := summarize(recs, labels, s.scale(w.span), w.achievable)
 	res.Policy = s.pol.Name
 	res.Speedup = s.cfg.Speedup
+	if s.cfg.Tenants != nil {
+		res.Groups = s.cfg.Tenants.groups(recs)
+	}
 	res.PeakWaiting = s.peakWait
 	res.Expired = s.expired
 	for _, e := range s.engines {

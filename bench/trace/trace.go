@@ -50,6 +50,8 @@ type Request struct {
 	Session      string        // "session_id" (a number is kept as its JSON text); "" when absent
 	Delay        time.Duration // "delay" (ms) after the previous turn of Session; 0 when absent
 	Line         int           // 1-based line number in the source; 0 for synthesized requests
+	Tenant       string        // "tenant"; "" when absent (`kvroute replay --tenants` with from_trace)
+	Priority     string        // "priority": critical, standard or sheddable; "" when absent
 }
 
 // Trace is a parsed request trace in file order.
@@ -73,6 +75,8 @@ type row struct {
 	SessionID    json.RawMessage `json:"session_id"`
 	Delay        *float64        `json:"delay"`
 	DelayMs      *float64        `json:"delay_ms"`
+	Tenant       *string         `json:"tenant"`
+	Priority     *string         `json:"priority"`
 }
 
 // ReadFile parses the trace file at path (see Parse).
@@ -87,8 +91,9 @@ func ReadFile(path string) (*Trace, error) {
 
 // Parse reads a JSONL trace. Blank lines are skipped; any other line must be
 // a JSON object with input_length > 0 and exactly ceil(input_length/512)
-// non-negative integer hash_ids; timestamp, output_length, session_id and
-// delay are optional (timestamp and delay may be fractional ms). Unknown
+// non-negative integer hash_ids; timestamp, output_length, session_id,
+// delay, tenant and priority (critical, standard or sheddable) are optional
+// (timestamp and delay may be fractional ms). Unknown
 // fields are ignored. The first malformed line stops the parse with a
 // *ParseError carrying its line number.
 func Parse(r io.Reader) (*Trace, error) {
@@ -194,6 +199,17 @@ func parseLine(b []byte, line int) (Request, error) {
 			return bad("delay %v is not a finite non-negative number of ms", *d)
 		}
 		req.Delay = v
+	}
+	if rw.Tenant != nil {
+		req.Tenant = *rw.Tenant
+	}
+	if rw.Priority != nil {
+		switch p := *rw.Priority; p {
+		case "critical", "standard", "sheddable", "":
+			req.Priority = p
+		default:
+			return bad("priority %q is not critical, standard or sheddable", p)
+		}
 	}
 	return req, nil
 }
@@ -373,6 +389,14 @@ func (r *Request) AppendJSON(dst []byte) []byte {
 	if r.Delay != 0 {
 		dst = append(dst, `, "delay": `...)
 		dst = appendMs(dst, r.Delay)
+	}
+	if r.Tenant != "" {
+		dst = append(dst, `, "tenant": `...)
+		dst = openai.AppendJSONString(dst, r.Tenant)
+	}
+	if r.Priority != "" {
+		dst = append(dst, `, "priority": `...)
+		dst = openai.AppendJSONString(dst, r.Priority)
 	}
 	return append(dst, '}')
 }

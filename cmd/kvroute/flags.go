@@ -323,6 +323,7 @@ func (b *byteSize) Set(v string) error {
 // replay runs the scheduler exactly as a router configured the same way.
 type schedFlags struct {
 	weight, temp, prefScale, ovCredit, hostW, diskW, busyDecode, busyPFrac *float64
+	headroom                                                               *float64
 	cacheAff, qTail                                                        *float64
 	reuse, credit                                                          *bool
 	busyPTok                                                               *int64
@@ -347,6 +348,7 @@ func addSchedFlags(fs *flag.FlagSet) *schedFlags {
 		busyDecode: fs.Float64("busy-decode-frac", def.BusyDecodeFrac, "a rank is busy above this fraction of its KV blocks in use (<= 0: off)"),
 		busyPTok:   fs.Int64("busy-prefill-tokens", def.BusyPrefillTokens, "a rank is busy above this many active prefill tokens (0: off)"),
 		busyPFrac:  fs.Float64("busy-prefill-frac", def.BusyPrefillFrac, "a rank is busy above this multiple of its max batched tokens in prefill (0: off)"),
+		headroom:   fs.Float64("class-headroom", def.ClassHeadroom, "share of every rank's busy limits kept for critical requests: standard and sheddable ones see a rank busy at 1 - this of them (0: none)"),
 		qPolicy:    fs.String("queue-policy", def.QueuePolicy.String(), "order of requests waiting while all workers are busy: fcfs, lcfs or wspt"),
 		qDepth:     fs.Int("queue-depth", def.QueueDepth, "requests that may wait while all workers are busy; beyond it: rejected (429) and all-workers-busy"),
 		qAffinity:  fs.Int("queue-affinity", def.QueueAffinity, "kv: when a worker frees, the first N waiting requests compete for it and the one whose cache favours it most goes first (0 or 1: strict --queue-policy order)"),
@@ -363,6 +365,10 @@ func addSchedFlags(fs *flag.FlagSet) *schedFlags {
 // apply sets sc's fields from the flags and checks them; errors name the flags.
 func (f *schedFlags) apply(sc *sched.Config) error {
 	def := sched.DefaultConfig()
+	if h := *f.headroom; !(h >= 0 && h < 1) {
+		return fmt.Errorf("--class-headroom must be in [0, 1) (got %g)", h)
+	}
+	sc.ClassHeadroom = *f.headroom
 	qp, err := sched.ParseQueuePolicy(*f.qPolicy)
 	if err != nil {
 		return fmt.Errorf("--queue-policy: %w", err)

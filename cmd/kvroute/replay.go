@@ -106,6 +106,7 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		decPoly    = fs.String("decode-poly", replay.DefaultDecodePoly.String(), "offline timing model: decode_ms = a·u² + b·u + c of the KV usage u in [0,1], as a,b,c")
 		evDelay    = fs.Duration("event-delay", time.Millisecond, "offline: KV events reach the index this long after the step that produced them")
 		loadIvl    = fs.Duration("load-interval", 50*time.Millisecond, "offline: minimum gap between an engine's load reports")
+		tenantsF   = fs.String("tenants", "", "offline: YAML file assigning priority classes (classes: {critical, standard, sheddable} fractions), tenants (tenants: [{name, share, weight}]) and sessions (sessions: true, from the trace's session_id) to the requests, or with from_trace: true takes them from the trace's tenant and priority fields; the report adds each class's and tenant's TTFT and share, and Jain's index over 10 s windows")
 		routers    = fs.Int("routers", 1, "offline: router replicas, each with its own scheduler; request i arrives at replica i mod N")
 		syncDelays = fs.String("sync-delays", "", "offline, with --routers > 1: sweep the sync delay over this list (e.g. 0,100us,1ms,10ms) with the first --compare policy at one --speedup, against one router and the replicas without sync; prints a table, --plot draws it, --json writes it")
 		syncDelay  = fs.Duration("sync-delay", -1, "offline, with --routers > 1: a replica's bookings reach the others this long after it made them (serve --router-replica-sync); negative: never (replicas without sync)")
@@ -306,6 +307,15 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayOptions, error) {
 		Routers:      *routers,
 		SyncDelay:    *syncDelay,
 		Seed:         *sf.seed,
+	}
+	if *tenantsF != "" {
+		data, err := os.ReadFile(*tenantsF)
+		if err != nil {
+			return nil, fmt.Errorf("--tenants: %w", err)
+		}
+		if o.offline.Tenants, err = replay.ParseTenantMix(data); err != nil {
+			return nil, fmt.Errorf("--tenants %s: %w", *tenantsF, err)
+		}
 	}
 	if err := o.offline.Validate(); err != nil {
 		return nil, err

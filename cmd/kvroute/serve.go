@@ -90,6 +90,8 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		approxTTL  = fs.Duration("approx-ttl", shard.DefaultTTL, "approximate mode: how long a routed prefix is assumed cached (refreshed on reuse)")
 		approxMax  = fs.Int("approx-max-blocks", shard.DefaultMaxBlocks, "approximate mode: blocks recorded per shard before the oldest are pruned")
 		qTimeout   = fs.Duration("queue-timeout", 30*time.Second, "a request waiting for a free worker longer than this gets 503")
+		tenantsF   = fs.String("tenants", "", "YAML file of tenants: weight, rate and burst (prompt tokens per second), default class, api_keys (SHA-256 hashes of bearer tokens); re-read when it changes (README, Tenants, priorities and sessions)")
+		sessTTL    = fs.Duration("session-ttl", 5*time.Minute, "a request with X-Session-ID (or X-Dynamo-Session-ID) prefers the rank that served its session's last turn, credited as cached blocks, unless the session was idle longer than this (0: sessions off)")
 		maxQWait   = fs.Duration("max-queue-wait", 2*time.Second, "shed (429) requests whose predicted wait for a free worker, from the queue's measured drain rate, nears this: from half of it on, with a probability rising to 1 at it (0: off, only --queue-depth bounds the queue)")
 		tokenizer  = fs.String("tokenizer", "bytes", "tokenizer for text prompts and chat: bytes (one token per UTF-8 byte, the simulated fleet's default) or the path of the engines' Hugging Face tokenizer.json or of its directory (with tokenizer_config.json)")
 		eagle      = fs.Bool("eagle-windows", false, "hash requests and the ZMQ events' EAGLE (bigram) pages as Dynamo does for SGLang EAGLE workers: a block with the token after it, so a page matches only when that token does too (the whole fleet; see EAGLE pages)")
@@ -186,6 +188,10 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		return cfg, o, fmt.Errorf("--max-queue-wait must be >= 0 (got %v)", *maxQWait)
 	}
 	sc.MaxQueueWait = *maxQWait
+	if *sessTTL < 0 {
+		return cfg, o, fmt.Errorf("--session-ttl must be >= 0 (got %v)", *sessTTL)
+	}
+	sc.SessionTTL = *sessTTL
 	if !(o.demoSpeedup > 0) {
 		return cfg, o, fmt.Errorf("--demo-speedup must be > 0 (got %g)", o.demoSpeedup)
 	}
@@ -369,7 +375,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		return cfg, o, errors.New("--use-remote-indexer keeps no index: --zmq-worker and --events-jetstream belong to the serving indexer")
 	}
 
-	rc := router.Config{Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, ModelTokenizers: modelTok,
+	rc := router.Config{TenantsPath: *tenantsF, Sched: sc, Seed: *sf.seed, Approx: *noEvents, Tokenizer: tok, ModelTokenizers: modelTok,
 		ForwardTokenIDs: *forwardIDs, EagleWindows: *eagle, Subjects: subjects, ID: *routerID,
 		QueueTimeout: *qTimeout, MaxBodyBytes: *maxBody, MaxHeaderBytes: *maxHeader, ReadTimeout: *readTO,
 		MaxConns: *maxConns, MaxInflightBodyBytes: int64(inflight), MaxWorkers: *maxWorkers, MaxDpRanks: *maxRanks,

@@ -27,6 +27,10 @@ import (
 //	                 block count (uvarint), blocks (8 bytes little-endian each)
 //	SyncPrefillDone: id (uvarint)
 //	SyncFree:        id (uvarint)
+//	SyncSession:     session, worker, dp, blocks (uvarints)
+//
+// A replica that does not know SyncSession refuses the whole message, so
+// replicas are upgraded before clients send session headers.
 //
 // A message with no items is a heartbeat: a replica publishes at least one
 // per SyncExpiry/3, and the others drop all of a replica's bookings when
@@ -49,6 +53,9 @@ const (
 	SyncPrefillDone
 	// SyncFree: the request ended.
 	SyncFree
+	// SyncSession: a session (ID) was bound to Worker by its latest turn
+	// of ISL prompt blocks.
+	SyncSession
 )
 
 const syncLeaving = 1
@@ -108,6 +115,17 @@ func (w *SyncWriter) Book(id uint64, k wire.WorkerKey, isl, overlap, prefillToke
 		b = binary.LittleEndian.AppendUint64(b, uint64(h))
 	}
 	w.body = b
+	w.n++
+}
+
+// Session appends a SyncSession item: session's latest turn, of blocks
+// prompt blocks, went to k.
+func (w *SyncWriter) Session(session uint64, k wire.WorkerKey, blocks uint32) {
+	b := append(w.body, byte(SyncSession))
+	b = binary.AppendUvarint(b, session)
+	b = binary.AppendUvarint(b, k.Worker)
+	b = binary.AppendUvarint(b, uint64(k.Dp))
+	w.body = binary.AppendUvarint(b, uint64(blocks))
 	w.n++
 }
 
@@ -236,6 +254,10 @@ func DecodeSync(data []byte, m *SyncMessage) error {
 				it.Blocks[j] = wire.SeqHash(binary.LittleEndian.Uint64(r.b[8*j:]))
 			}
 			r.b = r.b[8*nb:]
+		case SyncSession:
+			it.Worker.Worker = r.uvarint("worker")
+			it.Worker.Dp = r.u32("dp rank")
+			it.ISL = r.u32("session blocks")
 		case SyncPrefillDone, SyncFree:
 		default:
 			return fmt.Errorf("%w: unknown item kind %d", ErrBadSync, it.Kind)
@@ -258,6 +280,8 @@ func AppendSync(dst []byte, m *SyncMessage) []byte {
 		switch it.Kind {
 		case SyncBook:
 			w.Book(it.ID, it.Worker, it.ISL, it.Overlap, it.PrefillTokens, it.Blocks)
+		case SyncSession:
+			w.Session(it.ID, it.Worker, it.ISL)
 		default:
 			w.Op(it.Kind, it.ID)
 		}

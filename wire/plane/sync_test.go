@@ -82,6 +82,7 @@ func FuzzDecodeSync(f *testing.F) {
 	w.Book(7, wire.WorkerKey{Worker: 3, Dp: 1}, 100, 2, 68, []wire.SeqHash{1, 2, 3})
 	w.Op(SyncPrefillDone, 7)
 	w.Op(SyncFree, 7)
+	w.Session(11, wire.WorkerKey{Worker: 3}, 4)
 	f.Add(w.AppendMessage(nil, SyncHeader{Router: "a", Instance: 1, Seq: 1}))
 	f.Add(appendSyncHeader(nil, SyncHeader{Router: "b", Leaving: true}, 0))
 	f.Add([]byte{SyncVersion, 0, 1, 'a', 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})

@@ -58,7 +58,8 @@ func sharedTree(tb testing.TB, slots, stride int) (*Tree, []wire.BlockHash) {
 // BenchmarkMatchShared is Match where the answer names most of the fleet:
 // about holders workers share the request's first blocks (the shared-prefix
 // workload's shape; `kvroute bench index --shared-prefix`). overlaps/op is
-// the answer's size; ns/overlap the cost per written Overlap.
+// the answer's size; ns/overlap the cost per written Overlap; cpu-ns/op
+// the process's CPU time per call (the machine may be shared).
 func BenchmarkMatchShared(b *testing.B) {
 	for _, c := range []struct{ slots, stride int }{{256, 1}, {1000, 1}, {7000, 7}} {
 		b.Run(fmt.Sprintf("keys=%d/holders=%d", c.slots, c.slots/c.stride), func(b *testing.B) {
@@ -66,9 +67,11 @@ func BenchmarkMatchShared(b *testing.B) {
 			dst := t.Match(nil, req)
 			n := len(dst)
 			b.ReportAllocs()
+			cpu := cpuNanos()
 			for b.Loop() {
 				dst = t.Match(dst[:0], req)
 			}
+			reportCPU(b, cpu)
 			b.ReportMetric(float64(n), "overlaps/op")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/overlap")
 		})

@@ -96,8 +96,8 @@ func BenchmarkSharedPrefixReplay(b *testing.B) {
 		{"W=256/B=512/S=1", 256, 1},
 		{"W=7000/B=512/S=1", 7000, 7},
 	} {
-		s := buildShared(b, c.workers, c.dup)
 		b.Run(c.name, func(b *testing.B) {
+			s := buildShared(b, c.workers, c.dup)
 			b.ReportAllocs()
 			var sh, dir Result
 			for b.Loop() {

@@ -45,15 +45,19 @@ func runBenchIndex(args []string) error {
 		lockOS    = fs.Bool("lock-os-thread", false, "lock unpinned shard goroutines to OS threads (slower hand-offs; pinned shards are always locked)")
 		direct    = fs.Bool("direct", false, "replay into one shard core on the replaying goroutine (no runner, queue or hand-off): the index's own cost per op")
 		churn     = fs.Int("churn", 0, "with --seconds: each pass after the first removes the workers of one of N groups (not timed) and replays only their part of the trace, into an index that keeps the rest (workers leaving and rejoining); 0: every pass into an emptied index")
+		replayers = fs.Int("replayers", 1, "replaying goroutines, each the requests and events of its group of workers (worker mod N), into the one index: as a router's several ingest receivers and request handlers (not with --direct or --churn)")
 		settle    = fs.Bool("settle", true, "collect the heap and return its free pages to the OS before each run (not timed); false: the stream build's garbage stays in the heap")
 	)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	for name, v := range map[string]int{"workers": *workers, "kv-blocks": *kvBlocks, "block-size": *blockSize, "shards": *shards, "duplicate": *dup, "event-batch": *batch, "repeat": *repeat} {
+	for name, v := range map[string]int{"workers": *workers, "kv-blocks": *kvBlocks, "block-size": *blockSize, "shards": *shards, "duplicate": *dup, "event-batch": *batch, "repeat": *repeat, "replayers": *replayers} {
 		if v <= 0 {
 			return fmt.Errorf("--%s must be > 0 (got %d)", name, v)
 		}
+	}
+	if *replayers > 1 && (*direct || *churn > 0) {
+		return errors.New("--replayers > 1 cannot be combined with --direct or --churn")
 	}
 	if *churn < 0 {
 		return fmt.Errorf("--churn must be >= 0 (got %d)", *churn)
@@ -109,7 +113,7 @@ func runBenchIndex(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := indexbench.Run(s, indexbench.Config{Shards: *shards, CPUs: cpuList, MaxEventBatch: *batch, Repeat: *repeat, LockOSThread: *lockOS, MinSeconds: *minSecs, Direct: *direct, NoSettle: !*settle, Churn: *churn})
+	res, err := indexbench.Run(s, indexbench.Config{Shards: *shards, CPUs: cpuList, MaxEventBatch: *batch, Repeat: *repeat, LockOSThread: *lockOS, MinSeconds: *minSecs, Direct: *direct, NoSettle: !*settle, Churn: *churn, Replayers: *replayers})
 	if err != nil {
 		return err
 	}

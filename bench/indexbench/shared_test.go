@@ -20,19 +20,24 @@ import (
 // serves about two requests, so the first block has about 850 holders.
 const sharedRequests = 2000
 
-var sharedStreams sync.Map // "workers/dup" → *tracestream.Stream
+var sharedStreams sync.Map // "workers/dup/requests" → *tracestream.Stream
 
 // buildShared returns the shared-prefix workload's stream (synth.SharedPrefix,
 // sharedRequests requests, dup disjoint copies) on workers workers, built
 // once per configuration.
 func buildShared(tb testing.TB, workers, dup int) *tracestream.Stream {
+	return buildSharedN(tb, workers, dup, sharedRequests)
+}
+
+// buildSharedN is buildShared with requests requests a copy.
+func buildSharedN(tb testing.TB, workers, dup, requests int) *tracestream.Stream {
 	tb.Helper()
-	key := fmt.Sprintf("%d/%d", workers, dup)
+	key := fmt.Sprintf("%d/%d/%d", workers, dup, requests)
 	if s, ok := sharedStreams.Load(key); ok {
 		return s.(*tracestream.Stream)
 	}
 	c := synth.SharedPrefix()
-	c.Requests = sharedRequests
+	c.Requests = requests
 	tr, err := synth.Generate(c)
 	if err != nil {
 		tb.Fatal(err)
@@ -51,9 +56,10 @@ func buildShared(tb testing.TB, workers, dup int) *tracestream.Stream {
 }
 
 // The shared-prefix replay is exact like the trace's, and its lookups name
-// most of a copy's workers.
+// most of a copy's workers. 300 requests a copy: -tags invariants checks
+// the whole tree after every event.
 func TestSharedPrefixReplay(t *testing.T) {
-	s := buildShared(t, 70, 7)
+	s := buildSharedN(t, 70, 7, 300)
 	res, err := Run(s, Config{Shards: 1})
 	if err != nil {
 		t.Fatal(err)

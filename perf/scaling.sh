@@ -8,8 +8,9 @@
 # -cpu N, and `kvroute bench index` on the shared-prefix workload (7,000
 # workers) and the Mooncake trace (256 workers) with 1..8 shards, each run
 # pinned with taskset to CPUs 0..N-1. Prints one line per run with the
-# throughput and the throughput per core, and writes the raw outputs to OUT
-# (default DIR/out).
+# throughput, the throughput per core and, for the index, block ops per
+# CPU second of the process (steadier than wall time on a shared host),
+# and writes the raw outputs to OUT (default DIR/out).
 #
 # Environment: CPUS (default "1 2", the CPU counts to run at; on a 16-core
 # host "1 4 8 16"), SHARDS (default "1 2"; "1 2 4 8" there), BENCHTIME
@@ -37,13 +38,13 @@ run() {
   local cpus=${CPUS:-"1 2"} shards=${SHARDS:-"1 2"} ncpu
   ncpu=$(nproc)
   echo "scaling: $(uname -n), $ncpu CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  printf '%-34s %5s %14s %14s\n' run cpus throughput per-core
+  printf '%-40s %5s %14s %14s %16s\n' run cpus throughput per-core per-CPU-second
   for n in $cpus; do
     if [ "$n" -gt "$ncpu" ]; then echo "scaling: skip $n CPUs (only $ncpu)"; continue; fi
     local set="0-$((n - 1))"
     (cd "$dir" && taskset -c "$set" ./router.test -test.run '^$' -test.bench '^BenchmarkRoute$' \
-      -test.benchtime "${BENCHTIME:-1s}" -test.cpu "$n" >"$out/route-cpu$n.txt" 2>&1) || true
-    awk -v n="$n" '/^BenchmarkRoute.*handler=route/ { for (i = 1; i < NF; i++) if ($(i+1) == "req/s") printf "%-34s %5d %12.0f/s %12.0f/s\n", $1, n, $i, $i / n }' "$out/route-cpu$n.txt"
+      -test.benchtime "${BENCHTIME:-1s}" -test.cpu "$n" >"$out/route-cpu$n.txt" 2>"$out/route-cpu$n.err") || true
+    awk -v n="$n" '/^BenchmarkRoute.*handler=route/ { for (i = 1; i < NF; i++) if ($(i+1) == "req/s") printf "%-40s %5d %12.0f/s %12.0f/s\n", $1, n, $i, $i / n }' "$out/route-cpu$n.txt"
     for s in $shards; do
       [ "$s" -le "$n" ] || continue
       local rp=${REPLAYERS:-$s}
@@ -53,8 +54,9 @@ run() {
         (cd "$dir" && taskset -c "$set" ./kvroute bench index "${args[@]}" --shards "$s" --replayers "$rp" \
           --cpus "$set" --seconds "${SECONDS_MIN:-2}" --repeat 1 --json >"$out/index-$w-cpu$n-s$s.json" 2>"$out/index-$w-cpu$n-s$s.err") || true
         tail -1 "$out/index-$w-cpu$n-s$s.json" | awk -v n="$n" -v name="index/$w/shards=$s/replayers=$rp" '
-          { if (match($0, /"block_ops_per_sec":[0-9.e+]+/)) { v = substr($0, RSTART + 20, RLENGTH - 20) + 0;
-            printf "%-34s %5d %10.2fM b/s %10.2fM b/s\n", name, n, v / 1e6, v / 1e6 / n } }'
+          { c = 0; if (match($0, /"block_ops_per_cpu_sec":[0-9.e+]+/)) c = substr($0, RSTART + 24, RLENGTH - 24) + 0;
+            if (match($0, /"block_ops_per_sec":[0-9.e+]+/)) { v = substr($0, RSTART + 20, RLENGTH - 20) + 0;
+            printf "%-40s %5d %10.2fM b/s %10.2fM b/s %12.2fM b/s\n", name, n, v / 1e6, v / 1e6 / n, c / 1e6 } }'
       done
     done
   done

@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: docs tokenizers golden bench-tokenizer replay all build test fmt-check vet test-race test-invariants test-plain chaos bench bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
+.PHONY: docs tokenizers golden bench-tokenizer replay all build test fmt-check vet test-race test-invariants test-plain chaos bench bench-scaling bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
 
 all: build
 
@@ -85,11 +85,23 @@ chaos:
 tokenizers:
 	perf/fetch-tokenizers.sh out/tokenizers
 
-# Microbenchmarks, -count=$(COUNT), compared with the committed baseline.
+# Microbenchmarks, -count=$(COUNT), compared with the committed baseline
+# (the index on the Mooncake trace and on the shared-prefix workload,
+# bench/indexbench), then the scaling table (bench-scaling).
 bench:
 	@mkdir -p out
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -count $(COUNT) $(BENCHPKGS) | tee out/bench.txt
 	$(GO) tool benchstat bench/baseline.txt out/bench.txt
+	$(MAKE) bench-scaling
+
+# The scaling table (perf/scaling.sh): BenchmarkRoute at -cpu $(CPUS) and
+# `kvroute bench index` (shared-prefix at 7,000 workers, Mooncake at 256)
+# with shards $(SHARDS), pinned to CPUs 0..N-1 with taskset; static
+# binaries in out/scaling (copy them to a many-core host: DEVELOPERS.md).
+CPUS      ?= 1 2
+SHARDS    ?= 1 2
+bench-scaling:
+	CPUS='$(CPUS)' SHARDS='$(SHARDS)' perf/scaling.sh all
 
 # Refresh bench/baseline.txt from this machine (commit it with a note of why).
 bench-baseline:
@@ -100,7 +112,9 @@ bench-compare:
 	perf/bench-compare.sh '$(BASE)' '$(BENCH)' '$(BENCHTIME)' '$(COUNT)' $(BENCHPKGS)
 
 # The regression gate for hot-path changes: the gated benchmarks (Match,
-# Apply, IndexMatch, IndexApply, Decide, Route, NATSIngest) of $(BASE) and of
+# MatchShared, Apply, IndexMatch, IndexApply, Decide, Route, NATSIngest,
+# and the index replays of the Mooncake trace and the shared-prefix
+# workload at 256 and 7,000 workers) of $(BASE) and of
 # the work tree, interleaved; exits 1 naming each metric worse by more than
 # $(MARGIN) with p < 0.05 (perf/bench-gate.sh, perf/benchgate). Not for CI.
 MARGIN    ?= 0.05

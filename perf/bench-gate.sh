@@ -11,10 +11,13 @@
 set -euo pipefail
 top=$(git rev-parse --show-toplevel)
 cd "$top"
-# The gated set: index Match and Apply, lookup from tokens through the
-# shards, the scheduler's Decide, the /route handler, NATS ingest.
-GATE_BENCH=${GATE_BENCH:-'^Benchmark(Match|Apply|IndexMatch|IndexApply|Decide|Route|NATSIngest)$'}
-GATE_PKGS=${GATE_PKGS:-"./radix ./shard ./sched ./router ./ingest"}
+# The gated set: index Match and Apply (MatchShared: an answer naming
+# most of the fleet), lookup from tokens through the shards, the
+# scheduler's Decide, the /route handler, NATS ingest, and the index
+# replays (TraceReplay: the Mooncake trace; SharedPrefixReplay: the
+# shared-prefix workload; both at 256 and 7,000 workers, blockops/s).
+GATE_BENCH=${GATE_BENCH:-'^Benchmark(Match|MatchShared|Apply|IndexMatch|IndexApply|Decide|Route|NATSIngest|TraceReplay|SharedPrefixReplay)$'}
+GATE_PKGS=${GATE_PKGS:-"./radix ./shard ./sched ./router ./ingest ./bench/indexbench"}
 if [ "${1:-}" = --files ]; then
   old=$2 new=$3 margin=${4:-0.05}
 else

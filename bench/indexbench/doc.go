@@ -35,6 +35,17 @@
 // sharded replay, the index's own work per op, and its Match latencies
 // contain no wait for a write in progress.
 //
+// Config.Replayers (--replayers N) replays with N goroutines, each the
+// requests and events of the workers w with w mod N its number, into the
+// one index: several ingest receivers and request handlers, for the
+// scaling table (perf/scaling.sh).
+//
+// BenchmarkSharedPrefixReplay replays the shared-prefix workload
+// (bench/synth.SharedPrefix: every lookup's answer names most of the
+// fleet) through one shard and --direct in the same op, for the ratio of
+// their Match p99s; BenchmarkSharedDecision times the whole decision on
+// it, Match and sched.Decide over 7,000 ranks with bookings.
+//
 // BenchmarkEventApplyTail replays the same way into a shard.Core one event
 // per Apply call and reports the percentiles of one event's Apply time (p50,
 // p99, p99.9, max), with CPU time and page faults per pass: what a lookup

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kvroute/kvroute/bench/tracestream"
@@ -54,6 +55,12 @@ type Config struct {
 	// leaving and rejoining, where the emptied index swings the whole heap
 	// every pass. Ops, BlockOps and the latencies count what was replayed.
 	Churn int
+	// Replayers > 1 replays with that many goroutines, each the ops
+	// (requests and events) of the workers w with w mod Replayers equal to
+	// its number, in stream order, into the one shard.Index: what several
+	// ingest receivers and request handlers do in a router. Not with
+	// Direct or Churn. The latencies are all replayers' lookups.
+	Replayers int
 }
 
 // Result is one replay's outcome. JSON field names are part of the
@@ -138,6 +145,9 @@ func Run(s *tracestream.Stream, cfg Config) (Result, error) {
 	}
 	if cfg.Repeat <= 0 {
 		cfg.Repeat = 1
+	}
+	if cfg.Replayers > 1 && (cfg.Direct || cfg.Churn > 0) {
+		return Result{}, fmt.Errorf("indexbench: %d replayers with Direct or Churn", cfg.Replayers)
 	}
 	var best Result
 	for r := 0; r < cfg.Repeat; r++ {
@@ -238,14 +248,6 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 	lat := make([]int64, 0, s.Counts.Requests)
 	events := make([]wire.Event, 0, cfg.MaxEventBatch)
 	overlaps := make([]radix.Overlap, 0, 1024)
-	flush := func() error {
-		if len(events) == 0 {
-			return nil
-		}
-		err := ix.apply(events)
-		events = events[:0]
-		return err
-	}
 	var groups [][]int32 // Churn: each group's ops, in stream order
 	var groupBlockOps []int
 	if cfg.Churn > 0 {
@@ -258,6 +260,14 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 			groupBlockOps[g] += len(s.Hashes(op)) + len(ev.Blocks)
 		}
 	}
+	var parts [][]int32 // Replayers: each replayer's ops, in stream order
+	if cfg.Replayers > 1 {
+		parts = make([][]int32, cfg.Replayers)
+		for i := range s.Ops {
+			r := int(s.Ops[i].Worker) % cfg.Replayers
+			parts[r] = append(parts[r], int32(i))
+		}
+	}
 	var sel []int32 // the ops of this pass; nil: all of them
 	var elapsed time.Duration
 	var used usage
@@ -268,35 +278,11 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 		}
 		u0, gc0 := readUsage(), gcCycles()
 		start := time.Now()
-		for k := range n {
-			i := k
-			if sel != nil {
-				i = int(sel[k])
-			}
-			op := &s.Ops[i]
-			if op.Kind == tracestream.OpEvent {
-				events = append(events, s.Event(op))
-				if len(events) == cap(events) {
-					if err := flush(); err != nil {
-						return res, err
-					}
-				}
-				continue
-			}
-			if err := flush(); err != nil {
+		if len(parts) > 0 {
+			if err := replayParallel(ix, s, parts, cfg.MaxEventBatch, &lat, &res.OverlapErrors); err != nil {
 				return res, err
 			}
-			t0 := time.Now()
-			overlaps, err = ix.match(overlaps[:0], s.Hashes(op))
-			lat = append(lat, int64(time.Since(t0)))
-			if err != nil {
-				return res, err
-			}
-			if got := overlapOf(overlaps, s.WorkerKey(op.Worker)); got != op.Overlap {
-				res.OverlapErrors++
-			}
-		}
-		if err := flush(); err != nil {
+		} else if err := replay(ix, s, sel, n, events, &overlaps, &lat, &res.OverlapErrors); err != nil {
 			return res, err
 		}
 		if err := ix.flush(); err != nil {
@@ -369,6 +355,81 @@ func runOnce(s *tracestream.Stream, cfg Config) (Result, error) {
 	res.LookupWaits, res.LookupParks, res.RunnerParks = total.LookupWaits, total.LookupParks, total.RunnerParks
 	res.ParentMissing = total.Counters.Events[wire.KindStored][shard.OutcomeParentMissing]
 	return res, nil
+}
+
+// replay replays n ops of s (sel's, or all when sel is nil) into ix on
+// this goroutine, appending each lookup's latency to lat and counting
+// overlaps that differ from the stream's in errs.
+func replay(ix target, s *tracestream.Stream, sel []int32, n int, events []wire.Event, overlaps *[]radix.Overlap, lat *[]int64, errs *int) error {
+	events = events[:0]
+	flush := func() error {
+		if len(events) == 0 {
+			return nil
+		}
+		err := ix.apply(events)
+		events = events[:0]
+		return err
+	}
+	for k := range n {
+		i := k
+		if sel != nil {
+			i = int(sel[k])
+		}
+		op := &s.Ops[i]
+		if op.Kind == tracestream.OpEvent {
+			events = append(events, s.Event(op))
+			if len(events) == cap(events) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		var err error
+		*overlaps, err = ix.match((*overlaps)[:0], s.Hashes(op))
+		*lat = append(*lat, int64(time.Since(t0)))
+		if err != nil {
+			return err
+		}
+		if got := overlapOf(*overlaps, s.WorkerKey(op.Worker)); got != op.Overlap {
+			*errs++
+		}
+	}
+	return flush()
+}
+
+// replayParallel replays each of parts on its own goroutine (Replayers).
+func replayParallel(ix target, s *tracestream.Stream, parts [][]int32, batch int, lat *[]int64, errs *int) error {
+	type out struct {
+		lat  []int64
+		errs int
+		err  error
+	}
+	outs := make([]out, len(parts))
+	var wg sync.WaitGroup
+	for r := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := &outs[r]
+			o.lat = make([]int64, 0, len(parts[r]))
+			ovs := make([]radix.Overlap, 0, 1024)
+			o.err = replay(ix, s, parts[r], len(parts[r]), make([]wire.Event, 0, batch), &ovs, &o.lat, &o.errs)
+		}()
+	}
+	wg.Wait()
+	for r := range outs {
+		if outs[r].err != nil {
+			return outs[r].err
+		}
+		*lat = append(*lat, outs[r].lat...)
+		*errs += outs[r].errs
+	}
+	return nil
 }
 
 func overlapOf(ov []radix.Overlap, k wire.WorkerKey) uint32 {

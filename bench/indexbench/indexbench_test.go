@@ -271,3 +271,20 @@ func BenchmarkEventApplyTail(b *testing.B) {
 		})
 	}
 }
+
+// Several replayers (Config.Replayers) replay every op once between them:
+// the index ends where the block managers are.
+func TestReplayers(t *testing.T) {
+	s := build(t, 16, 64, 1)
+	res, err := Run(s, Config{Shards: 2, Replayers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := s.Counts.StoredBlocks - s.Counts.RemovedBlocks
+	if res.Entries != held || res.ParentMissing != 0 || res.Ops != len(s.Ops) {
+		t.Fatalf("3 replayers: entries %d (managers %d), parent missing %d, ops %d of %d", res.Entries, held, res.ParentMissing, res.Ops, len(s.Ops))
+	}
+	if _, err := Run(s, Config{Direct: true, Replayers: 2}); err == nil {
+		t.Fatal("Direct with 2 replayers: no error")
+	}
+}

@@ -8,6 +8,12 @@
 // turns), deterministic for a seed, so it replays and serializes like a real
 // trace.
 //
+// SharedPrefix is the shared-prefix workload of `kvroute bench index
+// --shared-prefix` and the index benchmarks: one system prompt in every
+// request (Config.SystemTokens), conversations under a dozen tool prefixes,
+// every turn timestamped (Config.TimeAllTurns) for replays that order by
+// time alone; Stats measures how a trace's requests share blocks.
+//
 // Generate is a pure function of its Config (its RNG is a PCG seeded from
 // Config.Seed); Config, Dist and the returned Trace are plain values owned by
 // the caller.

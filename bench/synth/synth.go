@@ -131,6 +131,14 @@ type Config struct {
 	Turns        Dist // turns per session (≥ 1, rounded)
 	TurnTokens   Dist // new user tokens of a follow-up turn (≥ 1)
 	ThinkTime    Dist // milliseconds between a turn's end and the next turn
+	// SystemTokens is a prefix every request begins with, before its
+	// group's prefix (drawn once, rounded down to whole 512-token trace
+	// blocks): an application's system prompt and tool definitions.
+	SystemTokens Dist
+	// TimeAllTurns gives follow-up turns a timestamp too (their arrival if
+	// every turn took no time) besides their delay, for replays that order
+	// requests by timestamp alone (tracestream, `kvroute bench index`).
+	TimeAllTurns bool
 	Seed         uint64
 }
 
@@ -179,9 +187,14 @@ func Generate(c Config) (*trace.Trace, error) {
 	var nextID uint64
 	fresh := func() uint64 { nextID++; return nextID - 1 }
 
+	var system []uint64
+	for range int(c.SystemTokens.sample(rng)) / trace.IDBlockSize {
+		system = append(system, fresh())
+	}
 	prefixes := make([][]uint64, c.Groups)
 	for g := range prefixes {
 		n := int(c.PrefixTokens.sample(rng)) / trace.IDBlockSize
+		prefixes[g] = append(prefixes[g], system...)
 		for range n {
 			prefixes[g] = append(prefixes[g], fresh())
 		}
@@ -240,7 +253,7 @@ func Generate(c Config) (*trace.Trace, error) {
 				InputLength: length, OutputLength: out, HashIDs: append([]uint64(nil), ids...),
 				Session: name, Delay: delay,
 			}
-			if t == 0 {
+			if t == 0 || c.TimeAllTurns {
 				r.Time, r.HasTime = at, true
 			}
 			turns = append(turns, turn{req: r, at: at})

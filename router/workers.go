@@ -33,7 +33,9 @@ type workerInfo struct {
 	// MaxModelLen is the registration's max_model_len (0: not declared).
 	MaxModelLen int
 	Joined      time.Time
-	health      *workerHealth // shared by every snapshot of the worker
+	// Source is what set a static worker besides --worker (Router.SetEndpoints).
+	Source string
+	health *workerHealth // shared by every snapshot of the worker
 }
 
 // workerTable is an immutable snapshot of the workers, read by handlers.
@@ -63,6 +65,9 @@ type workerTable struct {
 	// none declared): a longer prompt goes only to ranks it fits
 	// (fitCapacity).
 	minCap uint64
+	// byAddr and addrOf map "host:port" to worker ids and back (indexAddrs).
+	byAddr map[string]uint64
+	addrOf map[uint64]string
 }
 
 // fitCapacity keeps a prompt of more blocks than some rank's declared
@@ -245,6 +250,7 @@ func (r *Router) publishTable() {
 	if bs := uint64(r.cfg.Sched.BlockSize); largest > 0 && largest*bs < uint64(t.maxPrompt) {
 		t.maxPrompt = int(largest * bs)
 	}
+	t.indexAddrs()
 	r.table.Store(t)
 	r.nworkers.Store(int32(r.s.Workers()))
 }

@@ -506,3 +506,9 @@ func (r *Router) SchedStats() (sched.Stats, error) {
 	err := r.call(func() { st = r.s.Stats() }, 2*time.Second)
 	return st, err
 }
+
+// AppendModels appends GET /v1/models's answer: the union of the workers'
+// models, as `kvroute serve` answers it.
+func (r *Router) AppendModels(dst []byte) []byte {
+	return openai.AppendModelList(dst, r.table.Load().list)
+}

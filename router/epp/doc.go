@@ -33,8 +33,9 @@
 // and JSON error body: 400 for a bad body (the field named), 404 for an
 // unknown model, 429 with Retry-After when shed, 503 when no worker (or
 // none of the subset) can take it. A queued request holds its stream until
-// it is admitted or shed. A request without a body (GET /v1/models) goes
-// to a routable pod in turn, nothing booked.
+// it is admitted or shed. GET /v1/models is answered with the fleet's
+// models (their union, as `kvroute serve` answers it); another request
+// without a body goes to a routable pod in turn, nothing booked.
 //
 // On the response path the first response body chunk marks the prefill
 // done; the response's end of stream, its trailers, or the stream's end

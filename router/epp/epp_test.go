@@ -225,14 +225,14 @@ func TestGatewayPrefixAffinity(t *testing.T) {
 			t.Fatalf("stream answer is not SSE: %q", body)
 		}
 	}
-	// Another prompt may go elsewhere; the models list is a pod's.
+	// GET /v1/models: the fleet's models, as serve answers.
 	resp, err := http.Get(gw.URL + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mb, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(mb), `"mock"`) {
+	if resp.StatusCode != 200 || !strings.Contains(string(mb), `"id":"mock"`) || !strings.Contains(string(mb), `"owned_by":"kvroute"`) {
 		t.Fatalf("/v1/models: %d %s", resp.StatusCode, mb)
 	}
 	waitIdle(t, e)

@@ -242,6 +242,11 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			st.path = headerValue(r.RequestHeaders.GetHeaders(), ":path")
+			if r.RequestHeaders.GetEndOfStream() && isModels(st.path, headerValue(r.RequestHeaders.GetHeaders(), ":method")) {
+				// The fleet's models, as serve answers: no pod has the union.
+				s.immediate.Add(1)
+				return srv.Send(immediate(200, s.cfg.Router.AppendModels(nil), 0))
+			}
 			st.subset, st.hint = subsetOf(st.subset[:0], req.GetMetadataContext())
 			if r.RequestHeaders.GetEndOfStream() {
 				// No body (GET /v1/models): any routable endpoint, nothing booked.
@@ -368,6 +373,14 @@ func (s *Server) decide(srv extprocv3.ExternalProcessor_ProcessServer, st *strea
 	}
 	st.bodyChunk.Body = nil
 	return false, nil
+}
+
+// isModels reports whether a request is GET /v1/models (query ignored).
+func isModels(path, method string) bool {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	return method == "GET" && (path == "/v1/models" || path == "/v1/models/")
 }
 
 // bodyless answers a request without a body with a routable endpoint (in

@@ -100,6 +100,7 @@ func (k *Checker) Run(ctx context.Context) []Result {
 			return k.roundTrip(ctx, "/v1/chat/completions", k.chat("kvroute conformance chat"), nil)
 		}},
 		{"response-path", k.responsePath},
+		{"bodyless-get", k.bodyless},
 		{"body-5mb", k.bigBody},
 		{"subset", k.subset},
 		{"subset-empty-503", k.emptySubset},
@@ -249,6 +250,26 @@ func (k *Checker) responsePath(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("stream did not end cleanly: %v", err)
 	}
 	return fmt.Sprintf("served by %s: 5 SSE chunks echoed, stream closed cleanly", served), nil
+}
+
+// bodyless sends GET /v1/models (headers with end of stream): the EPP
+// must answer the headers alone, with a destination or an immediate 200.
+func (k *Checker) bodyless(ctx context.Context) (string, error) {
+	x, p, err := Start(ctx, k.c, &Request{Method: "GET", Path: "/v1/models"})
+	if err != nil {
+		return "", err
+	}
+	defer x.Close()
+	if im := p.Immediate; im != nil {
+		if im.GetStatus().GetCode() != 200 {
+			return "", fmt.Errorf("GET /v1/models answered %d: %s", im.GetStatus().GetCode(), im.GetBody())
+		}
+		return fmt.Sprintf("answered by the EPP: %s", im.GetBody()), nil
+	}
+	if p.Header == "" || p.Header != p.Metadata || !p.ClearRouteCache {
+		return "", fmt.Errorf("GET /v1/models: header %q, metadata %q, clear_route_cache %v", p.Header, p.Metadata, p.ClearRouteCache)
+	}
+	return fmt.Sprintf("%s=%s", HeaderDestination, p.Header), nil
 }
 
 func (k *Checker) bigBody(ctx context.Context) (string, error) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -73,6 +74,12 @@ type Config struct {
 // ExternalProcessor over a router.Router, and the grpc.health.v1 services.
 // Goroutine-safe; build it with New, register it with Register, stop its
 // health loop with Close.
+//
+// A stream reuses its response messages (the headers answer, the body
+// chunks) from one Send to the next, so that the steady path allocates
+// nothing of its own: register it on a grpc.Server without stats handlers
+// or tracing that keep sent messages past Send (grpc-go's SendMsg
+// contract), as `kvroute epp` builds it.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	cfg    Config
@@ -167,6 +174,15 @@ type stream struct {
 	path   string
 	dest   []byte
 
+	// The headers answer, reused: hdrSet[0] is the destination, hdrSet[1]
+	// the dp rank; mdDest the metadata value.
+	hdrResp *extprocv3.ProcessingResponse
+	hdrMut  *extprocv3.HeaderMutation
+	hdrSet  []*corev3.HeaderValueOption
+	mdDest  *structpb.Value_StringValue
+	rankBuf []byte
+	pathBuf []byte
+
 	bodyResp  *extprocv3.ProcessingResponse
 	bodyChunk *extprocv3.StreamedBodyResponse
 	respBody  *extprocv3.ProcessingResponse
@@ -175,6 +191,22 @@ type stream struct {
 
 func newStream() *stream {
 	st := &stream{}
+	st.hdrSet = []*corev3.HeaderValueOption{
+		{Header: &corev3.HeaderValue{Key: HeaderDestination}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+		{Header: &corev3.HeaderValue{Key: HeaderDpRank}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+	}
+	st.hdrMut = &extprocv3.HeaderMutation{}
+	st.mdDest = &structpb.Value_StringValue{}
+	st.hdrResp = &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{HeaderMutation: st.hdrMut, ClearRouteCache: true},
+		}},
+		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				HeaderDestination: {Kind: st.mdDest},
+			}}),
+		}},
+	}
 	st.bodyChunk = &extprocv3.StreamedBodyResponse{}
 	st.bodyResp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
 		Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
@@ -193,6 +225,8 @@ func (st *stream) reset() {
 	st.hint = false
 	st.path = ""
 	st.dest = st.dest[:0]
+	st.mdDest.StringValue = ""
+	st.hdrSet[0].Header.RawValue, st.hdrSet[1].Header.RawValue = nil, nil
 	st.bodyChunk.Body, st.respChunk.Body = nil, nil
 }
 
@@ -241,7 +275,8 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		}
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
-			st.path = headerValue(r.RequestHeaders.GetHeaders(), ":path")
+			st.pathBuf = appendHeader(st.pathBuf[:0], r.RequestHeaders.GetHeaders(), ":path")
+			st.path = unsafe.String(unsafe.SliceData(st.pathBuf), len(st.pathBuf)) // valid until the stream's reset
 			if r.RequestHeaders.GetEndOfStream() && isModels(st.path, headerValue(r.RequestHeaders.GetHeaders(), ":method")) {
 				// The fleet's models, as serve answers: no pod has the union.
 				s.immediate.Add(1)
@@ -352,11 +387,7 @@ func (s *Server) decide(srv extprocv3.ExternalProcessor_ProcessServer, st *strea
 		}
 		st.dest = append(st.dest, e...)
 	}
-	rank := -1
-	if st.pick.MultiRank {
-		rank = int(st.pick.Worker.Dp)
-	}
-	if err := srv.Send(headersResponse(st.dest, rank)); err != nil {
+	if err := srv.Send(st.headers(st.pick.MultiRank, st.pick.Worker.Dp)); err != nil {
 		return true, err
 	}
 	for off := 0; ; {
@@ -397,6 +428,21 @@ func (s *Server) bodyless(srv extprocv3.ExternalProcessor_ProcessServer, st *str
 	}
 	s.picked.Add(1)
 	return srv.Send(headersResponse([]byte(ep), -1))
+}
+
+// headers fills the stream's headers answer for st.dest (and the dp rank
+// when multiRank). Its metadata value aliases st.dest: the message is
+// marshaled by Send, before st.dest changes (see Server).
+func (st *stream) headers(multiRank bool, rank uint32) *extprocv3.ProcessingResponse {
+	st.hdrSet[0].Header.RawValue = st.dest
+	st.hdrMut.SetHeaders = st.hdrSet[:1]
+	if multiRank {
+		st.rankBuf = strconv.AppendUint(st.rankBuf[:0], uint64(rank), 10)
+		st.hdrSet[1].Header.RawValue = st.rankBuf
+		st.hdrMut.SetHeaders = st.hdrSet[:2]
+	}
+	st.mdDest.StringValue = unsafe.String(unsafe.SliceData(st.dest), len(st.dest))
+	return st.hdrResp
 }
 
 // headersResponse answers the request headers: the destination header and
@@ -450,6 +496,20 @@ func immediate(status int, body []byte, retryAfter int) *extprocv3.ProcessingRes
 			Details: "kvroute_epp_" + strconv.Itoa(status),
 		},
 	}}
+}
+
+// appendHeader appends a header's value (raw_value, as Envoy sends it, or
+// value) to dst.
+func appendHeader(dst []byte, h *corev3.HeaderMap, key string) []byte {
+	for _, v := range h.GetHeaders() {
+		if v.GetKey() == key {
+			if raw := v.GetRawValue(); raw != nil {
+				return append(dst, raw...)
+			}
+			return append(dst, v.GetValue()...)
+		}
+	}
+	return dst
 }
 
 // headerValue returns a header's value (raw_value, as Envoy sends it, or

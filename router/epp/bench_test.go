@@ -117,6 +117,117 @@ func BenchmarkDecision(b *testing.B) {
 	})
 }
 
+// BenchmarkDecisionRatio alternates the two sides of each comparison in
+// one loop, request by request, so that a noisy machine's drift falls on
+// both alike, and reports their ratio: wire=epp-grpc/route-http (one
+// ext_proc stream against one POST /route over loopback), wire-own
+// (epp-grpc minus echo-grpc, the EPP's share of its stream, against
+// route-http), and work=pick/route (the decisions without transport).
+func BenchmarkDecisionRatio(b *testing.B) {
+	const n = 2048
+	routeBodies, oaiBodies := bodies(n, 64)
+	b.Run(fmt.Sprintf("tokens=%d/compare=wire", n), func(b *testing.B) {
+		r := benchRouter(b, n)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := &fasthttp.Server{Handler: r.Handler, MaxRequestBodySize: 16 << 20}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Shutdown()
+		client := &fasthttp.Client{}
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://" + ln.Addr().String() + "/route")
+		req.Header.SetMethod("POST")
+		s, err := epp.New(epp.Config{Router: r, Fallbacks: 2, Logger: quiet()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		eppC := grpcClient(b, s.Register)
+		echoC := grpcClient(b, func(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, echoProcessor{}) })
+		var tRoute, tEpp, tEcho time.Duration
+		i := 0
+		for b.Loop() {
+			body := oaiBodies[i%len(oaiBodies)]
+			req.SetBodyRaw(routeBodies[i%len(routeBodies)])
+			i++
+			t0 := time.Now()
+			if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+				b.Fatalf("%v %d %s", err, resp.StatusCode(), resp.Body())
+			}
+			t1 := time.Now()
+			stream(b, eppC, body)
+			t2 := time.Now()
+			stream(b, echoC, body)
+			t3 := time.Now()
+			tRoute, tEpp, tEcho = tRoute+t1.Sub(t0), tEpp+t2.Sub(t1), tEcho+t3.Sub(t2)
+		}
+		b.ReportMetric(float64(tEpp)/float64(tRoute), "epp/route")
+		b.ReportMetric(float64(tEpp-tEcho)/float64(tRoute), "epp-echo/route")
+		b.ReportMetric(float64(tEcho)/float64(tRoute), "echo/route")
+	})
+	b.Run(fmt.Sprintf("tokens=%d/compare=work", n), func(b *testing.B) {
+		r := benchRouter(b, n)
+		var ctx fasthttp.RequestCtx
+		var req fasthttp.Request
+		req.Header.SetMethod("POST")
+		req.SetRequestURI("/route")
+		ctx.Init(&req, nil, nil)
+		var pk router.Pick
+		in := router.PickRequest{Fallbacks: 2}
+		var tRoute, tPick time.Duration
+		i := 0
+		for b.Loop() {
+			ctx.Request.SetBodyRaw(routeBodies[i%len(routeBodies)])
+			ctx.Response.Reset()
+			in.Body = oaiBodies[i%len(oaiBodies)]
+			i++
+			t0 := time.Now()
+			r.Handler(&ctx)
+			t1 := time.Now()
+			if err := r.Pick(&pk, &in); err != nil {
+				b.Fatal(err)
+			}
+			r.PickDone(&pk)
+			t2 := time.Now()
+			if ctx.Response.StatusCode() != 200 {
+				b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+			tRoute, tPick = tRoute+t1.Sub(t0), tPick+t2.Sub(t1)
+		}
+		b.ReportMetric(float64(tPick)/float64(tRoute), "pick/route")
+	})
+}
+
+func grpcClient(b *testing.B, register func(*grpc.Server)) extprocv3.ExternalProcessorClient {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := grpc.NewServer()
+	register(g)
+	go func() { _ = g.Serve(ln) }()
+	b.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	return extprocv3.NewExternalProcessorClient(conn)
+}
+
+func stream(b *testing.B, c extprocv3.ExternalProcessorClient, body []byte) {
+	x, p, err := eppcheck.Start(context.Background(), c, &eppcheck.Request{Path: "/v1/completions", Body: body, Chunk: 64 << 10})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if p.Header == "" || len(p.Body) != len(body) {
+		b.Fatalf("answer %+v", p)
+	}
+	x.Close()
+}
+
 // runGRPC serves register's services on loopback gRPC and plays one
 // Envoy stream per iteration.
 func runGRPC(b *testing.B, register func(*grpc.Server), bodies [][]byte) {

@@ -89,7 +89,7 @@ type Server struct {
 	once   sync.Once
 	rr     atomic.Uint64 // bodyless requests' endpoint
 
-	// Counters, read by WriteMetrics.
+	// Counters, read by Stats.
 	streams, picked, immediate, moved, cancelled atomic.Uint64
 
 	states sync.Pool // *stream
@@ -121,6 +121,21 @@ func New(cfg Config) (*Server, error) {
 	s.checkReady()
 	go s.healthLoop()
 	return s, nil
+}
+
+// Stats are a Server's counters since New.
+type Stats struct {
+	// Streams opened; requests Picked (routed, booked or not) or answered
+	// Immediately; bookings Moved to the pod that served; streams that
+	// ended (Cancelled) while their request was still booked, before the
+	// response's end.
+	Streams, Picked, Immediate, Moved, Cancelled uint64
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	return Stats{Streams: s.streams.Load(), Picked: s.picked.Load(), Immediate: s.immediate.Load(),
+		Moved: s.moved.Load(), Cancelled: s.cancelled.Load()}
 }
 
 // Register registers the ExternalProcessor and health services on g.

@@ -255,7 +255,9 @@ func (r *Router) PickServed(pk *Pick, endpoint string) bool {
 	}
 	newID := r.nextID.Add(1)
 	moved := false
-	err := r.call(func() {
+	done := make(chan struct{})
+	r.post(func() {
+		defer close(done)
 		now := r.now()
 		if err := r.s.AddRequest(newID, key, p.seq, p.isl, overlap, sched.PrefillLoadHint{}, now); err != nil {
 			return
@@ -267,8 +269,15 @@ func (r *Router) PickServed(pk *Pick, endpoint string) bool {
 		r.syncBooked(p, d)
 		p.dec = d
 		moved = true
-	}, 2*time.Second)
-	if err != nil || !moved {
+	})
+	// No timeout: p is the batcher's until the closure ran, or until the
+	// batcher stopped (it runs what is queued before it does).
+	select {
+	case <-done:
+	case <-r.done:
+		return false
+	}
+	if !moved {
 		return false
 	}
 	pk.Worker, pk.Overlap = key, overlap

@@ -383,7 +383,7 @@ func (s *Server) decide(srv extprocv3.ExternalProcessor_ProcessServer, st *strea
 	st.in.Chat = strings.Contains(st.path, "/chat/completions")
 	st.in.Subset = nil
 	if st.hint {
-		st.in.Subset = st.subset[:len(st.subset):len(st.subset)] // not nil: an empty subset is a 503
+		st.in.Subset = hinted(st.subset) // an empty subset is a 503
 	}
 	st.in.Fallbacks = s.cfg.Fallbacks
 	if err := s.cfg.Router.Pick(&st.pick, &st.in); err != nil {
@@ -434,7 +434,7 @@ func isModels(path, method string) bool {
 func (s *Server) bodyless(srv extprocv3.ExternalProcessor_ProcessServer, st *stream) error {
 	var subset []string
 	if st.hint {
-		subset = st.subset[:len(st.subset):len(st.subset)]
+		subset = hinted(st.subset)
 	}
 	ep := s.cfg.Router.AnyEndpoint(s.rr.Add(1), subset)
 	if ep == "" {
@@ -443,6 +443,17 @@ func (s *Server) bodyless(srv extprocv3.ExternalProcessor_ProcessServer, st *str
 	}
 	s.picked.Add(1)
 	return srv.Send(headersResponse([]byte(ep), -1))
+}
+
+// noEndpoints is an empty subset that is not nil (nil: no subset).
+var noEndpoints = []string{}
+
+// hinted returns the subset a request named, never nil.
+func hinted(subset []string) []string {
+	if len(subset) == 0 {
+		return noEndpoints
+	}
+	return subset[:len(subset):len(subset)]
 }
 
 // headers fills the stream's headers answer for st.dest (and the dp rank

@@ -219,8 +219,16 @@ func TestGatewayPrefixAffinity(t *testing.T) {
 	if err := json.Unmarshal([]byte(b), &doc); err != nil || len(doc.Choices) != 1 || doc.Usage.CompletionTokens != 4 {
 		t.Fatalf("answer %s (%v)", b, err)
 	}
-	// The pod's KV events reach the index.
-	time.Sleep(300 * time.Millisecond)
+	// The pod's KV events reach the index: a decision sees the prefix.
+	waitFor(t, "the prompt's blocks in the index", func() bool {
+		var pk router.Pick
+		err := e.svc.Router.Pick(&pk, &router.PickRequest{Body: []byte(fmt.Sprintf(`{"model":"mock","prompt":%q}`, prompt))})
+		if err != nil {
+			return false
+		}
+		defer e.svc.Router.PickDone(&pk)
+		return pk.Overlap > 0 && pk.Endpoints[0] == first
+	})
 	for i := range 5 {
 		served, body := post(i%2 == 1)
 		if served != first {

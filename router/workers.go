@@ -39,6 +39,8 @@ type workerInfo struct {
 	Protocol      string
 	BootstrapPort int
 	pd            *pdState // shared by every snapshot of the worker
+	// Source is what set a static worker besides --worker (Router.SetEndpoints).
+	Source string
 }
 
 // workerTable is an immutable snapshot of the workers, read by handlers.
@@ -68,6 +70,9 @@ type workerTable struct {
 	// none declared): a longer prompt goes only to ranks it fits
 	// (fitCapacity).
 	minCap uint64
+	// byAddr and addrOf map "host:port" to worker ids and back (indexAddrs).
+	byAddr map[string]uint64
+	addrOf map[uint64]string
 }
 
 // fitCapacity keeps a prompt of more blocks than some rank's declared
@@ -250,6 +255,7 @@ func (r *Router) publishTable() {
 	if bs := uint64(r.cfg.Sched.BlockSize); largest > 0 && largest*bs < uint64(t.maxPrompt) {
 		t.maxPrompt = int(largest * bs)
 	}
+	t.indexAddrs()
 	r.table.Store(t)
 	r.nworkers.Store(int32(r.s.Workers()))
 }

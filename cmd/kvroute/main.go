@@ -21,6 +21,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"bench", "benchmarks against real traces (bench index)", runBench},
+		{"epp", "run the endpoint picker for Kubernetes inference gateways (Envoy ext_proc), with serve's index and scheduler", runEpp},
+		{"epp-check", "check an endpoint picker's protocol (--target ADDR), or play Envoy in front of one (--serve-envoy)", runEppCheck},
 		{"indexer", "run the standalone indexer: KV-event ingest, NATS index queries and the indexer HTTP API", runIndexer},
 		{"mock", "run a simulated vLLM-like fleet", runMock},
 		{"nats", "run one embedded nats-server node with JetStream (a cluster node with --cluster-port and --routes)", runNats},

@@ -108,6 +108,8 @@ var (
 	flagCommands = []flagCommand{
 		{args: []string{"serve"}},
 		{args: []string{"indexer"}, keep: func(name string) bool { return indexerFlags[name] }},
+		{args: []string{"epp"}, keep: func(name string) bool { return eppFlags[name] }},
+		{args: []string{"epp-check"}},
 		{args: []string{"mock"}},
 		{args: []string{"nats"}},
 		{args: []string{"replay"}},

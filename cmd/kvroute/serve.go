@@ -44,6 +44,9 @@ type serveOptions struct {
 	// tokenizerFrom and chatFrom say which tokenizer and chat template
 	// were loaded, and from where (logged at start).
 	tokenizerFrom, chatFrom string
+	// attach, when set, starts more on the running service (kvroute epp's
+	// ext_proc listener); what it returns is stopped before the drain.
+	attach func(svc *router.Service, logger *slog.Logger) (stop func(), err error)
 }
 
 // flagExt lets another subcommand reuse serve's flags (kvroute indexer):
@@ -601,6 +604,12 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 	if err != nil {
 		return err
 	}
+	detach := func() {}
+	if o.attach != nil {
+		if detach, err = o.attach(svc, cfg.Logger); err != nil {
+			return errors.Join(err, svc.Close())
+		}
+	}
 	var fleet *mock.Fleet
 	var pdFleets []*mock.Fleet
 	if o.demoFleet > 0 {
@@ -662,6 +671,7 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 	}
 	<-stop
 	fmt.Println("shutting down")
+	detach()
 	// Stop taking requests and let in-flight ones finish first, then stop
 	// the demo fleet while NATS still carries its leave messages.
 	err = svc.Drain()

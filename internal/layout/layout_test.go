@@ -29,7 +29,7 @@ func rank(pkg string) int {
 		return 4
 	case pkg == "node":
 		return 5
-	case pkg == "router", pkg == "indexer":
+	case pkg == "router", strings.HasPrefix(pkg, "router/"), pkg == "indexer":
 		return 6
 	case strings.HasPrefix(pkg, "cmd/"), pkg == "cluster":
 		return 7

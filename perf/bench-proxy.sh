@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# bench-proxy.sh: kvroute's proxy against nginx's round-robin proxy, on this
+# machine, in one run. Four trivial backends (one nginx, worker_processes 1,
+# `return 200` with a fixed completion) sit behind both kvroute serve
+# (--worker ...,model=m for each) and an nginx proxy (one worker process,
+# keep-alive upstream of the same four). cmd/loadgen's closed-loop clients
+# (32, 2 KB prompts in 64 prefix groups) drive the two alternately, ROUNDS
+# times; each run's line carries the 1-minute load average, and the summary
+# gives the median of each system and the ratios kvroute/nginx.
+#
+# Needs nginx (apt-get install nginx-light); installs nothing itself.
+# Settings: ROUNDS (3), DURATION (5s), WARMUP (1s), CLIENTS (32),
+# KVROUTE_ARGS (extra kvroute serve flags), OUT (out/bench-proxy).
+set -euo pipefail
+rounds=${ROUNDS:-3} duration=${DURATION:-5s} warmup=${WARMUP:-1s} clients=${CLIENTS:-32}
+top=$(git rev-parse --show-toplevel)
+out=${OUT:-$top/out/bench-proxy}
+nginx=$(command -v nginx || true)
+[ -n "$nginx" ] || [ -x /usr/sbin/nginx ] && nginx=${nginx:-/usr/sbin/nginx}
+if [ ! -x "$nginx" ]; then
+  echo "bench-proxy: nginx not found; install it (apt-get install -y nginx-light)" >&2
+  exit 2
+fi
+rm -rf "$out" && mkdir -p "$out/nginx-backends" "$out/nginx-proxy"
+(cd "$top" && go build -o "$out/kvroute" ./cmd/kvroute && go build -o "$out/loadgen" ./cmd/loadgen)
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+b1=$(port) b2=$(port) b3=$(port) b4=$(port) np=$(port) kp=$(port) ap=$(port)
+body='{"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"m","choices":[{"index":0,"text":" fixed answer of the trivial backend","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":2048,"completion_tokens":16,"total_tokens":2064}}'
+common='daemon off; master_process on; error_log stderr warn; pid PID;
+events { worker_connections 4096; }'
+cat > "$out/nginx-backends/nginx.conf" <<CONF
+${common/PID/$out/nginx-backends/nginx.pid}
+worker_processes 1;
+http {
+  access_log off;
+  client_body_buffer_size 64k;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$b1; listen 127.0.0.1:$b2; listen 127.0.0.1:$b3; listen 127.0.0.1:$b4;
+    location / { default_type application/json; return 200 '$body'; }
+  }
+}
+CONF
+cat > "$out/nginx-proxy/nginx.conf" <<CONF
+${common/PID/$out/nginx-proxy/nginx.pid}
+worker_processes 1;
+http {
+  access_log off;
+  client_body_buffer_size 64k;
+  keepalive_requests 1000000;
+  upstream workers {
+    server 127.0.0.1:$b1; server 127.0.0.1:$b2; server 127.0.0.1:$b3; server 127.0.0.1:$b4;
+    keepalive 64;
+  }
+  server {
+    listen 127.0.0.1:$np;
+    location / { proxy_pass http://workers; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+CONF
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+for d in nginx-backends nginx-proxy; do
+  "$nginx" -p "$out/$d" -c "$out/$d/nginx.conf" -e stderr 2>"$out/$d/error.log" &
+  pids+=($!)
+done
+"$out/kvroute" serve --http-addr "127.0.0.1:$kp" --admin-addr "127.0.0.1:$ap" --data-dir "$out/kvroute-data" \
+  --worker "1=http://127.0.0.1:$b1,model=m" --worker "2=http://127.0.0.1:$b2,model=m" \
+  --worker "3=http://127.0.0.1:$b3,model=m" --worker "4=http://127.0.0.1:$b4,model=m" \
+  ${KVROUTE_ARGS:-} >"$out/kvroute.log" 2>&1 &
+pids+=($!)
+for i in $(seq 100); do
+  curl -sf "http://127.0.0.1:$kp/ready" >/dev/null 2>&1 && curl -sf "http://127.0.0.1:$np/" -d '{}' >/dev/null 2>&1 && break
+  [ "$i" = 100 ] && { echo "bench-proxy: kvroute or nginx did not start; see $out" >&2; exit 1; }
+  sleep 0.1
+done
+echo "# bench-proxy: $clients clients, 2 KB prompts, 64 prefix groups, $duration per run, $rounds rounds, $(nproc) CPUs"
+run() { # name url
+  local l0 l1 line
+  l0=$(cut -d' ' -f1 /proc/loadavg)
+  line=$("$out/loadgen" -url "$2" -clients "$clients" -duration "$duration" -warmup "$warmup")
+  l1=$(cut -d' ' -f1 /proc/loadavg)
+  echo "$1 $line load $l0-$l1" | tee -a "$out/runs.txt"
+}
+for r in $(seq "$rounds"); do
+  run nginx "http://127.0.0.1:$np/v1/completions"
+  run kvroute "http://127.0.0.1:$kp/v1/completions"
+done
+awk '
+  { rps[$1] = rps[$1] " " $3; p50[$1] = p50[$1] " " $5; p99[$1] = p99[$1] " " $7 }
+  function med(s,   a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) { sub(/ms$/, "", a[i]); a[i] += 0 }
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return a[int((n + 1) / 2)] }
+  END {
+    printf "median  nginx   req/s %.0f p50 %.2fms p99 %.2fms\n", med(rps["nginx"]), med(p50["nginx"]), med(p99["nginx"])
+    printf "median  kvroute req/s %.0f p50 %.2fms p99 %.2fms\n", med(rps["kvroute"]), med(p50["kvroute"]), med(p99["kvroute"])
+    printf "ratio kvroute/nginx: throughput %.2f (target >= 0.9), p50 %.2f, p99 %.2f (target <= 1.2)\n",
+      med(rps["kvroute"]) / med(rps["nginx"]), med(p50["kvroute"]) / med(p50["nginx"]), med(p99["kvroute"]) / med(p99["nginx"])
+  }' "$out/runs.txt"

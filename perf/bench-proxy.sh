@@ -5,12 +5,17 @@
 # (--worker ...,model=m for each) and an nginx proxy (one worker process,
 # keep-alive upstream of the same four). cmd/loadgen's closed-loop clients
 # (32, 2 KB prompts in 64 prefix groups) drive the two alternately, ROUNDS
-# times; each run's line carries the 1-minute load average, and the summary
-# gives the median of each system and the ratios kvroute/nginx.
+# times. Each run's line carries the proxy's own CPU time per request (from
+# /proc: kvroute's process, nginx's worker process), which the other load on
+# a shared machine disturbs far less than req/s, and the 1-minute load
+# average before and after; the summary gives each system's medians and the
+# ratios kvroute/nginx.
 #
 # Needs nginx (apt-get install nginx-light); installs nothing itself.
 # Settings: ROUNDS (3), DURATION (5s), WARMUP (1s), CLIENTS (32),
-# KVROUTE_ARGS (extra kvroute serve flags), OUT (out/bench-proxy).
+# KVROUTE_ARGS (extra kvroute serve flags), OUT (out/bench-proxy);
+# PROFILE=1 also writes a CPU profile of kvroute during each of its runs
+# (OUT/kvroute-N.pprof, go tool pprof -top OUT/kvroute OUT/kvroute-N.pprof).
 set -euo pipefail
 rounds=${ROUNDS:-3} duration=${DURATION:-5s} warmup=${WARMUP:-1s} clients=${CLIENTS:-32}
 top=$(git rev-parse --show-toplevel)
@@ -66,36 +71,50 @@ for d in nginx-backends nginx-proxy; do
   "$nginx" -p "$out/$d" -c "$out/$d/nginx.conf" -e stderr 2>"$out/$d/error.log" &
   pids+=($!)
 done
+proxymaster=$!
 "$out/kvroute" serve --http-addr "127.0.0.1:$kp" --admin-addr "127.0.0.1:$ap" --data-dir "$out/kvroute-data" \
   --worker "1=http://127.0.0.1:$b1,model=m" --worker "2=http://127.0.0.1:$b2,model=m" \
   --worker "3=http://127.0.0.1:$b3,model=m" --worker "4=http://127.0.0.1:$b4,model=m" \
-  ${KVROUTE_ARGS:-} >"$out/kvroute.log" 2>&1 &
+  ${PROFILE:+--pprof} ${KVROUTE_ARGS:-} >"$out/kvroute.log" 2>&1 &
 pids+=($!)
+kvpid=$!
 for i in $(seq 100); do
   curl -sf "http://127.0.0.1:$kp/ready" >/dev/null 2>&1 && curl -sf "http://127.0.0.1:$np/" -d '{}' >/dev/null 2>&1 && break
   [ "$i" = 100 ] && { echo "bench-proxy: kvroute or nginx did not start; see $out" >&2; exit 1; }
   sleep 0.1
 done
+nginxpid=$(pgrep -P "$proxymaster" | head -1)
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime+stime, clock ticks
+hz=$(getconf CLK_TCK)
 echo "# bench-proxy: $clients clients, 2 KB prompts, 64 prefix groups, $duration per run, $rounds rounds, $(nproc) CPUs"
-run() { # name url
-  local l0 l1 line
+run() { # name url pid
+  local l0 l1 line prof= c0 c1 n
   l0=$(cut -d' ' -f1 /proc/loadavg)
+  c0=$(cpu "$3")
+  if [ -n "${PROFILE:-}" ] && [ "$1" = kvroute ]; then
+    secs=${duration%s}; secs=${secs%.*}
+    curl -sf -o "$out/kvroute-$r.pprof" "http://127.0.0.1:$ap/debug/pprof/profile?seconds=$((secs > 1 ? secs - 1 : 1))" &
+    prof=$!
+  fi
   line=$("$out/loadgen" -url "$2" -clients "$clients" -duration "$duration" -warmup "$warmup")
+  c1=$(cpu "$3")
   l1=$(cut -d' ' -f1 /proc/loadavg)
-  echo "$1 $line load $l0-$l1" | tee -a "$out/runs.txt"
+  [ -z "$prof" ] || wait "$prof" || true
+  n=$(echo "$line" | awk '{print $10}')
+  echo "$1 $line cpu/req $(awk -v c="$((c1 - c0))" -v n="$n" -v hz="$hz" 'BEGIN { printf "%.1fus", c / hz / n * 1e6 }') load $l0-$l1" | tee -a "$out/runs.txt"
 }
 for r in $(seq "$rounds"); do
-  run nginx "http://127.0.0.1:$np/v1/completions"
-  run kvroute "http://127.0.0.1:$kp/v1/completions"
+  run nginx "http://127.0.0.1:$np/v1/completions" "$nginxpid"
+  run kvroute "http://127.0.0.1:$kp/v1/completions" "$kvpid"
 done
 awk '
-  { rps[$1] = rps[$1] " " $3; p50[$1] = p50[$1] " " $5; p99[$1] = p99[$1] " " $7 }
-  function med(s,   a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) { sub(/ms$/, "", a[i]); a[i] += 0 }
+  { rps[$1] = rps[$1] " " $3; p50[$1] = p50[$1] " " $5; p99[$1] = p99[$1] " " $7; cpr[$1] = cpr[$1] " " $15 }
+  function med(s,   a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) { sub(/(ms|us)$/, "", a[i]); a[i] += 0 }
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
     return a[int((n + 1) / 2)] }
   END {
-    printf "median  nginx   req/s %.0f p50 %.2fms p99 %.2fms\n", med(rps["nginx"]), med(p50["nginx"]), med(p99["nginx"])
-    printf "median  kvroute req/s %.0f p50 %.2fms p99 %.2fms\n", med(rps["kvroute"]), med(p50["kvroute"]), med(p99["kvroute"])
-    printf "ratio kvroute/nginx: throughput %.2f (target >= 0.9), p50 %.2f, p99 %.2f (target <= 1.2)\n",
-      med(rps["kvroute"]) / med(rps["nginx"]), med(p50["kvroute"]) / med(p50["nginx"]), med(p99["kvroute"]) / med(p99["nginx"])
+    printf "median  nginx   req/s %.0f p50 %.2fms p99 %.2fms cpu/req %.1fus\n", med(rps["nginx"]), med(p50["nginx"]), med(p99["nginx"]), med(cpr["nginx"])
+    printf "median  kvroute req/s %.0f p50 %.2fms p99 %.2fms cpu/req %.1fus\n", med(rps["kvroute"]), med(p50["kvroute"]), med(p99["kvroute"]), med(cpr["kvroute"])
+    printf "ratio kvroute/nginx: throughput %.2f (target >= 0.9), p50 %.2f, p99 %.2f (target <= 1.2), cpu/req %.2f\n",
+      med(rps["kvroute"]) / med(rps["nginx"]), med(p50["kvroute"]) / med(p50["nginx"]), med(p99["kvroute"]) / med(p99["nginx"]), med(cpr["kvroute"]) / med(cpr["nginx"])
   }' "$out/runs.txt"

@@ -14,6 +14,8 @@
 # Needs nginx (apt-get install nginx-light); installs nothing itself.
 # Settings: ROUNDS (3), DURATION (5s), WARMUP (1s), CLIENTS (32),
 # KVROUTE_ARGS (extra kvroute serve flags), OUT (out/bench-proxy);
+# BASE=REV also runs kvroute built from git revision REV (system "base",
+# between nginx and kvroute in each round) for a before/after comparison;
 # PROFILE=1 also writes a CPU profile of kvroute during each of its runs
 # (OUT/kvroute-N.pprof, go tool pprof -top OUT/kvroute OUT/kvroute-N.pprof).
 set -euo pipefail
@@ -28,9 +30,15 @@ if [ ! -x "$nginx" ]; then
 fi
 rm -rf "$out" && mkdir -p "$out/nginx-backends" "$out/nginx-proxy"
 (cd "$top" && go build -o "$out/kvroute" ./cmd/kvroute && go build -o "$out/loadgen" ./cmd/loadgen)
+if [ -n "${BASE:-}" ]; then
+  wt=$(mktemp -d)
+  git -C "$top" worktree add --detach "$wt" "$BASE" >/dev/null
+  (cd "$wt" && go build -o "$out/kvroute-base" ./cmd/kvroute)
+  git -C "$top" worktree remove --force "$wt"
+fi
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-b1=$(port) b2=$(port) b3=$(port) b4=$(port) np=$(port) kp=$(port) ap=$(port)
+b1=$(port) b2=$(port) b3=$(port) b4=$(port) np=$(port) kp=$(port) ap=$(port) bp=$(port) bap=$(port)
 body='{"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"m","choices":[{"index":0,"text":" fixed answer of the trivial backend","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":2048,"completion_tokens":16,"total_tokens":2064}}'
 common='daemon off; master_process on; error_log stderr warn; pid PID;
 events { worker_connections 4096; }'
@@ -72,14 +80,21 @@ for d in nginx-backends nginx-proxy; do
   pids+=($!)
 done
 proxymaster=$!
-"$out/kvroute" serve --http-addr "127.0.0.1:$kp" --admin-addr "127.0.0.1:$ap" --data-dir "$out/kvroute-data" \
-  --worker "1=http://127.0.0.1:$b1,model=m" --worker "2=http://127.0.0.1:$b2,model=m" \
-  --worker "3=http://127.0.0.1:$b3,model=m" --worker "4=http://127.0.0.1:$b4,model=m" \
-  ${PROFILE:+--pprof} ${KVROUTE_ARGS:-} >"$out/kvroute.log" 2>&1 &
-pids+=($!)
+serve() { # binary http-port admin-port name
+  "$1" serve --http-addr "127.0.0.1:$2" --admin-addr "127.0.0.1:$3" --data-dir "$out/$4-data" \
+    --worker "1=http://127.0.0.1:$b1,model=m" --worker "2=http://127.0.0.1:$b2,model=m" \
+    --worker "3=http://127.0.0.1:$b3,model=m" --worker "4=http://127.0.0.1:$b4,model=m" \
+    ${PROFILE:+--pprof} ${KVROUTE_ARGS:-} >"$out/$4.log" 2>&1 &
+  pids+=($!)
+}
+serve "$out/kvroute" "$kp" "$ap" kvroute
 kvpid=$!
+if [ -n "${BASE:-}" ]; then
+  serve "$out/kvroute-base" "$bp" "$bap" base
+  basepid=$!
+fi
 for i in $(seq 100); do
-  curl -sf "http://127.0.0.1:$kp/ready" >/dev/null 2>&1 && curl -sf "http://127.0.0.1:$np/" -d '{}' >/dev/null 2>&1 && break
+  curl -sf "http://127.0.0.1:$kp/ready" >/dev/null 2>&1 && { [ -z "${BASE:-}" ] || curl -sf "http://127.0.0.1:$bp/ready" >/dev/null 2>&1; } && curl -sf "http://127.0.0.1:$np/" -d '{}' >/dev/null 2>&1 && break
   [ "$i" = 100 ] && { echo "bench-proxy: kvroute or nginx did not start; see $out" >&2; exit 1; }
   sleep 0.1
 done
@@ -105,6 +120,7 @@ run() { # name url pid
 }
 for r in $(seq "$rounds"); do
   run nginx "http://127.0.0.1:$np/v1/completions" "$nginxpid"
+  [ -z "${BASE:-}" ] || run base "http://127.0.0.1:$bp/v1/completions" "$basepid"
   run kvroute "http://127.0.0.1:$kp/v1/completions" "$kvpid"
 done
 awk '
@@ -117,4 +133,10 @@ awk '
     printf "median  kvroute req/s %.0f p50 %.2fms p99 %.2fms cpu/req %.1fus\n", med(rps["kvroute"]), med(p50["kvroute"]), med(p99["kvroute"]), med(cpr["kvroute"])
     printf "ratio kvroute/nginx: throughput %.2f (target >= 0.9), p50 %.2f, p99 %.2f (target <= 1.2), cpu/req %.2f\n",
       med(rps["kvroute"]) / med(rps["nginx"]), med(p50["kvroute"]) / med(p50["nginx"]), med(p99["kvroute"]) / med(p99["nginx"]), med(cpr["kvroute"]) / med(cpr["nginx"])
+    if ("base" in rps) {
+      printf "median  base    req/s %.0f p50 %.2fms p99 %.2fms cpu/req %.1fus\n", med(rps["base"]), med(p50["base"]), med(p99["base"]), med(cpr["base"])
+      printf "ratio base/nginx: throughput %.2f, p99 %.2f, cpu/req %.2f; kvroute/base: throughput %.2f, p99 %.2f, cpu/req %.2f\n",
+        med(rps["base"]) / med(rps["nginx"]), med(p99["base"]) / med(p99["nginx"]), med(cpr["base"]) / med(cpr["nginx"]),
+        med(rps["kvroute"]) / med(rps["base"]), med(p99["kvroute"]) / med(p99["base"]), med(cpr["kvroute"]) / med(cpr["base"])
+    }
   }' "$out/runs.txt"

@@ -9,7 +9,9 @@
 # /proc: kvroute's process, nginx's worker process), which the other load on
 # a shared machine disturbs far less than req/s, and the 1-minute load
 # average before and after; the summary gives each system's medians and the
-# ratios kvroute/nginx.
+# ratios kvroute/nginx. BARE=1 adds the system "bare" (loadgen -bare-proxy:
+# fasthttp and wire/proxy round robin, no routing), the floor of kvroute's
+# proxying stack.
 #
 # Needs nginx (apt-get install nginx-light); installs nothing itself.
 # Settings: ROUNDS (3), DURATION (5s), WARMUP (1s), CLIENTS (32),
@@ -38,7 +40,7 @@ if [ -n "${BASE:-}" ]; then
 fi
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-b1=$(port) b2=$(port) b3=$(port) b4=$(port) np=$(port) kp=$(port) ap=$(port) bp=$(port) bap=$(port)
+b1=$(port) b2=$(port) b3=$(port) b4=$(port) np=$(port) kp=$(port) ap=$(port) bp=$(port) bap=$(port) xp=$(port)
 body='{"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"m","choices":[{"index":0,"text":" fixed answer of the trivial backend","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":2048,"completion_tokens":16,"total_tokens":2064}}'
 common='daemon off; master_process on; error_log stderr warn; pid PID;
 events { worker_connections 4096; }'
@@ -93,6 +95,12 @@ if [ -n "${BASE:-}" ]; then
   serve "$out/kvroute-base" "$bp" "$bap" base
   basepid=$!
 fi
+if [ -n "${BARE:-}" ]; then
+  "$out/loadgen" -bare-proxy "127.0.0.1:$xp" \
+    -workers "http://127.0.0.1:$b1,http://127.0.0.1:$b2,http://127.0.0.1:$b3,http://127.0.0.1:$b4" >"$out/bare.log" 2>&1 &
+  pids+=($!)
+  barepid=$!
+fi
 for i in $(seq 100); do
   curl -sf "http://127.0.0.1:$kp/ready" >/dev/null 2>&1 && { [ -z "${BASE:-}" ] || curl -sf "http://127.0.0.1:$bp/ready" >/dev/null 2>&1; } && curl -sf "http://127.0.0.1:$np/" -d '{}' >/dev/null 2>&1 && break
   [ "$i" = 100 ] && { echo "bench-proxy: kvroute or nginx did not start; see $out" >&2; exit 1; }
@@ -121,6 +129,7 @@ run() { # name url pid
 for r in $(seq "$rounds"); do
   run nginx "http://127.0.0.1:$np/v1/completions" "$nginxpid"
   [ -z "${BASE:-}" ] || run base "http://127.0.0.1:$bp/v1/completions" "$basepid"
+  [ -z "${BARE:-}" ] || run bare "http://127.0.0.1:$xp/v1/completions" "$barepid"
   run kvroute "http://127.0.0.1:$kp/v1/completions" "$kvpid"
 done
 awk '
@@ -133,6 +142,12 @@ awk '
     printf "median  kvroute req/s %.0f p50 %.2fms p99 %.2fms cpu/req %.1fus\n", med(rps["kvroute"]), med(p50["kvroute"]), med(p99["kvroute"]), med(cpr["kvroute"])
     printf "ratio kvroute/nginx: throughput %.2f (target >= 0.9), p50 %.2f, p99 %.2f (target <= 1.2), cpu/req %.2f\n",
       med(rps["kvroute"]) / med(rps["nginx"]), med(p50["kvroute"]) / med(p50["nginx"]), med(p99["kvroute"]) / med(p99["nginx"]), med(cpr["kvroute"]) / med(cpr["nginx"])
+    if ("bare" in rps) {
+      printf "median  bare    req/s %.0f p50 %.2fms p99 %.2fms cpu/req %.1fus\n", med(rps["bare"]), med(p50["bare"]), med(p99["bare"]), med(cpr["bare"])
+      printf "ratio bare/nginx: throughput %.2f, p99 %.2f, cpu/req %.2f; kvroute/bare: throughput %.2f, p99 %.2f, cpu/req %.2f\n",
+        med(rps["bare"]) / med(rps["nginx"]), med(p99["bare"]) / med(p99["nginx"]), med(cpr["bare"]) / med(cpr["nginx"]),
+        med(rps["kvroute"]) / med(rps["bare"]), med(p99["kvroute"]) / med(p99["bare"]), med(cpr["kvroute"]) / med(cpr["bare"])
+    }
     if ("base" in rps) {
       printf "median  base    req/s %.0f p50 %.2fms p99 %.2fms cpu/req %.1fus\n", med(rps["base"]), med(p50["base"]), med(p99["base"]), med(cpr["base"])
       printf "ratio base/nginx: throughput %.2f, p99 %.2f, cpu/req %.2f; kvroute/base: throughput %.2f, p99 %.2f, cpu/req %.2f\n",

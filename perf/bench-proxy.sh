@@ -34,7 +34,7 @@ rm -rf "$out" && mkdir -p "$out/nginx-backends" "$out/nginx-proxy"
 (cd "$top" && go build -o "$out/kvroute" ./cmd/kvroute && go build -o "$out/loadgen" ./cmd/loadgen)
 if [ -n "${BASE:-}" ]; then
   wt=$(mktemp -d)
-  git -C "$top" worktree add --detach "$wt" "$BASE" >/dev/null
+  git -C "$top" worktree add --detach "$wt" "$BASE" >/dev/null 2>&1
   (cd "$wt" && go build -o "$out/kvroute-base" ./cmd/kvroute)
   git -C "$top" worktree remove --force "$wt"
 fi

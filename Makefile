@@ -12,7 +12,7 @@ BASE      ?= HEAD
 
 CHAOSRUN  ?= TestChaos
 
-.PHONY: docs tokenizers golden bench-tokenizer replay all build test fmt-check vet test-race test-invariants test-plain chaos bench bench-scaling bench-baseline bench-compare bench-gate fuzz fuzz-long run run-cluster replica-sync-plot clean
+.PHONY: docs tokenizers golden bench-tokenizer replay all build test fmt-check vet test-race test-invariants test-plain chaos bench bench-scaling bench-baseline bench-compare bench-gate bench-proxy fuzz fuzz-long run run-cluster replica-sync-plot clean
 
 all: build
 
@@ -108,6 +108,12 @@ bench-baseline:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -count $(COUNT) $(BENCHPKGS) | tee bench/baseline.txt
 
 # Build both revisions' benchmark binaries and run them interleaved, in one run.
+# kvroute's proxy against nginx's round-robin proxy on the same four trivial
+# backends, alternating, ROUNDS rounds, with the machine's load and the
+# ratios (perf/bench-proxy.sh; needs nginx: apt-get install nginx-light).
+bench-proxy:
+	perf/bench-proxy.sh
+
 bench-compare:
 	perf/bench-compare.sh '$(BASE)' '$(BENCH)' '$(BENCHTIME)' '$(COUNT)' $(BENCHPKGS)
 

@@ -17,16 +17,20 @@
 // Config.ForwardTokenIDs a completion's text prompt is forwarded as those
 // ids, openai.ReplacePrompt), hashes the prompt's full blocks (local and
 // sequence hashes) on its own goroutine and queues a pending request to the
-// batcher. The batcher goroutine drains what is queued (up to
+// batcher, or, finding the batcher idle, decides it itself under the
+// batcher's mutex (no hand-off to another goroutine and back; decision
+// record 0044). The batcher goroutine drains what is queued (up to
 // Config.BatchMax), looks the whole batch up in every shard at once
 // (shard.Index.MatchBatch, or Hooks.Lookup), then decides the requests one by
 // one with sched.Scheduler.Decide, each seeing the previous one's booking. A
 // routed request is answered at once; a queued one (every worker busy) waits
 // for an admission from the scheduler's outbox, at most Config.QueueTimeout.
 // Prefill-done and free notifications come back on a separate queue applied
-// before the next batch. Control-plane work (registrations, load reports,
-// /workers, scrapes) runs as closures on the batcher: the scheduler has
-// exactly one owner and no lock. Worker health counters are atomics the
+// before the next batch (applied by the notifying goroutine itself when the
+// batcher is idle). Control-plane work (registrations, load reports,
+// /workers, scrapes) runs as closures on the batcher: the scheduler has one
+// owner at a time, whoever holds the batcher's mutex (Router.owner), and
+// the batcher holds it whenever it works. Worker health counters are atomics the
 // handlers update; everything else the batcher owns.
 //
 // # Endpoints

@@ -129,7 +129,12 @@ type Router struct {
 
 	pool sync.Pool // *pending
 
-	// Batcher-owned state.
+	// owner guards the batcher-owned state: the batcher goroutine holds it
+	// while it handles what it received, and a handler or notify that finds
+	// it free does its own work under it (submit, notify), saving the
+	// hand-offs to the batcher goroutine and back.
+	owner sync.Mutex
+	// Batcher-owned state (under owner).
 	b batcherState
 
 	ten *tenants // identity, the --tenants file, rate limits (tenants.go)
@@ -137,6 +142,8 @@ type Router struct {
 }
 
 type batcherState struct {
+	stopped  bool // the batcher has shut down: nothing may decide any more
+	one      [1]*pending
 	batch    []*pending
 	mrs      []shard.MatchRequest
 	reqs     []sched.Request
@@ -355,11 +362,29 @@ func (r *Router) submit(p *pending) {
 	}
 	p.enq = r.now()
 	p.deadline = p.enq + int64(r.cfg.QueueTimeout)
-	select {
-	case r.in <- p:
-	default:
-		p.err = ErrQueueFull
-		return
+	if r.owner.TryLock() {
+		// The batcher is idle: decide p here, as the batcher would (ops
+		// queued before p first), instead of waking it and waiting to be
+		// woken (decision record 0044). A queued p is admitted later by
+		// whoever holds owner, through p.done as usual.
+		if r.b.stopped {
+			r.owner.Unlock()
+			p.err = ErrClosed
+			return
+		}
+		r.drainOps()
+		r.b.one[0] = p
+		r.decide(r.b.one[:])
+		r.b.one[0] = nil
+		r.drainEffects()
+		r.owner.Unlock()
+	} else {
+		select {
+		case r.in <- p:
+		default:
+			p.err = ErrQueueFull
+			return
+		}
 	}
 	select {
 	case <-p.done:
@@ -374,6 +399,15 @@ func (r *Router) submit(p *pending) {
 // notify sends a lifecycle op to the batcher. It blocks if the op queue is
 // full (ops must not be lost: a lost free leaks load until expiry).
 func (r *Router) notify(kind opKind, id uint64) {
+	if r.owner.TryLock() { // the batcher is idle: apply it here, after those queued
+		if !r.b.stopped {
+			r.drainOps()
+			r.applyOp(op{kind, id})
+			r.drainEffects()
+		}
+		r.owner.Unlock()
+		return
+	}
 	select {
 	case r.ops <- op{kind, id}:
 	case <-r.stop:
@@ -426,9 +460,13 @@ func (r *Router) loop() {
 	for {
 		select {
 		case <-r.stop:
+			r.owner.Lock()
+			r.b.stopped = true
 			r.shutdown()
+			r.owner.Unlock()
 			return
 		case p := <-r.in:
+			r.owner.Lock()
 			r.drainOps()
 			b := append(r.b.batch[:0], p)
 		more:
@@ -443,14 +481,18 @@ func (r *Router) loop() {
 			r.b.batch = b
 			r.decide(b)
 		case o := <-r.ops:
+			r.owner.Lock()
 			r.applyOp(o)
 			r.drainOps()
 		case f := <-r.ctl:
+			r.owner.Lock()
 			f()
 		case <-tick.C:
+			r.owner.Lock()
 			r.tick()
 		}
 		r.drainEffects()
+		r.owner.Unlock()
 	}
 }
 

@@ -33,21 +33,26 @@ var ErrAbandoned = errors.New("request given up: the worker was taken out of rou
 // run); a write (the next request) arms a shorter deadline, which the first
 // byte read disarms, restoring the client's. The client uses a connection
 // for one request at a time, so the fields need no lock.
+//
+// Each deadline change is a runtime timer update, so they are made only
+// where a read depends on them: the armed deadline goes to the socket with
+// the client's own SetReadDeadline, which follows the write, or before the
+// next read; the client's is restored before a read that follows the first
+// byte, so an answer read whole by its first read (a short non-streamed
+// one) costs one deadline change instead of three. Decision record 0044.
 type firstByteConn struct {
 	net.Conn
 	timeout  time.Duration
-	armed    bool
+	armed    bool      // waiting for the first byte of an answer
+	stale    bool      // the socket's read deadline is not earliest()
 	deadline time.Time // the client's read deadline
 	fbAt     time.Time // the armed first-byte deadline
 }
 
 func (c *firstByteConn) Write(b []byte) (int, error) {
 	if !c.armed {
-		c.armed = true
+		c.armed, c.stale = true, true
 		c.fbAt = time.Now().Add(c.timeout)
-		if err := c.Conn.SetReadDeadline(c.earliest()); err != nil {
-			return 0, err
-		}
 	}
 	return c.Conn.Write(b)
 }
@@ -60,12 +65,12 @@ func (c *firstByteConn) earliest() time.Time {
 }
 
 func (c *firstByteConn) SetReadDeadline(t time.Time) error {
-	c.deadline = t
+	c.deadline, c.stale = t, false
 	return c.Conn.SetReadDeadline(c.earliest())
 }
 
 func (c *firstByteConn) SetDeadline(t time.Time) error {
-	c.deadline = t
+	c.deadline, c.stale = t, false
 	if err := c.Conn.SetWriteDeadline(t); err != nil {
 		return err
 	}
@@ -73,15 +78,15 @@ func (c *firstByteConn) SetDeadline(t time.Time) error {
 }
 
 func (c *firstByteConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if !c.armed {
-		return n, err
-	}
-	if n > 0 {
-		c.armed = false
-		if derr := c.Conn.SetReadDeadline(c.deadline); derr != nil && err == nil {
-			err = derr
+	if c.stale {
+		c.stale = false
+		if err := c.Conn.SetReadDeadline(c.earliest()); err != nil {
+			return 0, err
 		}
+	}
+	n, err := c.Conn.Read(b)
+	if c.armed && n > 0 {
+		c.armed, c.stale = false, true // restored before the next read
 	}
 	return n, err
 }

@@ -432,9 +432,10 @@ func (r *Router) completion(ctx *fasthttp.RequestCtx, chat bool) {
 		return
 	}
 	// A stream asks the engine for its usage chunk (cached tokens) when
-	// the client did not; the relay strips it again (verify.go).
+	// the client did not; the relay strips it again (verify.go). A
+	// disaggregated request is not checked, so its body stays the client's.
 	strip := false
-	if req.Stream && !req.StreamOptions {
+	if req.Stream && !req.StreamOptions && !p.pd.paired {
 		if b, ok := openai.AppendIncludeUsage(p.ubody[:0], body); ok {
 			p.ubody, body, strip = b, b, true
 		}

@@ -122,7 +122,7 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 		ejectAfter = fs.Int("worker-eject-failures", 1, "consecutive connection failures (refused, timed out, dropped) after which a worker is taken out of routing")
 		probeIvl   = fs.Duration("worker-probe-interval", time.Second, "first wait before a down worker's GET /health is asked; doubles after each failure")
 		probeMax   = fs.Duration("worker-probe-max-interval", 30*time.Second, "longest wait between health probes of a down worker")
-		pprofOn    = fs.Bool("pprof", false, "serve /debug/pprof/* and /metrics on --admin-addr")
+		pprofOn    = fs.Bool("pprof", false, "start the admin listener on --admin-addr: /debug/pprof/*, /metrics, /debug/decisions and /tenants")
 		adminAddr  = fs.String("admin-addr", "127.0.0.1:6060", "admin listener (with --pprof)")
 		routerID   = fs.String("router-id", "", "this replica's name in all-workers-busy and replica-sync messages; unique per replica (default: kvroute-<pid>-<random>)")
 		syncOn     = fs.Bool("router-replica-sync", false, "share active load with the other router replicas: publish this router's bookings on NATS and book theirs (docs/operations.md: More than one router process)")

@@ -180,10 +180,7 @@ type pdSim struct {
 	lastLoad   []time.Duration
 	loaded     []bool
 
-	heap    eventHeap
-	seq     uint64
-	fifo    []*delivery
-	fhead   int
+	agenda
 	spare   []*delivery
 	now     time.Duration
 	nextTic time.Duration
@@ -303,27 +300,19 @@ func (s *pdSim) scale(d time.Duration) time.Duration {
 	return time.Duration(float64(d) / s.cfg.Speedup)
 }
 
-func (s *pdSim) push(at time.Duration, kind uint8, idx int32) {
-	s.seq++
-	s.heap.push(event{at: at, seq: s.seq, kind: kind, idx: idx})
-}
-
 func (s *pdSim) run() error {
-	for len(s.heap) > 0 {
-		if s.fhead < len(s.fifo) && s.fifo[s.fhead].at <= s.heap[0].at {
-			d := s.fifo[s.fhead]
-			s.fifo[s.fhead] = nil
-			s.fhead++
-			if s.fhead == len(s.fifo) {
-				s.fifo, s.fhead = s.fifo[:0], 0
-			}
+	for {
+		ev, d, ok := s.take()
+		if !ok {
+			break
+		}
+		if d != nil {
 			if err := s.advance(d.at); err != nil {
 				return err
 			}
 			s.deliver(d)
 			continue
 		}
-		ev := s.heap.pop()
 		if err := s.advance(ev.at); err != nil {
 			return err
 		}

@@ -67,6 +67,41 @@ func (a *event) less(b *event) bool {
 	return a.seq < b.seq
 }
 
+// agenda is a simulation's pending work: timed events on a heap, and
+// KV-event deliveries in a FIFO (a constant delay keeps it in time order).
+// A delivery due at an event's time goes first. Not goroutine-safe; the
+// zero value is empty.
+type agenda struct {
+	heap  eventHeap
+	seq   uint64
+	fifo  []*delivery
+	fhead int
+}
+
+func (a *agenda) push(at time.Duration, kind uint8, idx int32) {
+	a.seq++
+	a.heap.push(event{at: at, seq: a.seq, kind: kind, idx: idx})
+}
+
+// take removes the earliest item: a delivery (d != nil) or else an event.
+// ok is false once no event is left (deliveries still queued then are
+// dropped with the run).
+func (a *agenda) take() (ev event, d *delivery, ok bool) {
+	if len(a.heap) == 0 {
+		return event{}, nil, false
+	}
+	if a.fhead < len(a.fifo) && a.fifo[a.fhead].at <= a.heap[0].at {
+		d = a.fifo[a.fhead]
+		a.fifo[a.fhead] = nil
+		a.fhead++
+		if a.fhead == len(a.fifo) {
+			a.fifo, a.fhead = a.fifo[:0], 0
+		}
+		return event{}, d, true
+	}
+	return a.heap.pop(), nil, true
+}
+
 // eventHeap is a binary min-heap of events.
 type eventHeap []event
 
@@ -158,10 +193,7 @@ type sim struct {
 	lastLoad   []time.Duration
 	loaded     []bool
 
-	heap    eventHeap
-	seq     uint64
-	fifo    []*delivery // in delivery order (a constant delay keeps it sorted)
-	fhead   int
+	agenda
 	spare   []*delivery
 	now     time.Duration
 	nextTic time.Duration
@@ -293,27 +325,19 @@ func (s *sim) scale(d time.Duration) time.Duration {
 	return time.Duration(float64(d) / s.cfg.Speedup)
 }
 
-func (s *sim) push(at time.Duration, kind uint8, idx int32) {
-	s.seq++
-	s.heap.push(event{at: at, seq: s.seq, kind: kind, idx: idx})
-}
-
 func (s *sim) run() error {
-	for len(s.heap) > 0 {
-		if s.fhead < len(s.fifo) && s.fifo[s.fhead].at <= s.heap[0].at {
-			d := s.fifo[s.fhead]
-			s.fifo[s.fhead] = nil
-			s.fhead++
-			if s.fhead == len(s.fifo) {
-				s.fifo, s.fhead = s.fifo[:0], 0
-			}
+	for {
+		ev, d, ok := s.take()
+		if !ok {
+			break
+		}
+		if d != nil {
 			if err := s.advance(d.at); err != nil {
 				return err
 			}
 			s.deliver(d)
 			continue
 		}
-		ev := s.heap.pop()
 		if err := s.advance(ev.at); err != nil {
 			return err
 		}

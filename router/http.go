@@ -503,6 +503,27 @@ func (r *Router) setRouteHeaders(ctx *fasthttp.RequestCtx, p *pending) {
 	h.Set(HeaderCachedBlocks, strconv.FormatUint(uint64(p.dec.Overlap), 10))
 }
 
+// sendFailed frees p's load after its send to info failed with err and
+// counts the failure: against the worker's health, unless the request was
+// abandoned or the client's own deadline passed. True when the client has
+// been answered (504: its deadline passed).
+func (r *Router) sendFailed(ctx *fasthttp.RequestCtx, p *pending, info *workerInfo, err error) bool {
+	r.notify(opFree, p.id)
+	switch {
+	case errors.Is(err, proxy.ErrClientDeadline):
+		r.m.clientDeadline.Inc()
+		proxy.WriteError(ctx, fasthttp.StatusGatewayTimeout, fmt.Sprintf(
+			"worker %d did not answer within the client's deadline (%s header)", info.ID, HeaderClientTimeout))
+		r.setRouteHeaders(ctx, p)
+		return true
+	case errors.Is(err, proxy.ErrAbandoned):
+		r.m.abandoned.Inc()
+	default:
+		r.workerFailed(info, err)
+	}
+	return false
+}
+
 // send sends a routed request to its worker and returns the worker's
 // answer, nothing yet written to the client. A transport failure (the
 // worker cannot be dialed, gives no first byte in time, or drops the
@@ -545,18 +566,8 @@ func (r *Router) send(ctx *fasthttp.RequestCtx, p *pending, body []byte, stream 
 			info.health.ok()
 			return u
 		}
-		r.notify(opFree, p.id)
-		switch {
-		case errors.Is(err, proxy.ErrClientDeadline):
-			r.m.clientDeadline.Inc()
-			proxy.WriteError(ctx, fasthttp.StatusGatewayTimeout, fmt.Sprintf(
-				"worker %d did not answer within the client's deadline (%s header)", info.ID, HeaderClientTimeout))
-			r.setRouteHeaders(ctx, p)
+		if r.sendFailed(ctx, p, info, err) {
 			return nil
-		case errors.Is(err, proxy.ErrAbandoned):
-			r.m.abandoned.Inc()
-		default:
-			r.workerFailed(info, err)
 		}
 		if attempt > 0 || !r.allowedExcept(p, info.ID) {
 			r.m.proxyErrors.Inc()

@@ -334,18 +334,8 @@ func (r *Router) sendDecode(ctx *fasthttp.RequestCtx, p *pending, leg, client []
 			}
 			return u
 		}
-		r.notify(opFree, p.id)
-		switch {
-		case errors.Is(err, proxy.ErrClientDeadline):
-			r.m.clientDeadline.Inc()
-			proxy.WriteError(ctx, fasthttp.StatusGatewayTimeout, fmt.Sprintf(
-				"worker %d did not answer within the client's deadline (%s header)", info.ID, HeaderClientTimeout))
-			r.setRouteHeaders(ctx, p)
+		if r.sendFailed(ctx, p, info, err) {
 			return nil
-		case errors.Is(err, proxy.ErrAbandoned):
-			r.m.abandoned.Inc()
-		default:
-			r.workerFailed(info, err)
 		}
 		if attempt >= retries || !r.decodeExcept(p, info.ID) {
 			r.m.proxyErrors.Inc()

@@ -512,6 +512,15 @@ func (m *Manager) dropSeq(id uint64) {
 // Clear empties the cache and ends every sequence (as an engine restart, or
 // vLLM's reset_prefix_cache when idle, does), then announces Cleared.
 func (m *Manager) Clear() {
+	m.drop()
+	m.openEvent(wire.KindCleared, false, 0)
+	m.closeEvent()
+	m.stats.Clears++
+	m.check()
+}
+
+// drop empties the cache and ends every sequence, announcing nothing.
+func (m *Manager) drop() {
 	m.closeEvent()
 	for i := range m.seqs {
 		m.seqs[i].blocks = m.seqs[i].blocks[:0]
@@ -525,10 +534,6 @@ func (m *Manager) Clear() {
 	if m.host != nil {
 		m.host.reset()
 	}
-	m.openEvent(wire.KindCleared, false, 0)
-	m.closeEvent()
-	m.stats.Clears++
-	m.check()
 }
 
 // Held appends to dst every cached block, used or free, in physical block

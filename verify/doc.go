@@ -29,7 +29,10 @@
 //     (at least MinSamples of them) is not a multiple of the router's block
 //     size, or is a larger multiple while most requests disagree, no
 //     request of the rank was ever predicted a block and the reports vary.
-//     The engine's block size is that divisor (or a divisor of it).
+//     The engine's block size is that divisor (or a divisor of it). While
+//     the reports are a larger multiple but do not vary yet, nothing else
+//     is named for a rank that never matched (no repair for what a dump
+//     cannot fix).
 //   - CauseHash: most requests report cached tokens, their divisor is the
 //     router's block size, no request of the rank was ever predicted a
 //     block, and the rank publishes events

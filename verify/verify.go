@@ -281,13 +281,16 @@ func (t *Tracker) diagnose(r *rank, publishes bool) (Cause, int) {
 	if nonzero >= t.cfg.MinSamples && (g%bs != 0 || (g > bs && !r.matched && disagree >= need && lo != hi)) {
 		return CauseBlockSize, g
 	}
-	if under >= need && !r.matched && publishes {
-		if g == bs {
+	if under >= need && !r.matched {
+		if g > bs {
+			// The reports' divisor is a larger multiple of the block
+			// size: left to the block-size rule until the reports vary,
+			// whether or not the rank's events have arrived yet.
+			return CauseNone, 0
+		}
+		if publishes {
 			return CauseHash, 0
 		}
-		// The reports' divisor is a larger multiple of the block size:
-		// left to the block-size rule until the reports vary.
-		return CauseNone, 0
 	}
 	if over >= need {
 		return CauseStale, 0

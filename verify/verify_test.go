@@ -177,3 +177,28 @@ func TestStatsAndForget(t *testing.T) {
 		t.Fatal("Forget kept the rank")
 	}
 }
+
+// Engine blocks larger than the router's, reported before the rank's events
+// arrive and at first all alike: the reports' divisor is a larger multiple
+// of the block size, so nothing is repaired while the block-size rule waits
+// for the reports to vary, and then names the mismatch.
+func TestBlockSizeMismatchBeforeEvents(t *testing.T) {
+	tr := New(Config{BlockSize: 16})
+	vs := feed(tr, 100, 0, func(i int) Sample {
+		r := 2 * 64
+		if i >= 40 {
+			r = (i%7 + 1) * 64
+		}
+		return Sample{Reported: r, Publishes: i >= 60}
+	})
+	for i, v := range vs {
+		if v.Repair {
+			t.Fatalf("request %d: repair asked (%v) for a block-size mismatch", i, v.Cause)
+		}
+	}
+	// The divisor of the reports so far (the engine's block size or a
+	// multiple of it).
+	if i, v := firstNamed(vs); i < 40 || v.Cause != CauseBlockSize || v.EngineBlock%64 != 0 {
+		t.Fatalf("first verdict %d %+v, want block_size_mismatch naming a multiple of 64 once the reports vary", i, v)
+	}
+}

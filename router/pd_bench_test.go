@@ -6,8 +6,6 @@ import (
 
 	"github.com/kvroute/kvroute/sched"
 	"github.com/kvroute/kvroute/shard"
-	"github.com/kvroute/kvroute/wire"
-	"github.com/kvroute/kvroute/wire/plane"
 )
 
 // pdBenchRouter is benchRouter's fleet (16 workers, 48 families of n
@@ -15,43 +13,18 @@ import (
 // the always policy: every decision is a pair. It is not started: the
 // caller owns the batcher.
 func pdBenchRouter(b testing.TB, n, prefill int) (*Router, *shard.Index) {
-	ix, err := shard.NewIndex(shard.Config{Shards: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	subj, _ := plane.SubjectsFor("bench", "backend")
 	sc := sched.DefaultConfig()
-	sc.BlockSize = testBlockSize
 	sc.Expiry = 0
 	sc.DisaggPolicy = sched.DisaggAlways
-	cfg := Config{Sched: sc, Subjects: subj, Logger: quietLogger()}
-	for w := range 16 {
-		role := sched.RoleBoth
-		if w < prefill {
-			role = sched.RolePrefill
-		} else if prefill > 0 {
-			role = sched.RoleDecode
+	r, ix := benchFleet(b, n, sc, func(w int) sched.Role {
+		switch {
+		case w < prefill:
+			return sched.RolePrefill
+		case prefill > 0:
+			return sched.RoleDecode
 		}
-		cfg.Workers = append(cfg.Workers, StaticWorker{ID: uint64(w + 1), URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+w), Model: "bench",
-			Capacity: sched.Capacity{Role: role}})
-	}
-	for f := range 48 {
-		local := wire.LocalHashes(nil, benchTokens(f, n), testBlockSize, wire.Seed)
-		blocks := make([]wire.Block, len(local))
-		for i, h := range local {
-			blocks[i] = wire.Block{Engine: wire.EngineHash(uint64(f)<<32 | uint64(i) + 1), Local: h}
-		}
-		if err := ix.Apply([]wire.Event{{Worker: wire.WorkerKey{Worker: uint64(f%16 + 1)}, Kind: wire.KindStored, Blocks: blocks}}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := ix.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	r, err := New(cfg, ix, Hooks{})
-	if err != nil {
-		b.Fatal(err)
-	}
+		return sched.RoleBoth
+	})
 	r.closed.Store(true)
 	return r, ix
 }

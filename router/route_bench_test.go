@@ -84,21 +84,35 @@ func routeBodies(n, families int) [][]byte {
 	return out
 }
 
-// benchRouter is a Router over a populated index with 16 static workers.
+// benchRouter is a Router over a populated index with 16 static workers,
+// started.
 func benchRouter(b testing.TB, n int) (*Router, *shard.Index) {
+	sc := sched.DefaultConfig()
+	sc.Expiry = time.Second // bookings are never freed here: expire them
+	r, ix := benchFleet(b, n, sc, nil)
+	r.Start()
+	return r, ix
+}
+
+// benchFleet is a Router (not started) over an index where worker w of 16
+// holds families w, w+16 and w+32 of n tokens; role, when not nil, gives
+// worker w's role.
+func benchFleet(b testing.TB, n int, sc sched.Config, role func(w int) sched.Role) (*Router, *shard.Index) {
 	ix, err := shard.NewIndex(shard.Config{Shards: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	subj, _ := plane.SubjectsFor("bench", "backend")
-	sc := sched.DefaultConfig()
 	sc.BlockSize = testBlockSize
-	sc.Expiry = time.Second // bookings are never freed here: expire them
 	cfg := Config{Sched: sc, Subjects: subj, Logger: quietLogger()}
 	for w := range 16 {
 		// A model given: the router does not ask these (absent) workers for
 		// theirs, whose retrying goroutine would allocate during AllocsPerRun.
-		cfg.Workers = append(cfg.Workers, StaticWorker{ID: uint64(w + 1), URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+w), Model: "bench"})
+		sw := StaticWorker{ID: uint64(w + 1), URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+w), Model: "bench"}
+		if role != nil {
+			sw.Capacity.Role = role(w)
+		}
+		cfg.Workers = append(cfg.Workers, sw)
 	}
 	// Worker w holds families w, w+16, w+32 (48 of the 64 families).
 	for f := range 48 {
@@ -118,7 +132,6 @@ func benchRouter(b testing.TB, n int) (*Router, *shard.Index) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r.Start()
 	return r, ix
 }
 

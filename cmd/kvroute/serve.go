@@ -612,17 +612,17 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 	}
 	var fleet *mock.Fleet
 	var pdFleets []*mock.Fleet
+	transport := o.demoTransport
+	if cfg.Router.Approx {
+		transport = plane.TransportNone
+	}
 	if o.demoFleet > 0 {
-		transport := o.demoTransport
-		if cfg.Router.Approx {
-			transport = plane.TransportNone
+		nc, err := demoNATS(svc, "demo-fleet")
+		if err != nil {
+			_ = svc.Close()
+			return err
 		}
-		nc := svc.NC
-		if svc.WorkerURL != "" { // --nats-auth: the fleet connects as a worker
-			if nc, err = nats.Connect(svc.WorkerURL, nats.Name("kvroute-demo-fleet")); err != nil {
-				_ = svc.Close()
-				return fmt.Errorf("--demo-fleet: NATS: %w", err)
-			}
+		if nc != svc.NC {
 			defer nc.Close()
 		}
 		fleet, err = mock.Start(mock.Config{
@@ -642,16 +642,12 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 		}
 	}
 	if o.demoPrefill > 0 {
-		transport := o.demoTransport
-		if cfg.Router.Approx {
-			transport = plane.TransportNone
+		nc, err := demoNATS(svc, "demo-fleet-pd")
+		if err != nil {
+			_ = svc.Close()
+			return err
 		}
-		nc := svc.NC
-		if svc.WorkerURL != "" { // --nats-auth: the fleet connects as a worker
-			if nc, err = nats.Connect(svc.WorkerURL, nats.Name("kvroute-demo-fleet-pd")); err != nil {
-				_ = svc.Close()
-				return fmt.Errorf("--demo-fleet-pd: NATS: %w", err)
-			}
+		if nc != svc.NC {
 			defer nc.Close()
 		}
 		if pdFleets, err = startDemoPD(cfg, o, nc, transport); err != nil {
@@ -682,4 +678,18 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 		err = errors.Join(err, f.Close())
 	}
 	return errors.Join(err, svc.Close())
+}
+
+// demoNATS is the NATS connection a demo fleet started by --flag uses: the
+// service's own, or with --nats-auth a connection of its own as a worker
+// (the caller closes it).
+func demoNATS(svc *router.Service, flag string) (*nats.Conn, error) {
+	if svc.WorkerURL == "" {
+		return svc.NC, nil
+	}
+	nc, err := nats.Connect(svc.WorkerURL, nats.Name("kvroute-"+flag))
+	if err != nil {
+		return nil, fmt.Errorf("--%s: NATS: %w", flag, err)
+	}
+	return nc, nil
 }

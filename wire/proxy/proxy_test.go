@@ -18,7 +18,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-func serve(t *testing.T, h fasthttp.RequestHandler) string {
+// serve serves h on a loopback port until the test ends and returns its URL.
+func serve(t testing.TB, h fasthttp.RequestHandler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"net"
 	"testing"
 	"time"
 
@@ -14,17 +13,10 @@ import (
 var completion = []byte(`{"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"m","choices":[{"index":0,"text":" fixed answer","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":2048,"completion_tokens":16,"total_tokens":2064}}`)
 
 func benchWorker(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	return serve(b, func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/json")
 		ctx.SetBody(completion)
-	}}
-	go s.Serve(ln) //nolint:errcheck
-	b.Cleanup(func() { _ = s.Shutdown() })
-	return "http://" + ln.Addr().String() + "/v1/completions"
+	}) + "/v1/completions"
 }
 
 // BenchmarkSend posts a 2 KB completion request to a worker over loopback

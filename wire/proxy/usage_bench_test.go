@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"io"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -24,7 +23,7 @@ func BenchmarkRelayUsage(b *testing.B) {
 	stream.WriteString(sseUsage + sseDone)
 	whole := `{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"` + strings.Repeat("a", 64) +
 		`","finish_reason":"length"}],"usage":{"prompt_tokens":2048,"completion_tokens":64,"total_tokens":2112,"prompt_tokens_details":{"cached_tokens":1024}}}`
-	upstream := benchServe(b, func(ctx *fasthttp.RequestCtx) {
+	upstream := serve(b, func(ctx *fasthttp.RequestCtx) {
 		if ctx.QueryArgs().Has("stream") {
 			ctx.SetContentType("text/event-stream")
 			ctx.SetBodyString(stream.String())
@@ -47,7 +46,7 @@ func BenchmarkRelayUsage(b *testing.B) {
 				}
 				var sum int
 				usage := func(n int) { sum += n }
-				front := benchServe(b, func(ctx *fasthttp.RequestCtx) {
+				front := serve(b, func(ctx *fasthttp.RequestCtx) {
 					u, err := p.Send(url, ctx.PostBody(), mode == "stream")
 					if err != nil {
 						ctx.SetStatusCode(502)
@@ -73,17 +72,6 @@ func BenchmarkRelayUsage(b *testing.B) {
 			})
 		}
 	}
-}
-
-func benchServe(b *testing.B, h fasthttp.RequestHandler) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := &fasthttp.Server{Handler: h}
-	go s.Serve(ln) //nolint:errcheck
-	b.Cleanup(func() { _ = s.Shutdown() })
-	return "http://" + ln.Addr().String()
 }
 
 // BenchmarkRelaySSE measures the relay's own work on a stream of 64 token

@@ -122,7 +122,7 @@ func (d *decisionRing) record(p *pending, dec sched.Decision, rule string, route
 		}
 	}
 	var line []byte
-	if d.log != nil && p.id%d.sample == 0 && d.log.Enabled(nil, slog.LevelDebug) { //nolint:staticcheck // a nil context is Enabled's documented default
+	if d.log != nil && d.sampled(p.id) && d.log.Enabled(nil, slog.LevelDebug) { //nolint:staticcheck // a nil context is Enabled's documented default
 		line = appendSlot(nil, s)
 	}
 	d.mu.Unlock()

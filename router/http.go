@@ -331,27 +331,13 @@ func (r *Router) tooBusy(ctx *fasthttp.RequestCtx, left time.Duration) {
 	ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(left.Seconds())))))
 }
 
-// fail answers a request whose decision failed.
+// fail answers a request whose decision failed (the answer pickFailed
+// maps err to).
 func (r *Router) fail(ctx *fasthttp.RequestCtx, err error) {
-	switch {
-	case errors.Is(err, ErrAllBusy):
-		_, left := r.Throttled()
-		r.tooBusy(ctx, left)
-	case errors.Is(err, ErrQueueWait):
-		// Retry after about the bound: the queue the request would have
-		// joined takes that long to drain.
-		proxy.WriteError(ctx, fasthttp.StatusTooManyRequests, fmt.Sprintf(
-			"all workers are busy and the predicted queue wait is over --max-queue-wait (%v); retry later", r.cfg.Sched.MaxQueueWait))
-		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(r.cfg.Sched.MaxQueueWait.Seconds())))))
-	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrQueueTimeout), errors.Is(err, ErrEvicted):
-		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
-		ctx.Response.Header.Set("Retry-After", "1")
-	case errors.Is(err, ErrNoWorkers) && r.nworkers.Load() == 0 && len(r.table.Load().ids) > 0:
-		// The last workers went down (ejected) between admit and the
-		// decision: say so, as admit does.
-		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, fmt.Sprintf("no workers: all %d are down (unreachable)", len(r.table.Load().ids)))
-	default:
-		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
+	pe := r.pickFailed(err)
+	proxy.WriteError(ctx, pe.Status, pe.Err.Message)
+	if pe.RetryAfter > 0 {
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(pe.RetryAfter))
 	}
 }
 

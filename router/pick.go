@@ -425,17 +425,20 @@ func noWorkersErr(t *workerTable) *PickError {
 	return pickErrMsg(fasthttp.StatusServiceUnavailable, "no workers: none registered or configured (--worker, --endpoints-file)", 0)
 }
 
-// pickFailed maps a failed decision to its answer, as Router.fail does.
+// pickFailed maps a failed decision to its answer: the endpoint picker's,
+// and the one Router.fail writes.
 func (r *Router) pickFailed(err error) *PickError {
 	switch {
 	case errors.Is(err, ErrAllBusy):
 		_, left := r.Throttled()
 		return busyErr(left)
 	case errors.Is(err, ErrQueueWait):
+		// Retry after about the bound: the queue the request would have
+		// joined takes that long to drain.
 		return pickErrMsg(fasthttp.StatusTooManyRequests, fmt.Sprintf(
 			"all workers are busy and the predicted queue wait is over --max-queue-wait (%v); retry later", r.cfg.Sched.MaxQueueWait),
 			max(1, int(math.Ceil(r.cfg.Sched.MaxQueueWait.Seconds()))))
-	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrQueueTimeout):
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrQueueTimeout), errors.Is(err, ErrEvicted):
 		return pickErrMsg(fasthttp.StatusServiceUnavailable, err.Error(), 1)
 	case errors.Is(err, ErrNoWorkers) && r.nworkers.Load() == 0 && len(r.table.Load().ids) > 0:
 		return noWorkersErr(r.table.Load())

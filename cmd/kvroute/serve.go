@@ -619,6 +619,7 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 	if o.demoFleet > 0 {
 		nc, err := demoNATS(svc, "demo-fleet")
 		if err != nil {
+			detach()
 			_ = svc.Close()
 			return err
 		}
@@ -634,6 +635,7 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 			Tokenizer: openai.TokenizerFor(&openai.ModelTokenizers{Default: cfg.Router.Tokenizer, ByModel: cfg.Router.ModelTokenizers}, []byte("mock")),
 		}, nc)
 		if err != nil {
+			detach()
 			_ = svc.Close()
 			return fmt.Errorf("--demo-fleet: %w", err)
 		}
@@ -644,6 +646,7 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 	if o.demoPrefill > 0 {
 		nc, err := demoNATS(svc, "demo-fleet-pd")
 		if err != nil {
+			detach()
 			_ = svc.Close()
 			return err
 		}
@@ -651,6 +654,7 @@ func serve(cfg router.ServiceConfig, o serveOptions, stop <-chan struct{}, ready
 			defer nc.Close()
 		}
 		if pdFleets, err = startDemoPD(cfg, o, nc, transport); err != nil {
+			detach()
 			_ = svc.Close()
 			return err
 		}

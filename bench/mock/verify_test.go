@@ -90,14 +90,14 @@ func TestFaultSwitchesForVerification(t *testing.T) {
 	}
 	w.CutEvents(false)
 	complete(t, w.URL(), tokens(6, 40), 2)
-	waitUntil(t, "events after the cut", func() bool { return msgs.Load() > 0 })
+	waitFor(t, "events after the cut", func() bool { return msgs.Load() > 0 })
 
 	next := func() uint64 {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return w.mu.eng.KV().NextEventID()
 	}
-	waitUntil(t, "an idle worker", w.Idle)
+	waitFor(t, "an idle worker", w.Idle)
 	before, sent := next(), msgs.Load()
 	resp, err := http.Post(w.URL()+FaultClearCachePath, "application/json", nil)
 	if err != nil || resp.StatusCode != 200 {
@@ -109,18 +109,9 @@ func TestFaultSwitchesForVerification(t *testing.T) {
 	}
 	// The request stored blocks (events from the old next id on), the
 	// clear itself announced nothing.
-	waitUntil(t, "the request's events", func() bool { return msgs.Load() > sent })
+	waitFor(t, "the request's events", func() bool { return msgs.Load() > sent })
 	if after := next(); after <= before {
 		t.Fatalf("next event id %d, was %d", after, before)
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

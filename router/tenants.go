@@ -178,6 +178,8 @@ type tenants struct {
 		names   []string // by id; [0] is "" (the default tenant)
 		byKey   map[string]string
 		spec    map[string]*TenantSpec
+		class   map[string]sched.Class // each spec's Class, parsed once
+		defCls  sched.Class            // the file's DefaultClass, parsed once
 		buckets map[uint32]*sched.TokenBucket
 		stamp   time.Time // the file's modification time when read
 		dirty   bool      // weights to hand to the scheduler
@@ -193,6 +195,7 @@ func newTenants(path string, epoch time.Time) (*tenants, error) {
 	t.mu.buckets = map[uint32]*sched.TokenBucket{}
 	t.mu.file = &TenantsFile{}
 	t.mu.spec = map[string]*TenantSpec{}
+	t.mu.class = map[string]sched.Class{}
 	t.mu.byKey = map[string]string{}
 	if path == "" {
 		return t, nil
@@ -232,10 +235,15 @@ func (t *tenants) reload(force bool) (bool, error) {
 	t.mu.stamp = st.ModTime()
 	t.mu.file = f
 	t.mu.spec = map[string]*TenantSpec{}
+	t.mu.class = map[string]sched.Class{}
+	t.mu.defCls, _ = sched.ParseClass(f.DefaultClass) // validated by ParseTenants
 	t.mu.byKey = map[string]string{}
 	for i := range f.Tenants {
 		s := &f.Tenants[i]
 		t.mu.spec[s.Name] = s
+		if s.Class != "" {
+			t.mu.class[s.Name], _ = sched.ParseClass(s.Class)
+		}
 		for _, k := range s.APIKeys {
 			t.mu.byKey[k] = s.Name
 		}
@@ -301,10 +309,10 @@ func (t *tenants) identify(h *fasthttp.RequestHeader, model []byte) (identity, e
 			return id, fieldErr(HeaderPriority, "%s must be critical, standard or sheddable, not %q", HeaderPriority, p)
 		}
 		id.class = c
-	} else if s := t.mu.spec[id.name]; s != nil && s.Class != "" {
-		id.class, _ = sched.ParseClass(s.Class)
+	} else if c, ok := t.mu.class[id.name]; ok {
+		id.class = c
 	} else if t.mu.file.DefaultClass != "" {
-		id.class, _ = sched.ParseClass(t.mu.file.DefaultClass)
+		id.class = t.mu.defCls
 	}
 	sess := h.Peek(HeaderSession)
 	if len(sess) == 0 {

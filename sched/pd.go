@@ -3,7 +3,6 @@ package sched
 import (
 	"fmt"
 
-	"github.com/kvroute/kvroute/wire"
 )
 
 // Role is what a dp rank serves in a disaggregated fleet (Capacity.Role).
@@ -149,20 +148,6 @@ func (s *Scheduler) prefillPool() *Scheduler {
 		s.pf = pf
 	}
 	return s.pf
-}
-
-// ownerOf returns the scheduler (s or its prefill pool) whose table holds
-// key, or nil.
-func (s *Scheduler) ownerOf(key wire.WorkerKey) *Scheduler {
-	if _, ok := s.slotOf[key]; ok {
-		return s
-	}
-	if s.pf != nil {
-		if _, ok := s.pf.slotOf[key]; ok {
-			return s.pf
-		}
-	}
-	return nil
 }
 
 // PrefillRanks returns the number of prefill-role dp ranks in the table.

@@ -2,6 +2,8 @@ package replay
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"fmt"
 	"math"
 	"slices"
@@ -95,7 +97,7 @@ func ParseTenantMix(data []byte) (*TenantMix, error) {
 	m := &TenantMix{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(m); err != nil && err.Error() != "EOF" {
+	if err := dec.Decode(m); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: tenants: %v", ErrConfig, err)
 	}
 	c := m.Classes
@@ -249,15 +251,7 @@ func groupOf(name string, ids []int, recs []record, total int64) GroupResult {
 			gr.ServedTokens += int64(c.prompt)
 		}
 	}
-	if len(ttft) > 0 {
-		slices.Sort(ttft)
-		var sum float64
-		for _, x := range ttft {
-			sum += x
-		}
-		gr.TTFTMeanMs = sum / float64(len(ttft))
-		gr.TTFTP99Ms = ttft[min(len(ttft)-1, int(math.Ceil(0.99*float64(len(ttft))))-1)]
-	}
+	gr.TTFTMeanMs, _, _, gr.TTFTP99Ms = dist(ttft)
 	if total > 0 {
 		gr.Share = float64(gr.ServedTokens) / float64(total)
 	}

@@ -2,7 +2,6 @@ package sched
 
 import (
 	"fmt"
-
 )
 
 // Role is what a dp rank serves in a disaggregated fleet (Capacity.Role).

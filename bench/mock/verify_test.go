@@ -114,4 +114,3 @@ func TestFaultSwitchesForVerification(t *testing.T) {
 		t.Fatalf("next event id %d, was %d", after, before)
 	}
 }
-

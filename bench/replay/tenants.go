@@ -3,8 +3,8 @@ package replay
 import (
 	"bytes"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"

@@ -226,7 +226,9 @@ func TestTransferTimeModelled(t *testing.T) {
 // its blocks and decodes; a decode leg whose prefill never arrives fails
 // after the bootstrap timeout.
 func TestSGLangBootstrapRoom(t *testing.T) {
-	p, d, m := pdPair(t, ProtocolSGLang, func(_, dc *WorkerConfig) { dc.BootstrapTimeout = 300 * time.Millisecond })
+	// The default bootstrap timeout: a loaded machine may take a while
+	// between the decode leg's wait and the prefill leg's arrival.
+	p, d, m := pdPair(t, ProtocolSGLang, nil)
 	prompt := tokens(4, 200)
 	body := map[string]any{
 		"model": "m", "prompt": prompt, "max_tokens": 8,
@@ -270,6 +272,9 @@ func TestSGLangBootstrapRoom(t *testing.T) {
 		t.Errorf("prefill worker announced %d blocks, want at least 12", n)
 	}
 
+	// A decode worker whose prefill never comes fails after its bootstrap
+	// timeout (a pair of its own, with 300 ms).
+	_, d, _ = pdPair(t, ProtocolSGLang, func(_, dc *WorkerConfig) { dc.BootstrapTimeout = 300 * time.Millisecond })
 	body["bootstrap_room"] = 7 // no prefill comes
 	start := time.Now()
 	code, out := post(t, d.URL(), "/v1/completions", body)

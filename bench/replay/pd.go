@@ -181,7 +181,6 @@ type pdSim struct {
 	loaded     []bool
 
 	agenda
-	spare   []*delivery
 	now     time.Duration
 	nextTic time.Duration
 
@@ -293,12 +292,7 @@ func newPDSim(w *Workload, cfg PDConfig, cell PDCell) (*pdSim, error) {
 	return s, nil
 }
 
-func (s *pdSim) scale(d time.Duration) time.Duration {
-	if s.cfg.Speedup == 1 {
-		return d
-	}
-	return time.Duration(float64(d) / s.cfg.Speedup)
-}
+func (s *pdSim) scale(d time.Duration) time.Duration { return scaleBy(d, s.cfg.Speedup) }
 
 func (s *pdSim) run() error {
 	for {
@@ -508,29 +502,6 @@ func (s *pdSim) startStep(r int32) error {
 	e.Reset()
 	s.push(s.now+max(d, 1), pdStepEnd, r)
 	return nil
-}
-
-func (s *pdSim) newDelivery(r int32, evs []wire.Event) *delivery {
-	var d *delivery
-	if n := len(s.spare); n > 0 {
-		d, s.spare = s.spare[n-1], s.spare[:n-1]
-	} else {
-		d = &delivery{}
-	}
-	d.rank = r
-	d.events, d.blocks = d.events[:0], d.blocks[:0]
-	for i := range evs {
-		d.blocks = append(d.blocks, evs[i].Blocks...)
-	}
-	off := 0
-	for i := range evs {
-		ev := evs[i]
-		n := len(ev.Blocks)
-		ev.Blocks = d.blocks[off : off+n : off+n]
-		off += n
-		d.events = append(d.events, ev)
-	}
-	return d
 }
 
 func (s *pdSim) deliver(d *delivery) {

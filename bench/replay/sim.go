@@ -76,11 +76,37 @@ type agenda struct {
 	seq   uint64
 	fifo  []*delivery
 	fhead int
+	spare []*delivery // delivered, for reuse
 }
 
 func (a *agenda) push(at time.Duration, kind uint8, idx int32) {
 	a.seq++
 	a.heap.push(event{at: at, seq: a.seq, kind: kind, idx: idx})
+}
+
+// newDelivery is a delivery of a copy of evs to rank r, from the spares
+// when one is there.
+func (a *agenda) newDelivery(r int32, evs []wire.Event) *delivery {
+	var d *delivery
+	if n := len(a.spare); n > 0 {
+		d, a.spare = a.spare[n-1], a.spare[:n-1]
+	} else {
+		d = &delivery{}
+	}
+	d.rank = r
+	d.events, d.blocks = d.events[:0], d.blocks[:0]
+	for i := range evs {
+		d.blocks = append(d.blocks, evs[i].Blocks...)
+	}
+	off := 0
+	for i := range evs {
+		ev := evs[i]
+		n := len(ev.Blocks)
+		ev.Blocks = d.blocks[off : off+n : off+n]
+		off += n
+		d.events = append(d.events, ev)
+	}
+	return d
 }
 
 // take removes the earliest item: a delivery (d != nil) or else an event.
@@ -194,7 +220,6 @@ type sim struct {
 	loaded     []bool
 
 	agenda
-	spare   []*delivery
 	now     time.Duration
 	nextTic time.Duration
 
@@ -318,11 +343,14 @@ func newSim(w *Workload, cfg Config, p Policy) (*sim, error) {
 }
 
 // scale compresses a trace time by the speedup.
-func (s *sim) scale(d time.Duration) time.Duration {
-	if s.cfg.Speedup == 1 {
+func (s *sim) scale(d time.Duration) time.Duration { return scaleBy(d, s.cfg.Speedup) }
+
+// scaleBy compresses a trace time by speedup.
+func scaleBy(d time.Duration, speedup float64) time.Duration {
+	if speedup == 1 {
 		return d
 	}
-	return time.Duration(float64(d) / s.cfg.Speedup)
+	return time.Duration(float64(d) / speedup)
 }
 
 func (s *sim) run() error {
@@ -601,29 +629,6 @@ func (s *sim) startStep(r int32) error {
 }
 
 // newDelivery copies a step's events (the engine's views die at Reset).
-func (s *sim) newDelivery(r int32, evs []wire.Event) *delivery {
-	var d *delivery
-	if n := len(s.spare); n > 0 {
-		d, s.spare = s.spare[n-1], s.spare[:n-1]
-	} else {
-		d = &delivery{}
-	}
-	d.rank = r
-	d.events, d.blocks = d.events[:0], d.blocks[:0]
-	for i := range evs {
-		d.blocks = append(d.blocks, evs[i].Blocks...)
-	}
-	off := 0
-	for i := range evs {
-		ev := evs[i]
-		n := len(ev.Blocks)
-		ev.Blocks = d.blocks[off : off+n : off+n]
-		off += n
-		d.events = append(d.events, ev)
-	}
-	return d
-}
-
 func (s *sim) stepEnd(r int32) error {
 	now := s.now
 	for _, ef := range s.stepEffect[r] {

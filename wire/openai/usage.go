@@ -116,9 +116,20 @@ func lastKey(b, key []byte) int {
 
 // IsUsageChunk reports whether an SSE chunk's data is the usage chunk that
 // stream_options.include_usage adds at the end of a stream: an object whose
-// "choices" is an empty array and which carries usage details. It
-// allocates nothing.
+// "choices" is an empty array (EmptyChoices) and which carries usage
+// details. It allocates nothing.
 func IsUsageChunk(data []byte) bool {
+	if !EmptyChoices(data) {
+		return false
+	}
+	_, ok := CachedTokens(data)
+	return ok
+}
+
+// EmptyChoices reports whether a chunk's last "choices" member is an empty
+// array: IsUsageChunk for a chunk already known to carry usage details
+// (CachedTokens). It allocates nothing.
+func EmptyChoices(data []byte) bool {
 	i := lastKey(data, keyChoices)
 	if i < 0 {
 		return false
@@ -132,11 +143,7 @@ func IsUsageChunk(data []byte) bool {
 		return false
 	}
 	j = jsonscan.SkipWS(data, j+1)
-	if j >= len(data) || data[j] != ']' {
-		return false
-	}
-	_, ok := CachedTokens(data)
-	return ok
+	return j < len(data) && data[j] == ']'
 }
 
 // includeUsage is what AppendIncludeUsage adds to a request body.

@@ -575,7 +575,7 @@ func relaySSE(w *bufio.Writer, r *bufio.Reader, first func(), cut *atomic.Bool, 
 					if n, ok := openai.CachedTokens(data); ok {
 						usage(n)
 						usage = nil
-						if strip && openai.IsUsageChunk(data) {
+						if strip && openai.EmptyChoices(data) { // a usage chunk: CachedTokens read it
 							skipping = true
 							continue
 						}

@@ -400,16 +400,16 @@ func serveConfig(args []string, ext ...flagExt) (router.ServiceConfig, serveOpti
 	var zs []ingest.ZMQWorker
 	zmqRoles := map[uint64]sched.Role{}
 	for _, z := range zmqWorkers {
-		z, id, role, set, err := zmqWorkerRole(z)
+		z, role, set, err := zmqWorkerRole(z)
 		if err != nil {
 			return cfg, o, err
-		}
-		if set {
-			zmqRoles[id] = role
 		}
 		zw, err := ingest.ParseZMQWorker(z)
 		if err != nil {
 			return cfg, o, err
+		}
+		if set {
+			zmqRoles[zw.Worker] = role
 		}
 		zs = append(zs, zw)
 	}

@@ -106,8 +106,9 @@ func staticWorkerPD(w *router.StaticWorker, spec, k, v string) (bool, error) {
 
 // zmqWorkerRole takes a role= option out of a --zmq-worker spec: the role
 // of the routed worker of that id (a --worker), whose KV events the
-// endpoint carries. It returns the spec without it.
-func zmqWorkerRole(spec string) (rest string, id uint64, role sched.Role, set bool, err error) {
+// endpoint carries. It returns the spec without it, for
+// ingest.ParseZMQWorker (which reads the worker's id).
+func zmqWorkerRole(spec string) (rest string, role sched.Role, set bool, err error) {
 	parts := strings.Split(spec, ",")
 	kept := parts[:1]
 	for _, p := range parts[1:] {
@@ -117,14 +118,11 @@ func zmqWorkerRole(spec string) (rest string, id uint64, role sched.Role, set bo
 			continue
 		}
 		if role, err = sched.ParseRole(v); err != nil || v == "" {
-			return spec, 0, 0, false, fmt.Errorf("--zmq-worker %q: role=%q: want prefill, decode or both", spec, v)
+			return spec, 0, false, fmt.Errorf("--zmq-worker %q: role=%q: want prefill, decode or both", spec, v)
 		}
 		set = true
 	}
-	idStr, _, _ := strings.Cut(parts[0], "=")
-	idStr, _, _ = strings.Cut(idStr, ":")
-	id, _ = strconv.ParseUint(strings.TrimSpace(idStr), 10, 64)
-	return strings.Join(kept, ","), id, role, set, nil
+	return strings.Join(kept, ","), role, set, nil
 }
 
 // applyZMQRoles sets the roles --zmq-worker ...,role= gave on the static

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"github.com/kvroute/kvroute/internal/syncbuf"
 	"log/slog"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/kvroute/kvroute/ingest"
 	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/internal/syncbuf"
 	"github.com/kvroute/kvroute/wire/plane"
 )
 

@@ -1,13 +1,13 @@
 package node
 
 import (
-	"github.com/kvroute/kvroute/internal/syncbuf"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/natstest"
+	"github.com/kvroute/kvroute/internal/syncbuf"
 	"github.com/kvroute/kvroute/shard"
 )
 

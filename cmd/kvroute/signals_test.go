@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"github.com/kvroute/kvroute/internal/syncbuf"
 	"net/http"
 	"os"
 	"os/exec"
@@ -10,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/syncbuf"
 )
 
 func TestWatchSignals(t *testing.T) {

@@ -2,10 +2,10 @@ package pd
 
 import (
 	"fmt"
-	"github.com/kvroute/kvroute/internal/jsonscan"
 
 	"github.com/valyala/fastjson"
 
+	"github.com/kvroute/kvroute/internal/jsonscan"
 	"github.com/kvroute/kvroute/wire/openai"
 )
 

@@ -3,6 +3,7 @@ package pd
 import (
 	"errors"
 	"fmt"
+
 	"github.com/kvroute/kvroute/internal/jsonscan"
 )
 

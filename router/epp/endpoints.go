@@ -112,7 +112,8 @@ type EndpointsWatcher struct {
 
 // WatchEndpoints loads the endpoints file into the router (an error names
 // --endpoints-file) and re-reads it whenever its content changes; a
-// changed file that does not parse is logged and the workers are kept.
+// changed file that does not parse is logged and the workers are kept, and
+// an empty one (a file being rewritten) is skipped: an empty fleet is [].
 func WatchEndpoints(cfg EndpointsConfig) (*EndpointsWatcher, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 2 * time.Second
@@ -159,6 +160,12 @@ func (w *EndpointsWatcher) load() error {
 		return err
 	}
 	if w.last != nil && bytes.Equal(data, w.last) {
+		return nil
+	}
+	if w.last != nil && len(bytes.TrimSpace(data)) == 0 {
+		// A file truncated to be written again (os.WriteFile, an editor):
+		// read between the truncation and the write it would drop every
+		// worker. An empty fleet is written as [].
 		return nil
 	}
 	ws, err := ParseEndpoints(data)

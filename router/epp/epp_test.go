@@ -281,6 +281,39 @@ func TestEndpointsFile(t *testing.T) {
 	}
 }
 
+// A file truncated on its way to being rewritten keeps the workers; an
+// explicit empty list drops them.
+func TestEndpointsFileRewritten(t *testing.T) {
+	e := start(t, 1, nil)
+	path := filepath.Join(t.TempDir(), "pods.yaml")
+	if err := os.WriteFile(path, []byte(`[{"ip": "127.0.0.1", "port": 3, "worker_id": 903}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := epp.WatchEndpoints(epp.EndpointsConfig{Path: path, Interval: time.Hour, Router: e.svc.Router, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	has := func() bool { return containsEP(e.svc.Router.Endpoints(), "127.0.0.1:3") }
+	if !has() {
+		t.Fatalf("endpoints %v: want 127.0.0.1:3", e.svc.Router.Endpoints())
+	}
+	for _, c := range []struct {
+		content string
+		want    bool
+	}{{"", true}, {"  \n", true}, {"[]", false}} {
+		if err := os.WriteFile(path, []byte(c.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.LoadForTesting(); err != nil {
+			t.Fatal(err)
+		}
+		if has() != c.want {
+			t.Fatalf("after %q: endpoints %v, want 127.0.0.1:3 kept %v", c.content, e.svc.Router.Endpoints(), c.want)
+		}
+	}
+}
+
 func containsEP(eps []string, ep string) bool {
 	for _, e := range eps {
 		if e == ep {
